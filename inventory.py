@@ -1,0 +1,27 @@
+"""pyinfra inventory: `pyinfra inventory.py deploys/thor.py`.
+
+pyinfra exec()s this file and turns every public module-level list into a group. Group data in
+YAML (group_vars/) is invisible to pyinfra, and its host.data lookup is shallow, so the fleet's
+own loader builds the deep-merged, validated data here. Pick the inventory with FLEET_INVENTORY:
+`hosts` (the real mesh, default) or `lab` (the local lab); group_vars are the same for both.
+"""
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_root = _Path(__file__).resolve().parent
+if str(_root) not in _sys.path:
+    _sys.path.insert(0, str(_root))
+
+from reconciler.desired.load import load_fleet as _load_fleet  # noqa: E402
+from reconciler.desired.pyinfra_data import pyinfra_groups as _pyinfra_groups  # noqa: E402
+from reconciler.desired.yaml_source import DesiredStateError as _DesiredStateError  # noqa: E402
+
+try:
+    _fleet = _load_fleet(_root)
+except _DesiredStateError as _exc:
+    # pyinfra would print a traceback; the operator needs file:line:col instead.
+    print(_exc, file=_sys.stderr)
+    raise SystemExit(1) from None
+
+globals().update(_pyinfra_groups(_fleet))

@@ -1,0 +1,163 @@
+"""`reconcile`: the command line. Each command imports only what it uses (import time is part
+of every drift run's budget), loads the desired state first, and maps outcomes to exit codes:
+0 ok / no drift, 1 invalid input or a box that could not be handled, 2 drift or findings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from reconciler import __version__
+
+if TYPE_CHECKING:
+    from reconciler.desired.load import Fleet
+
+EXIT_OK, EXIT_ERROR, EXIT_FINDINGS = 0, 1, 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    fleet = _load(args)
+    names = ", ".join(fleet.boxes)
+    print(f"ok: {len(fleet.boxes)} boxes ({names}) from {fleet.inventory_file} and group_vars/")
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from reconciler.desired import show
+
+    fleet = _load(args)
+    boxes = [args.box] if args.box else list(fleet.boxes)
+    unknown = [b for b in boxes if b not in fleet.boxes]
+    if unknown:
+        print(
+            f"error: unknown box {unknown[0]!r} (boxes: {', '.join(fleet.boxes)})", file=sys.stderr
+        )
+        return EXIT_ERROR
+    render = show.show_json if args.format == "json" else show.show_text
+    sys.stdout.write("\n".join(render(fleet, b) for b in boxes))
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from reconciler.desired.schema import layer_schema_json
+
+    text = layer_schema_json()
+    if args.output:
+        from pathlib import Path
+
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    try:
+        from lab.cli import main as lab_main
+    except ImportError as exc:  # the lab ships with the repository, not with the wheel
+        print(f"error: the lab package is not importable here ({exc})", file=sys.stderr)
+        return EXIT_ERROR
+    return int(lab_main(args.lab_args) or 0)
+
+
+def _load(args: argparse.Namespace) -> Fleet:
+    from pathlib import Path
+
+    from reconciler.desired.load import load_fleet
+
+    root = Path(args.root).resolve() if args.root else None
+    return load_fleet(root, args.inventory)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reconcile",
+        description=(
+            "Desired state, drift and audits for a lobes mesh. The desired state is "
+            "inventory/<name>.yaml + group_vars/*.yaml; nothing changes unless a command says so."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-i",
+        "--inventory",
+        metavar="NAME|PATH",
+        help="inventory to use: hosts (default), lab, or a path; env FLEET_INVENTORY",
+    )
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        help="fleet repository root (default: found from cwd; env FLEET_ROOT)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(
+        name: str, handler: Handler, help_text: str, description: str
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=description)
+        p.set_defaults(handler=handler)
+        return p
+
+    add(
+        "validate",
+        _cmd_validate,
+        "check inventory and group_vars; exit 0 valid, 1 invalid",
+        "Load and validate the whole desired state. Every problem is printed as "
+        "FILE:LINE:COL: KEY.PATH: MESSAGE on stderr; exit 0 if valid, 1 otherwise.",
+    )
+    show_p = add(
+        "show",
+        _cmd_show,
+        "print a box's merged desired state and its managed .env",
+        "Print the merged desired state of BOX (or every box), each value annotated with the "
+        "group_vars file and line that set it, then the .env keys a converge would write. "
+        "Secrets are always ***.",
+    )
+    show_p.add_argument("box", nargs="?", metavar="BOX", help="thor, spark, orin (default: all)")
+    show_p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    schema_p = add(
+        "schema",
+        _cmd_schema,
+        "print the JSON Schema of a group_vars file",
+        "Print the JSON Schema that every group_vars/*.yaml layer follows (all keys optional, "
+        "since layers are partial), for editor completion. schema/desired-state.schema.json is "
+        "this output, committed.",
+    )
+    schema_p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    lab_p = add(
+        "lab",
+        _cmd_lab,
+        "the local three-box lab: up, down, status, ssh BOX",
+        "Manage the local lab mesh (network namespaces with their own sshd and dockerd, a "
+        "registry, real lobes deployments). Same as `python -m lab ...`.",
+    )
+    lab_p.add_argument(
+        "lab_args", nargs=argparse.REMAINDER, metavar="ARGS", help="up | down | status | ssh BOX"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from reconciler.desired.yaml_source import DesiredStateError
+
+    try:
+        return int(args.handler(args))
+    except DesiredStateError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        count = len(exc.problems)
+        print(f"invalid desired state: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Cross-field checks: what no single value can tell about itself.
+
+Each check returns (yaml path, message) pairs; the loader turns paths into file:line:col.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from collections.abc import Iterator
+
+from reconciler.desired import roles
+from reconciler.desired.envfile import EnvEntry, desired_env
+from reconciler.desired.models import (
+    BoxSpec,
+    EnvValue,
+    InventoryBox,
+    SecretRef,
+    TaggedImage,
+    is_digest_ref,
+    looks_like_image_ref,
+)
+from reconciler.desired.yaml_source import PathKey
+
+Finding = tuple[PathKey, str]
+
+
+def is_secret_name(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def check_box(
+    box: BoxSpec, inventory: dict[str, InventoryBox], members: list[BoxSpec]
+) -> list[Finding]:
+    findings: list[Finding] = []
+    findings += _images(box)
+    findings += _gpu_budget(box)
+    findings += _lanes(box)
+    findings += _secrets(box)
+    findings += _auth(box)
+    findings += _contract_local(box)
+    findings += _compose_chain(box)
+    findings += _env_keys(desired_env(box, inventory, members))
+    return findings
+
+
+def check_fleet(boxes: dict[str, BoxSpec]) -> list[Finding]:
+    """Checks across boxes; paths are prefixed with the box name (`thor`, ...)."""
+    findings: list[Finding] = []
+    for box in boxes.values():
+        for role, contract in box.contract.items():
+            host = contract.proxied_to
+            if host is None:
+                continue
+            at: PathKey = (box.name, "contract", role, "proxied_to")
+            if host == box.name:
+                findings.append((at, f"{role!r} cannot be proxied to the box itself"))
+            elif host not in boxes:
+                findings.append((at, f"unknown box {host!r}{_hint(host, list(boxes))}"))
+            elif (boxes[host].contract.get(role) or _NO_CONTRACT).context is None:
+                findings.append((at, f"{host} does not host {role!r} (no contract.{role}.context)"))
+            elif not (box.mesh.enabled and boxes[host].mesh.enabled):
+                findings.append((at, f"proxying {role!r} to {host} needs the mesh on both boxes"))
+    names = {b.mesh.name for b in boxes.values() if b.mesh.enabled and b.mesh.name}
+    keys = {b.mesh.key.secret for b in boxes.values() if b.mesh.enabled and b.mesh.key}
+    for box in boxes.values():
+        if box.mesh.enabled and len(names) > 1:
+            findings.append(((box.name, "mesh", "name"), f"mesh names differ: {sorted(names)}"))
+        if box.mesh.enabled and len(keys) > 1:
+            findings.append(((box.name, "mesh", "key"), f"mesh key secrets differ: {sorted(keys)}"))
+    return findings
+
+
+class _NoContract:
+    context = None
+
+
+_NO_CONTRACT = _NoContract()
+
+
+def _hint(word: str, options: list[str]) -> str:
+    near = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def _image_problem(box: BoxSpec, image: str) -> str | None:
+    if looks_like_image_ref(image):
+        if not is_digest_ref(image):
+            return f"{image!r} is not pinned by digest (want repo@sha256:<64 hex>)"
+        return None
+    if image not in box.images:
+        return f"unknown image {image!r}{_hint(image, list(box.images))}"
+    return None
+
+
+def _images(box: BoxSpec) -> Iterator[Finding]:
+    for name, lane in box.lanes.items():
+        problem = _image_problem(box, lane.image)
+        if problem:
+            yield ("lanes", name, "image"), problem
+    problem = _image_problem(box, box.gateway.image)
+    if problem:
+        yield ("gateway", "image"), problem
+    for name, entry in box.images.items():
+        if isinstance(entry, TaggedImage) and is_digest_ref(entry.ref):
+            yield ("images", name, "ref"), "is pinned by digest; drop tag_allowed_because"
+
+
+def _gpu_budget(box: BoxSpec) -> Iterator[Finding]:
+    total = round(sum(lane.gpu_memory_utilization for lane in box.lanes.values()), 4)
+    if total > box.gpu_memory_budget:
+        parts = ", ".join(
+            f"{n} {lane.gpu_memory_utilization:g}" for n, lane in sorted(box.lanes.items())
+        )
+        yield (
+            ("gpu_memory_budget",),
+            f"lanes use {total:g} of GPU memory ({parts}), "
+            f"over the budget {box.gpu_memory_budget:g}",
+        )
+
+
+def _lanes(box: BoxSpec) -> Iterator[Finding]:
+    seen_service: dict[str, str] = {}
+    seen_role: dict[str, str] = {}
+    image_of_var: dict[str, tuple[str, str]] = {}
+    for name, lane in box.lanes.items():
+        if lane.service_name in seen_service:
+            yield (
+                ("lanes", name, "service"),
+                f"service {lane.service_name!r} is already "
+                f"lane {seen_service[lane.service_name]!r}",
+            )
+        seen_service[lane.service_name] = name
+        if lane.role in seen_role:
+            yield (
+                ("lanes", name, "role"),
+                f"role {lane.role!r} is already lane {seen_role[lane.role]!r}",
+            )
+        seen_role[lane.role] = name
+        if lane.role not in roles.ENV_PREFIX:
+            yield (("lanes", name, "role"), f"role {lane.role!r} is not served by a vLLM lane")
+        var = roles.IMAGE_VARIABLE.get(lane.role)
+        if var:
+            ref = box.image_ref(lane.image)
+            if var in image_of_var and image_of_var[var][0] != ref:
+                yield (
+                    ("lanes", name, "image"),
+                    f"lanes {image_of_var[var][1]!r} and {name!r} share {var} "
+                    "but want different images",
+                )
+            image_of_var.setdefault(var, (ref, name))
+
+
+def _secret_refs(box: BoxSpec) -> Iterator[tuple[PathKey, SecretRef]]:
+    for key, value in box.env.items():
+        if isinstance(value, SecretRef):
+            yield ("env", key, "secret"), value
+    for name, lane in box.lanes.items():
+        for key, value in lane.env.items():
+            if isinstance(value, SecretRef):
+                yield ("lanes", name, "env", key, "secret"), value
+    if box.gateway.api_key:
+        yield ("gateway", "api_key", "secret"), box.gateway.api_key
+    if box.mesh.key:
+        yield ("mesh", "key", "secret"), box.mesh.key
+
+
+def _env_maps(box: BoxSpec) -> Iterator[tuple[PathKey, str, EnvValue]]:
+    for key, value in box.env.items():
+        yield ("env", key), key, value
+    for name, lane in box.lanes.items():
+        for key, value in lane.env.items():
+            yield ("lanes", name, "env", key), key, value
+
+
+def _secrets(box: BoxSpec) -> Iterator[Finding]:
+    for path, ref in _secret_refs(box):
+        if ref.secret not in box.secrets:
+            yield (
+                path,
+                f"secret {ref.secret!r} is not declared in secrets:"
+                f"{_hint(ref.secret, list(box.secrets))}",
+            )
+    for path, key, value in _env_maps(box):
+        secret_name = is_secret_name(key, box.secret_patterns)
+        if secret_name and not isinstance(value, SecretRef) and value != "":
+            yield path, f"{key} is a secret name: use {{secret: <name>}}, never a literal value"
+        if isinstance(value, SecretRef) and not secret_name:
+            yield path, f"{key} takes a secret but matches no secret_patterns; add a pattern"
+    for name, source in box.secrets.items():
+        path_text = getattr(source, "path", None)
+        if path_text is not None and not path_text.startswith(("/", "~/")):
+            yield ("secrets", name, "path"), f"{path_text!r} must be absolute or start with ~/"
+
+
+def _auth(box: BoxSpec) -> Iterator[Finding]:
+    gw = box.gateway
+    if gw.auth == "keyed" and gw.api_key is None:
+        yield ("gateway", "auth"), "auth is keyed but gateway.api_key names no secret"
+    if gw.auth == "open" and gw.api_key is not None:
+        yield ("gateway", "api_key"), "auth is open: remove api_key or set auth: keyed"
+    mesh = box.mesh
+    if mesh.enabled and mesh.name is None:
+        yield ("mesh", "enabled"), "the mesh is enabled but mesh.name is missing"
+    if mesh.enabled and mesh.key is None:
+        yield ("mesh", "enabled"), "the mesh is enabled but mesh.key names no secret"
+
+
+def _contract_local(box: BoxSpec) -> Iterator[Finding]:
+    lane_of_role = {lane.role: (name, lane) for name, lane in box.lanes.items()}
+    for role, contract in box.contract.items():
+        at: PathKey = ("contract", role)
+        if (contract.context is None) == (contract.proxied_to is None):
+            yield at, "set exactly one of context (served here) or proxied_to (another box)"
+            continue
+        if contract.context is not None:
+            if role not in lane_of_role:
+                yield (*at, "context"), f"no lane serves {role!r} on this box"
+                continue
+            name, lane = lane_of_role[role]
+            if contract.context != lane.max_model_len:
+                yield (
+                    (*at, "context"),
+                    f"advertises {contract.context} but lane {name!r} serves "
+                    f"max_model_len {lane.max_model_len}",
+                )
+        elif role in lane_of_role:
+            yield (*at, "proxied_to"), f"lane {lane_of_role[role][0]!r} serves {role!r} here"
+    for role, (name, _lane) in lane_of_role.items():
+        if role not in box.contract:
+            yield ("lanes", name, "role"), f"role {role!r} is missing from contract:"
+
+
+def _compose_chain(box: BoxSpec) -> Iterator[Finding]:
+    chain = box.deployment.compose_files
+    if chain[0] != "docker-compose.yml":
+        yield ("deployment", "compose_files", 0), "the chain must start with docker-compose.yml"
+    if "docker-compose.override.yml" in chain[:-1]:
+        index = chain.index("docker-compose.override.yml")
+        yield (
+            ("deployment", "compose_files", index),
+            "lobes always puts docker-compose.override.yml last",
+        )
+    for index, name in enumerate(chain):
+        if chain.index(name) != index:
+            yield ("deployment", "compose_files", index), f"{name} is listed twice"
+
+
+def _env_keys(entries: list[EnvEntry]) -> Iterator[Finding]:
+    """A key set twice is blamed on the `env:` pin, not on the typed field it shadows."""
+    by_key: dict[str, list[EnvEntry]] = {}
+    for entry in entries:
+        by_key.setdefault(entry.key, []).append(entry)
+    for key, group in by_key.items():
+        if len(group) < 2:
+            continue
+        pins = [e for e in group if _is_pin(e.origin)]
+        blamed = pins or group[1:]
+        keeper = next((e for e in group if e not in blamed), group[0])
+        for entry in blamed:
+            if entry is not keeper:
+                yield _origin_path(entry.origin), f"{key} is already set by {keeper.origin}"
+
+
+def _is_pin(origin: str) -> bool:
+    return origin.startswith("env.") or ".env." in origin
+
+
+def _origin_path(origin: str) -> PathKey:
+    return tuple(origin.split("."))

@@ -1,0 +1,102 @@
+"""The `.env` keys the fleet pins on a box, derived from its desired state.
+
+Only these keys are managed: lobes' own render (`lobes init`) writes ~100 more, and a converge
+keeps every other line byte for byte. Each key remembers the YAML path that decided it, so a
+drift report can say where a desired value came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.desired import roles
+from reconciler.desired.models import BoxSpec, EnvValue, InventoryBox, SecretRef
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    key: str
+    value: str | SecretRef
+    origin: str  # dotted YAML path that decided the value
+
+    @property
+    def is_secret(self) -> bool:
+        return isinstance(self.value, SecretRef)
+
+
+def env_text(value: EnvValue) -> str | SecretRef:
+    """How compose will see a YAML scalar: booleans as lobes writes them (true/false)."""
+    if isinstance(value, SecretRef):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def gateway_origin(inv: InventoryBox, box: BoxSpec) -> str:
+    return inv.gateway_origin or f"http://{inv.ssh_hostname}:{box.gateway.port}"
+
+
+def desired_env(
+    box: BoxSpec, inventory: dict[str, InventoryBox], mesh_members: list[BoxSpec]
+) -> list[EnvEntry]:
+    """Every managed `.env` key of `box`, in a stable order (derived keys, then pins)."""
+    out: list[EnvEntry] = []
+
+    def put(key: str, value: EnvValue, origin: str) -> None:
+        out.append(EnvEntry(key, env_text(value), origin))
+
+    put("MODEL_GEAR_VERSION", box.lobes.version, "lobes.version")
+    put("LOBES_PROFILE", box.lobes.profile, "lobes.profile")
+    put("LOBES_SHAPE", box.lobes.shape, "lobes.shape")
+    # COMPOSE_FILE makes a plain `docker compose` in the directory resolve lobes' -f chain.
+    put("COMPOSE_FILE", ":".join(box.deployment.compose_files), "deployment.compose_files")
+    profiles = sorted({lane.profile for lane in box.lanes.values() if lane.profile})
+    put("COMPOSE_PROFILES", ",".join(profiles), "lanes.*.profile")
+
+    image_vars: dict[str, tuple[str, str]] = {}
+    for name, lane in sorted(box.lanes.items()):
+        var = roles.IMAGE_VARIABLE.get(lane.role)
+        if var and var not in image_vars:
+            image_vars[var] = (box.image_ref(lane.image), f"lanes.{name}.image")
+    for var, (ref, origin) in sorted(image_vars.items()):
+        put(var, ref, origin)
+    put(roles.GATEWAY_IMAGE_VARIABLE, box.image_ref(box.gateway.image), "gateway.image")
+    put("VLLM_PORT", box.gateway.port, "gateway.port")
+
+    for name, lane in sorted(box.lanes.items()):
+        prefix, at = lane.env_prefix, f"lanes.{name}"
+        if lane.model is not None:
+            put(f"{prefix}_MODEL", lane.model, f"{at}.model")
+        if lane.served_name is not None:
+            put(f"{prefix}_SERVED_NAME", lane.served_name, f"{at}.served_name")
+        put(f"{prefix}_MAX_MODEL_LEN", lane.max_model_len, f"{at}.max_model_len")
+        put(f"{prefix}_GPU_MEM_UTIL", lane.gpu_memory_utilization, f"{at}.gpu_memory_utilization")
+        for key, value in lane.env.items():
+            put(key, value, f"{at}.env.{key}")
+
+    # Auth: both inbound key variables are decided by gateway.auth, never left to a shell.
+    if box.gateway.auth == "keyed" and box.gateway.api_key is not None:
+        put("GATEWAY_API_KEY", box.gateway.api_key, "gateway.api_key")
+    else:
+        put("GATEWAY_API_KEY", "", "gateway.auth")
+    put("CULTURE_VLLM_API_KEY", "", "gateway.auth")
+
+    if box.mesh.enabled and box.mesh.key is not None and box.mesh.name is not None:
+        inv = inventory[box.name]
+        seeds = [
+            gateway_origin(inventory[m.name], m)
+            for m in mesh_members
+            if m.name != box.name and m.mesh.enabled
+        ]
+        put("LOBES_MESH_NAME", box.mesh.name, "mesh.name")
+        put("LOBES_MESH_KEY", box.mesh.key, "mesh.key")
+        put("LOBES_MESH_HEARTBEAT_S", box.mesh.heartbeat_s, "mesh.heartbeat_s")
+        put("GATEWAY_SELF_ORIGIN", gateway_origin(inv, box), "inventory.gateway_origin")
+        put("LOBES_MESH_SEEDS", ",".join(sorted(seeds)), "inventory (other mesh members)")
+    else:
+        put("LOBES_MESH_KEY", "", "mesh.enabled")
+
+    for key, value in box.env.items():
+        put(key, value, f"env.{key}")
+    return out

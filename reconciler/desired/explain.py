@@ -1,0 +1,190 @@
+"""Turn pydantic's validation errors into one operator-readable line per problem.
+
+pydantic reports a location as a tuple that mixes data keys with union member tags
+(`('env', 'X', 'SecretRef', 'secret')`); we walk it along the real data to find the YAML path,
+look the path up in the position table, and reword the message in terms of YAML keys.
+Unknown keys get the nearest valid name, taken from the model's JSON Schema.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from reconciler.desired.yaml_source import Location, PathKey, Problem, dotted
+
+
+def explain(
+    exc: ValidationError,
+    model: type[BaseModel],
+    data: Any,
+    positions: dict[PathKey, Location],
+) -> list[Problem]:
+    schema = model.model_json_schema()
+    located = []
+    for error in exc.errors(include_url=False):
+        path = _data_path(error["loc"], data)
+        if error["type"] == "missing":
+            path = (*path, str(error["loc"][-1])) if error["loc"] else path
+        located.append((path, error))
+    located = _drop_union_noise(located)
+    suggested = {
+        (*path[:-1], hint)
+        for path, error in located
+        if error["type"] == "extra_forbidden"
+        for hint in _nearest(str(path[-1]), _keys_at(schema, path[:-1]))
+    }
+    return [
+        Problem(_locate(path, positions), dotted(path), _message(error, path, schema))
+        for path, error in located
+        # "unknown key max_model_length; did you mean max_model_len?" already says it
+        if not (error["type"] == "missing" and path in suggested)
+    ]
+
+
+def _nearest(word: str, options: list[str]) -> list[str]:
+    return difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+
+
+def _drop_union_noise(located: list[tuple[PathKey, Any]]) -> list[tuple[PathKey, Any]]:
+    """A mapping given where a union also allows scalars fails every scalar member too:
+    keep the errors of the mapping member. Several scalar failures at one path become one."""
+    deeper = {path[:i] for path, _ in located for i in range(len(path))}
+    out: list[tuple[PathKey, Any]] = []
+    merged: dict[PathKey, list[Any]] = {}
+    for path, error in located:
+        is_type = error["type"].endswith("_type")
+        if is_type and isinstance(error.get("input"), dict) and path in deeper:
+            continue
+        if is_type:
+            if path not in merged:
+                merged[path] = []
+                out.append(
+                    (path, {"type": "union_type", "input": error.get("input"), "all": merged[path]})
+                )
+            merged[path].append(error["type"].removesuffix("_type"))
+            continue
+        out.append((path, error))
+    return [(p, _single(e)) if e["type"] == "union_type" else (p, e) for p, e in out]
+
+
+def _single(error: Any) -> Any:
+    kinds = error["all"]
+    if len(kinds) == 1:
+        return {"type": f"{kinds[0]}_type", "input": error["input"], "msg": ""}
+    return error
+
+
+def _data_path(loc: tuple[Any, ...], data: Any) -> PathKey:
+    """Keep the parts of pydantic's loc that are real keys/indices of the data."""
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        in_map = isinstance(node, dict) and part in node
+        in_seq = isinstance(node, list | tuple) and isinstance(part, int) and part < len(node)
+        if in_map or in_seq:
+            path.append(part)
+            node = node[part]
+    return tuple(path)
+
+
+def _locate(path: PathKey, positions: dict[PathKey, Location]) -> Location:
+    for end in range(len(path), -1, -1):
+        if path[:end] in positions:
+            return positions[path[:end]]
+    return next(iter(positions.values()))
+
+
+def _message(error: Any, path: PathKey, schema: dict[str, Any]) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        valid = _keys_at(schema, path[:-1])
+        hint = _nearest(str(path[-1]), valid)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        known = f" (valid keys: {', '.join(sorted(valid))})" if valid and not hint else ""
+        return f"unknown key{suggestion}{known}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        return f"{value!r} is not one of {expected}"
+    if kind in ("value_error", "assertion_error"):
+        return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if kind == "string_pattern_mismatch":
+        pattern = error.get("ctx", {}).get("pattern", "")
+        return f"{value!r} does not match the pattern {pattern}"
+    if kind == "union_tag_invalid":
+        expected = error.get("ctx", {}).get("expected_tags", "")
+        return f"source {error.get('ctx', {}).get('tag')!r} is not one of {expected}"
+    if kind == "union_tag_not_found":
+        return "missing `source:` (box_file or controller_env)"
+    if kind == "union_type":
+        names = [_article(k) for k in sorted(set(error["all"]))]
+        listed = ", ".join(names[:-1]) + f" or {names[-1]}"
+        return f"expected {listed}, got {_kind(value)} {_shown(value)}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        expected = kind.removesuffix("_type").removesuffix("_parsing").replace("_", " ")
+        return f"expected {_article(expected)}, got {_kind(value)} {_shown(value)}"
+    msg = str(error["msg"])
+    return f"{msg[:1].lower()}{msg[1:]} (got {_shown(value)})"
+
+
+def _kind(value: Any) -> str:
+    return {"tuple": "list", "dict": "mapping", "NoneType": "null"}.get(
+        type(value).__name__, type(value).__name__
+    )
+
+
+def _shown(value: Any) -> str:
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+
+
+def _article(noun: str) -> str:
+    aliases = {
+        "dict": "mapping",
+        "tuple": "list",
+        "int": "integer",
+        "float": "number",
+        "model": "{secret: NAME}",
+    }
+    noun = aliases.get(noun, noun)
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _keys_at(schema: dict[str, Any], path: PathKey) -> list[str]:
+    """The property names a mapping at `path` accepts, following $refs and unions."""
+    nodes = [schema]
+    for part in path:
+        nodes = [child for node in nodes for child in _children(schema, node, part)]
+    names: set[str] = set()
+    for node in nodes:
+        for resolved in _resolve(schema, node):
+            names.update(resolved.get("properties", {}))
+    return sorted(names)
+
+
+def _resolve(root: dict[str, Any], node: dict[str, Any]) -> list[dict[str, Any]]:
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        return _resolve(root, root["$defs"][name])
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in node:
+            return [r for member in node[key] for r in _resolve(root, member)]
+    return [node]
+
+
+def _children(root: dict[str, Any], node: dict[str, Any], part: str | int) -> list[dict[str, Any]]:
+    out = []
+    for resolved in _resolve(root, node):
+        if isinstance(part, int) and "items" in resolved:
+            out.append(resolved["items"])
+        elif isinstance(part, str) and part in resolved.get("properties", {}):
+            out.append(resolved["properties"][part])
+        elif isinstance(part, str) and isinstance(resolved.get("additionalProperties"), dict):
+            out.append(resolved["additionalProperties"])
+        elif isinstance(part, str) and resolved.get("patternProperties"):
+            out.extend(resolved["patternProperties"].values())
+    return out

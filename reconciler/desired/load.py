@@ -1,0 +1,230 @@
+"""Load the fleet repository: inventory + group_vars -> validated, merged desired state.
+
+Every problem in every file is collected before anything is reported, so one run lists them
+all; any problem raises DesiredStateError and the caller writes nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler.desired.checks import check_box, check_fleet
+from reconciler.desired.explain import explain
+from reconciler.desired.merge import merge_layers
+from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec, is_digest_ref
+from reconciler.desired.yaml_source import (
+    DesiredStateError,
+    Location,
+    PathKey,
+    Problem,
+    SourceDoc,
+    dotted,
+    load_yaml,
+)
+
+INVENTORY_ENV = "FLEET_INVENTORY"
+ROOT_ENV = "FLEET_ROOT"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The validated desired state of the whole mesh."""
+
+    root: Path
+    inventory_file: str
+    inventory: InventorySpec
+    boxes: dict[str, BoxSpec]
+    layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    positions: dict[str, dict[PathKey, Location]] = field(default_factory=dict, repr=False)
+
+    def connection(self, box: str) -> InventoryBox:
+        return self.inventory.boxes[box]
+
+    def mesh_members(self) -> list[BoxSpec]:
+        return [b for b in self.boxes.values() if b.mesh.enabled]
+
+    def resolve_path(self, value: str) -> str:
+        """Inventory paths (keys, known_hosts) are relative to the repository root."""
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else self.root / path)
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The repository root: $FLEET_ROOT, else the nearest parent with inventory/ and group_vars/."""
+    if os.environ.get(ROOT_ENV):
+        return Path(os.environ[ROOT_ENV]).resolve()
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "inventory").is_dir() and (candidate / "group_vars").is_dir():
+            return candidate
+    raise DesiredStateError(
+        [
+            Problem(
+                Location(str(here), 1, 1),
+                "",
+                "no fleet repository here (want inventory/ and group_vars/); set FLEET_ROOT",
+            )
+        ]
+    )
+
+
+def inventory_file(root: Path, selector: str | None = None) -> Path:
+    """`hosts` (default), `lab`, or a path: FLEET_INVENTORY or --inventory picks it."""
+    choice = selector or os.environ.get(INVENTORY_ENV) or "hosts"
+    if "/" in choice or choice.endswith((".yaml", ".yml")):
+        path = Path(choice)
+        return path if path.is_absolute() else root / path
+    return root / "inventory" / f"{choice}.yaml"
+
+
+def load_fleet(root: Path | None = None, inventory: str | None = None) -> Fleet:
+    root = root or find_root()
+    inv_path = inventory_file(root, inventory)
+    inv_doc = _load(root, inv_path)
+    inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
+    problems = list(_group_membership(inv, inv_doc))
+
+    docs, more = _load_group_vars(root, inv)
+    problems += more
+    overlay, more = _image_overlay(root, inv, inv_doc)
+    problems += more
+    if problems:
+        raise DesiredStateError(problems)
+
+    boxes: dict[str, BoxSpec] = {}
+    positions: dict[str, dict[PathKey, Location]] = {}
+    layers: dict[str, tuple[str, ...]] = {}
+    for name, conn in inv.boxes.items():
+        chain = [docs[n] for n in ("all", *_ordered_groups(inv, conn), name) if n in docs]
+        if overlay is not None:
+            chain.append(overlay)
+        data, where = merge_layers(chain)
+        data = {"name": name, **data}
+        where.setdefault(("name",), Location(inv_doc.file, 1, 1))
+        positions[name] = where
+        layers[name] = tuple(doc.file for doc in chain)
+        try:
+            boxes[name] = BoxSpec.model_validate(data)
+        except ValidationError as exc:
+            problems += explain(exc, BoxSpec, data, where)
+    if problems:
+        raise DesiredStateError(problems)
+
+    members = [b for b in boxes.values() if b.mesh.enabled]
+    for name, box in boxes.items():
+        for path, message in check_box(box, inv.boxes, members):
+            problems.append(_problem(positions[name], path, message))
+    for path, message in check_fleet(boxes):
+        problems.append(_problem(positions[str(path[0])], path[1:], message))
+    if problems:
+        raise DesiredStateError(problems)
+    return Fleet(root, inv_doc.file, inv, boxes, layers, positions)
+
+
+def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Problem:
+    for end in range(len(path), -1, -1):
+        if path[:end] in where:
+            return Problem(where[path[:end]], dotted(path), message)
+    return Problem(where[()], dotted(path), message)
+
+
+def _display(root: Path, path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _load(root: Path, path: Path) -> SourceDoc:
+    if not path.is_file():
+        raise DesiredStateError(
+            [Problem(Location(_display(root, path), 1, 1), "", "file not found")]
+        )
+    return load_yaml(path, _display(root, path))
+
+
+def _validate(model: Any, data: Any, positions: dict[PathKey, Location]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise DesiredStateError(explain(exc, model, data, positions)) from None
+
+
+def _ordered_groups(inv: InventorySpec, box: InventoryBox) -> list[str]:
+    return [g for g in inv.group_order if g in box.groups]
+
+
+def _group_membership(inv: InventorySpec, doc: SourceDoc) -> list[Problem]:
+    problems = []
+    for name, box in inv.boxes.items():
+        for index, group in enumerate(box.groups):
+            if group not in inv.group_order:
+                path = ("boxes", name, "groups", index)
+                near = difflib.get_close_matches(group, list(inv.group_order), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                problems.append(
+                    Problem(
+                        doc.positions.get(path, doc.positions[()]),
+                        dotted(path),
+                        f"group {group!r} is not in group_order{hint}",
+                    )
+                )
+    return problems
+
+
+def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDoc], list[Problem]]:
+    known = ["all", *inv.group_order, *inv.boxes]
+    docs: dict[str, SourceDoc] = {}
+    problems: list[Problem] = []
+    folder = root / "group_vars"
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        display = _display(root, path)
+        if path.stem not in known:
+            near = difflib.get_close_matches(path.stem, known, n=1)
+            hint = f"; did you mean {near[0]}.yaml?" if near else ""
+            problems.append(
+                Problem(
+                    Location(display, 1, 1), "", f"no box or group is named {path.stem!r}{hint}"
+                )
+            )
+            continue
+        if path.stem in docs:
+            problems.append(Problem(Location(display, 1, 1), "", "both .yaml and .yml exist"))
+            continue
+        try:
+            docs[path.stem] = load_yaml(path, display)
+        except DesiredStateError as exc:
+            problems += exc.problems
+    return docs, problems
+
+
+def _image_overlay(
+    root: Path, inv: InventorySpec, inv_doc: SourceDoc
+) -> tuple[SourceDoc | None, list[Problem]]:
+    """The lab's registry digests replace the catalog's, as the last layer of every box."""
+    if inv.image_overlay is None:
+        return None, []
+    path = Path(inv.image_overlay)
+    path = path if path.is_absolute() else root / path
+    at = inv_doc.positions.get(("image_overlay",), inv_doc.positions[()])
+    if not path.is_file():
+        hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
+        return None, [Problem(at, "image_overlay", f"{inv.image_overlay} does not exist{hint}")]
+    doc = load_yaml(path, _display(root, path))
+    problems = []
+    for name, ref in doc.data.items():
+        if not isinstance(ref, str) or not is_digest_ref(ref):
+            problems.append(
+                Problem(doc.positions[(name,)], name, f"{ref!r} is not pinned by digest")
+            )
+    images = {"images": doc.data}
+    shifted = {("images", *p): loc for p, loc in doc.positions.items()}
+    shifted[()] = doc.positions[()]
+    shifted[("images",)] = doc.positions[()]
+    return SourceDoc(doc.file, images, shifted), problems

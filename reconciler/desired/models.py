@@ -1,0 +1,218 @@
+"""The desired state of one box and of the mesh, as strict, frozen pydantic models.
+
+A model here only checks what one value can tell about itself (a digest, a range, a known
+role). Checks that need two places at once (a lane against the box budget, a proxied role
+against the box that hosts it, a secret reference against the declared sources) live in
+`checks.py`, so each error can point at the YAML line that causes it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from reconciler.desired import roles
+
+DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*@sha256:[0-9a-f]{64}$")
+
+
+def is_digest_ref(ref: str) -> bool:
+    """`repo@sha256:<64 hex>`, optionally with a registry host:port in the repo."""
+    return bool(DIGEST_REF.match(ref))
+
+
+def looks_like_image_ref(value: str) -> bool:
+    """A lane's `image:` is either a catalog name (`vllm_nightly`) or a literal reference."""
+    return any(ch in value for ch in "/:@.")
+
+
+def _require_digest(ref: str) -> str:
+    if not is_digest_ref(ref):
+        raise ValueError(f"{ref!r} is not pinned by digest (want repo@sha256:<64 hex>)")
+    return ref
+
+
+class Strict(BaseModel):
+    """Every desired-state model: no coercion, no unknown keys, immutable once loaded."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_\-]*$")]
+EnvKey = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+DigestRef = Annotated[str, AfterValidator(_require_digest)]
+Role = Literal[
+    "cortex",
+    "senses",
+    "muse",
+    "worker",
+    "associate",
+    "hand",
+    "decider",
+    "embedder",
+    "reranker",
+    "stt",
+    "tts",
+    "innereye",
+]
+assert set(Role.__args__) == set(roles.ROLES)  # type: ignore[attr-defined]
+
+
+class TaggedImage(Strict):
+    """An image that cannot be pinned by digest; the reason is required and shown in reports."""
+
+    ref: str
+    tag_allowed_because: Annotated[str, StringConstraints(min_length=10)]
+
+
+ImageEntry = DigestRef | TaggedImage
+
+
+class SecretRef(Strict):
+    """Where an `.env` value is a secret, YAML names its source instead of holding the value."""
+
+    secret: Name
+
+
+EnvValue = str | int | float | bool | SecretRef
+
+
+class BoxFileSecret(Strict):
+    """A secret that lives on the box in a KEY=value file and never leaves it."""
+
+    source: Literal["box_file"]
+    path: str = Field(description="file on the box, `~` is the deploy user's home")
+    key: EnvKey
+
+
+class ControllerEnvSecret(Strict):
+    """A secret read from a variable of the controller's environment at apply time."""
+
+    source: Literal["controller_env"]
+    variable: EnvKey
+
+
+SecretSource = Annotated[BoxFileSecret | ControllerEnvSecret, Field(discriminator="source")]
+
+
+class LobesSpec(Strict):
+    version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+\.\d+$")] = Field(
+        description="MODEL_GEAR_VERSION: the lobes-cli the gateway image runs"
+    )
+    profile: Name = Field(description="`lobes init --profile`")
+    shape: Name = Field(description="`lobes init --shape`")
+
+
+class DeploymentSpec(Strict):
+    directory: str = Field(default="~/.lobes", description="the compose project directory")
+    project: Name = Field(default="lobes", description="compose project name (= directory name)")
+    compose_files: tuple[Annotated[str, StringConstraints(pattern=r"^[\w.\-]+\.ya?ml$")], ...] = (
+        Field(min_length=1, description="the -f chain, in order; written to COMPOSE_FILE")
+    )
+
+
+class LaneSpec(Strict):
+    """One vLLM lane (a compose service) this box must run."""
+
+    role: Role
+    service: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9\-]*$")] | None = None
+    image: str = Field(description="a name from `images:` or a repo@sha256 reference")
+    model: str | None = None
+    served_name: str | None = None
+    max_model_len: Annotated[int, Field(gt=0)]
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
+    profile: Name | None = Field(default=None, description="COMPOSE_PROFILES entry it needs")
+    boot_timeout_s: Annotated[int, Field(gt=0)] = 900
+    env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
+
+    @property
+    def service_name(self) -> str:
+        return self.service or roles.SERVICE[self.role]
+
+    @property
+    def env_prefix(self) -> str:
+        return roles.ENV_PREFIX[self.role]
+
+
+class GatewaySpec(Strict):
+    image: str = Field(description="a name from `images:` or a repo@sha256 reference")
+    bind: Annotated[str, StringConstraints(pattern=r"^\d{1,3}(\.\d{1,3}){3}$")] = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    auth: Literal["keyed", "open"]
+    api_key: SecretRef | None = Field(default=None, description="required when auth is keyed")
+    health_timeout_s: Annotated[int, Field(gt=0)] = 120
+
+
+class MeshSpec(Strict):
+    enabled: bool
+    name: Name | None = None
+    key: SecretRef | None = None
+    heartbeat_s: Annotated[int, Field(gt=0)] = 60
+
+
+class RoleContract(Strict):
+    """What the gateway must advertise for one role: served here, or proxied to a member."""
+
+    context: Annotated[int, Field(gt=0)] | None = None
+    proxied_to: Name | None = None
+
+
+class LoginShellPolicy(Strict):
+    forbidden: tuple[str, ...] = Field(
+        description="variable names (globs allowed) that must never come from a login shell"
+    )
+
+
+class MemoryPolicy(Strict):
+    drop_caches_before_boot: bool
+    mem_available_floor_gib: Annotated[float, Field(ge=0)]
+
+
+class BoxSpec(Strict):
+    """The merged desired state of one box: group_vars all -> groups -> box."""
+
+    name: Name
+    lobes: LobesSpec
+    deployment: DeploymentSpec
+    images: dict[Name, ImageEntry]
+    secrets: dict[Name, SecretSource] = Field(default_factory=dict)
+    secret_patterns: tuple[str, ...] = Field(
+        description="globs of variable names whose values are secrets"
+    )
+    login_shell: LoginShellPolicy
+    memory: MemoryPolicy
+    gpu_memory_budget: Annotated[float, Field(gt=0, le=1)]
+    gateway: GatewaySpec
+    mesh: MeshSpec
+    env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
+    lanes: dict[Name, LaneSpec] = Field(default_factory=dict)
+    contract: dict[Role, RoleContract] = Field(default_factory=dict)
+
+    def image_ref(self, image: str) -> str:
+        """Resolve a catalog name (or pass a literal reference through)."""
+        entry = self.images.get(image)
+        if entry is None:
+            return image
+        return entry if isinstance(entry, str) else entry.ref
+
+
+class InventoryBox(Strict):
+    """Connection data of one box: all that differs between the real mesh and the lab."""
+
+    groups: tuple[Name, ...] = ()
+    ssh_hostname: str
+    ssh_user: str
+    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
+    ssh_key: str | None = None
+    ssh_known_hosts_file: str | None = None
+    gateway_origin: str | None = Field(
+        default=None, description="how mesh members reach this gateway; default http://host:port"
+    )
+
+
+class InventorySpec(Strict):
+    group_order: tuple[Name, ...] = ()
+    image_overlay: str | None = None
+    boxes: dict[Name, InventoryBox]

@@ -1,0 +1,45 @@
+"""The pyinfra view of the fleet: host names, groups and host.data, built from one Fleet.
+
+`inventory.py` (the CLI) and the reconciler's API runs use the same function, so both see
+identical data. host.data keeps JSON-able values only (debug-inventory JSON-encodes it); roles
+re-validate `desired` into a BoxSpec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler.desired.load import Fleet
+from reconciler.desired.show import box_env
+
+
+def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
+    conn = fleet.connection(box)
+    data: dict[str, Any] = {
+        "ssh_hostname": conn.ssh_hostname,
+        "ssh_user": conn.ssh_user,
+        "ssh_port": conn.ssh_port,
+    }
+    if conn.ssh_key:
+        data["ssh_key"] = fleet.resolve_path(conn.ssh_key)
+    if conn.ssh_known_hosts_file:
+        data["ssh_known_hosts_file"] = fleet.resolve_path(conn.ssh_known_hosts_file)
+        data["ssh_strict_host_key_checking"] = "yes"
+    data["fleet_box"] = box
+    data["fleet_inventory"] = fleet.inventory_file
+    data["fleet_layers"] = list(fleet.layers[box])
+    data["desired"] = fleet.boxes[box].model_dump(mode="json")
+    # Managed .env keys; a secret is its reference ({"secret": name}), never a value.
+    data["desired_env"] = {
+        e.key: e.value if isinstance(e.value, str) else {"secret": e.value.secret}
+        for e in box_env(fleet, box)
+    }
+    return data
+
+
+def pyinfra_groups(fleet: Fleet) -> dict[str, list[Any]]:
+    """{group: hosts}; the `boxes` group carries every host with its data."""
+    groups: dict[str, list[Any]] = {"boxes": [(b, host_data(fleet, b)) for b in fleet.boxes]}
+    for group in fleet.inventory.group_order:
+        groups[group] = [b for b, c in fleet.inventory.boxes.items() if group in c.groups]
+    return groups

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install everything the project needs on a fresh Debian 12 machine (idempotent, as root):
+# the lab's system packages and compose plugin, then a virtualenv with the project.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -f .ci/setup-machine.sh ]; then
+  bash .ci/setup-machine.sh
+fi
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'

@@ -1,0 +1,427 @@
+"""Bad desired state cases: every case asserts the exact message and file:line:col.
+
+Each case edits one file of tests/fixtures/fleet (a small, valid fleet) and expects exactly
+these problems, sorted by location; generated once, then read and checked by hand."""
+
+BAD_INPUTS = [
+    (
+        "tag_not_digest",
+        "group_vars/thor.yaml",
+        "    image: vllm\n    profile",
+        "    image: 'vllm/vllm-openai:latest'\n    profile",
+        [
+            "group_vars/thor.yaml:9:5: lanes.worker.image: 'vllm/vllm-openai:latest' is not pinned by digest (want repo@sha256:<64 hex>)"
+        ],
+    ),
+    (
+        "unknown_top_key",
+        "group_vars/thor.yaml",
+        "env:\n",
+        "envv:\n",
+        ["group_vars/thor.yaml:4:1: envv: unknown key; did you mean 'env'?"],
+    ),
+    (
+        "unknown_lane_key",
+        "group_vars/thor.yaml",
+        "    max_model_len: 262144",
+        "    max_model_length: 262144",
+        [
+            "group_vars/thor.yaml:11:5: lanes.worker.max_model_length: unknown key; did you mean 'max_model_len'?"
+        ],
+    ),
+    (
+        "unknown_image_name",
+        "group_vars/thor.yaml",
+        "    image: vllm\n    profile",
+        "    image: vlm\n    profile",
+        ["group_vars/thor.yaml:9:5: lanes.worker.image: unknown image 'vlm'; did you mean 'vllm'?"],
+    ),
+    (
+        "malformed_yaml",
+        "group_vars/thor.yaml",
+        "  shape: thor-worker",
+        "  shape: thor-worker: x",
+        ["group_vars/thor.yaml:3:21: malformed YAML: mapping values are not allowed here"],
+    ),
+    (
+        "bad_indent",
+        "group_vars/spark.yaml",
+        "  profile: spark",
+        "   profile: spark\n  x",
+        ["group_vars/spark.yaml:4:8: malformed YAML: mapping values are not allowed here"],
+    ),
+    (
+        "duplicate_key",
+        "group_vars/spark.yaml",
+        "  shape: spark-lobe",
+        "  shape: spark-lobe\n  shape: other",
+        [
+            'group_vars/spark.yaml:4:3: malformed YAML: found duplicate key "shape" with value "other" (original value: "spark-lobe")'
+        ],
+    ),
+    (
+        "top_level_list",
+        "group_vars/jetson.yaml",
+        None,
+        "- a\n- b\n",
+        ["group_vars/jetson.yaml:1:1: expected a mapping of keys, got a seq"],
+    ),
+    (
+        "string_for_int",
+        "group_vars/spark.yaml",
+        "    max_model_len: 262144",
+        "    max_model_len: '262144'",
+        [
+            "group_vars/spark.yaml:8:5: lanes.cortex.max_model_len: expected an integer, got str '262144'"
+        ],
+    ),
+    (
+        "util_over_one",
+        "group_vars/spark.yaml",
+        "gpu_memory_utilization: 0.58",
+        "gpu_memory_utilization: 1.5",
+        [
+            "group_vars/spark.yaml:9:5: lanes.cortex.gpu_memory_utilization: input should be less than or equal to 1 (got 1.5)"
+        ],
+    ),
+    (
+        "negative_len",
+        "group_vars/spark.yaml",
+        "    max_model_len: 262144",
+        "    max_model_len: -1",
+        [
+            "group_vars/spark.yaml:8:5: lanes.cortex.max_model_len: input should be greater than 0 (got -1)"
+        ],
+    ),
+    (
+        "unknown_role",
+        "group_vars/spark.yaml",
+        "    role: cortex",
+        "    role: cortx",
+        [
+            "group_vars/spark.yaml:6:5: lanes.cortex.role: 'cortx' is not one of 'cortex', 'senses', 'muse', 'worker', 'associate', 'hand', 'decider', 'embedder', 'reranker', 'stt', 'tts' or 'innereye'"
+        ],
+    ),
+    (
+        "gpu_budget",
+        "group_vars/thor.yaml",
+        "gpu_memory_utilization: 0.45",
+        "gpu_memory_utilization: 0.88",
+        [
+            "group_vars/all.yaml:17:1: gpu_memory_budget: lanes use 0.94 of GPU memory (embed 0.06, worker 0.88), over the budget 0.9"
+        ],
+    ),
+    (
+        "proxy_unknown_box",
+        "group_vars/thor.yaml",
+        "proxied_to: spark",
+        "proxied_to: sparc",
+        [
+            "group_vars/thor.yaml:17:12: contract.cortex.proxied_to: unknown box 'sparc'; did you mean 'spark'?"
+        ],
+    ),
+    (
+        "proxy_not_hosted",
+        "group_vars/spark.yaml",
+        "  worker: {proxied_to: thor}",
+        "  senses: {proxied_to: thor}",
+        [
+            "group_vars/spark.yaml:12:12: contract.senses.proxied_to: thor does not host 'senses' (no contract.senses.context)"
+        ],
+    ),
+    (
+        "secret_literal",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  HF_TOKEN: hf_abcdef123456",
+        [
+            "group_vars/thor.yaml:5:3: env.HF_TOKEN: HF_TOKEN is a secret name: use {secret: <name>}, never a literal value"
+        ],
+    ),
+    (
+        "secret_ref_undeclared",
+        "group_vars/all.yaml",
+        "  api_key: {secret: gateway_api_key}",
+        "  api_key: {secret: gateway_key}",
+        [
+            "group_vars/all.yaml:21:13: gateway.api_key.secret: secret 'gateway_key' is not declared in secrets:; did you mean 'gateway_api_key'?"
+        ],
+    ),
+    (
+        "keyed_without_key",
+        "group_vars/all.yaml",
+        "  api_key: {secret: gateway_api_key}\n",
+        "",
+        [
+            "group_vars/all.yaml:20:3: gateway.auth: auth is keyed but gateway.api_key names no secret"
+        ],
+    ),
+    (
+        "open_with_key",
+        "group_vars/all.yaml",
+        "  auth: keyed",
+        "  auth: open",
+        [
+            "group_vars/all.yaml:21:3: gateway.api_key: auth is open: remove api_key or set auth: keyed"
+        ],
+    ),
+    (
+        "auth_literal",
+        "group_vars/all.yaml",
+        "  auth: keyed",
+        "  auth: yes-please",
+        ["group_vars/all.yaml:20:3: gateway.auth: 'yes-please' is not one of 'keyed' or 'open'"],
+    ),
+    (
+        "mesh_without_name",
+        "group_vars/all.yaml",
+        "  name: lab\n",
+        "",
+        ["group_vars/all.yaml:23:3: mesh.enabled: the mesh is enabled but mesh.name is missing"],
+    ),
+    (
+        "context_mismatch",
+        "group_vars/thor.yaml",
+        "  worker: {context: 262144}",
+        "  worker: {context: 131072}",
+        [
+            "group_vars/thor.yaml:16:12: contract.worker.context: advertises 131072 but lane 'worker' serves max_model_len 262144"
+        ],
+    ),
+    (
+        "context_and_proxy",
+        "group_vars/thor.yaml",
+        "  worker: {context: 262144}",
+        "  worker: {context: 262144, proxied_to: spark}",
+        [
+            "group_vars/thor.yaml:16:3: contract.worker: set exactly one of context (served here) or proxied_to (another box)",
+            "group_vars/thor.yaml:16:29: contract.worker.proxied_to: spark does not host 'worker' (no contract.worker.context)",
+        ],
+    ),
+    (
+        "role_missing_from_contract",
+        "group_vars/thor.yaml",
+        "  worker: {context: 262144}\n",
+        "",
+        [
+            "group_vars/spark.yaml:12:12: contract.worker.proxied_to: thor does not host 'worker' (no contract.worker.context)",
+            "group_vars/thor.yaml:8:5: lanes.worker.role: role 'worker' is missing from contract:",
+        ],
+    ),
+    (
+        "env_key_lowercase",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  vllm_gdn_decode_kernel: triton",
+        [
+            "group_vars/thor.yaml:5:3: env.vllm_gdn_decode_kernel: 'vllm_gdn_decode_kernel' does not match the pattern ^[A-Z_][A-Z0-9_]*$"
+        ],
+    ),
+    (
+        "env_shadows_typed",
+        "group_vars/thor.yaml",
+        "      WORKER_MAX_NUM_SEQS: 1",
+        "      WORKER_MAX_MODEL_LEN: 131072",
+        [
+            "group_vars/thor.yaml:14:7: lanes.worker.env.WORKER_MAX_MODEL_LEN: WORKER_MAX_MODEL_LEN is already set by lanes.worker.max_model_len"
+        ],
+    ),
+    (
+        "secret_source_unknown",
+        "group_vars/all.yaml",
+        "source: controller_env",
+        "source: vault",
+        [
+            "group_vars/all.yaml:10:3: secrets.mesh_key: source 'vault' is not one of 'box_file', 'controller_env'"
+        ],
+    ),
+    (
+        "secret_relative_path",
+        "group_vars/all.yaml",
+        "path: ~/.lobes/.secrets.env",
+        "path: .lobes/.secrets.env",
+        [
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: '.lobes/.secrets.env' must be absolute or start with ~/"
+        ],
+    ),
+    (
+        "version_not_semver",
+        "group_vars/all.yaml",
+        '  version: "0.91.0"',
+        "  version: latest",
+        [
+            "group_vars/all.yaml:2:3: lobes.version: 'latest' does not match the pattern ^\\d+\\.\\d+\\.\\d+$"
+        ],
+    ),
+    (
+        "version_as_float",
+        "group_vars/all.yaml",
+        '  version: "0.91.0"',
+        "  version: 0.91",
+        ["group_vars/all.yaml:2:3: lobes.version: expected a string, got float 0.91"],
+    ),
+    (
+        "stray_group_file",
+        "group_vars/thro.yaml",
+        None,
+        "env: {}\n",
+        ["group_vars/thro.yaml:1:1: no box or group is named 'thro'; did you mean thor.yaml?"],
+    ),
+    (
+        "inventory_unknown_group",
+        "inventory/hosts.yaml",
+        "    groups: [gpu]",
+        "    groups: [gpu, dgx]",
+        ["inventory/hosts.yaml:8:19: boxes.spark.groups[1]: group 'dgx' is not in group_order"],
+    ),
+    (
+        "inventory_bad_port",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        "    ssh_user: lobes\n    ssh_port: 70000\n  spark",
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.ssh_port: input should be less than or equal to 65535 (got 70000)"
+        ],
+    ),
+    (
+        "override_not_last",
+        "group_vars/all.yaml",
+        "[docker-compose.yml, docker-compose.override.yml]",
+        "[docker-compose.yml, docker-compose.override.yml, docker-compose.shape.yml]",
+        [
+            "group_vars/all.yaml:4:39: deployment.compose_files[1]: lobes always puts docker-compose.override.yml last"
+        ],
+    ),
+    (
+        "chain_not_list",
+        "group_vars/all.yaml",
+        "[docker-compose.yml, docker-compose.override.yml]",
+        "docker-compose.yml",
+        [
+            "group_vars/all.yaml:4:3: deployment.compose_files: expected a list, got str 'docker-compose.yml'"
+        ],
+    ),
+    (
+        "tagged_image_without_reason",
+        "group_vars/all.yaml",
+        "  vllm: vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460",
+        "  vllm: {ref: 'nvcr.io/nvidia/vllm:26.04-py3'}",
+        ["group_vars/all.yaml:6:3: images.vllm.tag_allowed_because: required key is missing"],
+    ),
+    (
+        "shared_image_var_conflict",
+        "group_vars/spark.yaml",
+        "    role: cortex\n    image: vllm",
+        "    role: cortex\n    image: vllm/vllm-openai@sha256:2222222222222222222222222222222222222222222222222222222222222222",
+        [
+            "group_vars/spark.yaml:7:5: lanes.cortex.image: lanes 'embed' and 'cortex' share VLLM_NIGHTLY_IMAGE but want different images"
+        ],
+    ),
+    (
+        "missing_required",
+        "group_vars/spark.yaml",
+        "  shape: spark-lobe\n",
+        "",
+        ["group_vars/spark.yaml:1:1: lobes.shape: required key is missing"],
+    ),
+    (
+        "bool_for_string_env_ok_but_dict",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: {kernel: triton}",
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL.secret: required key is missing",
+            "group_vars/thor.yaml:5:28: env.VLLM_GDN_DECODE_KERNEL.kernel: unknown key (valid keys: secret)",
+        ],
+    ),
+    (
+        "proxy_to_self",
+        "group_vars/spark.yaml",
+        "  worker: {proxied_to: thor}",
+        "  worker: {proxied_to: spark}",
+        [
+            "group_vars/spark.yaml:12:12: contract.worker.proxied_to: 'worker' cannot be proxied to the box itself"
+        ],
+    ),
+    (
+        "mesh_names_differ",
+        "group_vars/spark.yaml",
+        "contract:",
+        "mesh:\n  name: other\ncontract:",
+        [
+            "group_vars/all.yaml:24:3: mesh.name: mesh names differ: ['lab', 'other']",
+            "group_vars/spark.yaml:11:3: mesh.name: mesh names differ: ['lab', 'other']",
+        ],
+    ),
+    (
+        "env_value_list",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: [triton, cuda]",
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: expected a bool, a number, an integer, a {secret: NAME} or a string, got list ['triton', 'cuda']"
+        ],
+    ),
+    (
+        "lanes_not_mapping",
+        "group_vars/spark.yaml",
+        "lanes:\n  cortex:",
+        "lanes: cortex\nx_lanes:\n  cortex:",
+        [
+            "group_vars/spark.yaml:4:1: lanes: expected a mapping, got str 'cortex'",
+            "group_vars/spark.yaml:5:1: x_lanes: unknown key; did you mean 'lanes'?",
+        ],
+    ),
+    (
+        "secret_ref_without_pattern",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: {secret: mesh_key}",
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: VLLM_GDN_DECODE_KERNEL takes a secret but matches no secret_patterns; add a pattern"
+        ],
+    ),
+    (
+        "tagged_image_already_digest",
+        "group_vars/all.yaml",
+        "  vllm: vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460",
+        "  vllm: {ref: 'vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460', tag_allowed_because: 'no reason at all'}",
+        [
+            "group_vars/all.yaml:6:10: images.vllm.ref: is pinned by digest; drop tag_allowed_because"
+        ],
+    ),
+    (
+        "gateway_image_tag",
+        "group_vars/all.yaml",
+        "  image: gateway",
+        "  image: lobes-gateway:worker",
+        [
+            "group_vars/all.yaml:19:3: gateway.image: 'lobes-gateway:worker' is not pinned by digest (want repo@sha256:<64 hex>)"
+        ],
+    ),
+    (
+        "bind_not_ip",
+        "group_vars/all.yaml",
+        "  auth: keyed",
+        "  bind: everywhere\n  auth: keyed",
+        [
+            "group_vars/all.yaml:20:3: gateway.bind: 'everywhere' does not match the pattern ^\\d{1,3}(\\.\\d{1,3}){3}$"
+        ],
+    ),
+    (
+        "unknown_box_key_inventory",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        "    ssh_usr: lobes\n  spark",
+        ["inventory/hosts.yaml:6:5: boxes.thor.ssh_usr: unknown key; did you mean 'ssh_user'?"],
+    ),
+    (
+        "tab_indent",
+        "group_vars/jetson.yaml",
+        "  mem_available_floor_gib: 4",
+        "\tmem_available_floor_gib: 4",
+        [
+            "group_vars/jetson.yaml:2:1: malformed YAML: found character '\\t' that cannot start any token"
+        ],
+    ),
+]
