@@ -1,0 +1,151 @@
+"""The lab's base image: a Debian minbase rootfs from debootstrap, cached as a tarball.
+
+Nothing is pulled from a registry (there is no Docker Hub here): the rootfs comes from the
+Debian mirror this machine's apt already uses, and `docker import` turns it into an image on
+each engine. debootstrap takes about a minute, so the tarball is kept under the cache dir and
+keyed by the recipe; the image tag is keyed by the tarball's own hash, so an engine imports it
+once and every image built FROM it is invalidated when the rootfs really changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lab.images.dockercli import Docker
+
+SUITE = "bookworm"  # Debian 12: the same python3 (3.11) the project targets
+VARIANT = "minbase"
+# python-is-python3: the gateway's compose command and healthcheck call `python`.
+INCLUDE = ("python3", "python-is-python3", "curl", "ca-certificates")
+RECIPE = 1  # bump when the trimming or import settings change
+FALLBACK_MIRROR = "http://deb.debian.org/debian"
+BASE_REPO = "fleet-lab/debian"
+# What python:3.12-slim and vllm/vllm-openai set and the lanes rely on (PATH, a UTF-8 locale).
+IMPORT_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["bash"]',
+)
+# Package caches, indexes, docs and translations: a third of the tree and useless in a lane.
+_TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
+         "usr/share/locale", "usr/share/info")  # fmt: skip
+
+
+def recipe_key() -> str:
+    spec = {"suite": SUITE, "variant": VARIANT, "include": INCLUDE, "recipe": RECIPE}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def debian_mirror(sources: tuple[Path, ...] | None = None) -> str:
+    """The URI this machine's apt uses for the Debian main archive (not security)."""
+    override = os.environ.get("FLEET_LAB_DEBIAN_MIRROR")
+    if override:
+        return override
+    if sources is None:
+        apt = Path("/etc/apt")
+        sources = (apt / "sources.list", *sorted((apt / "sources.list.d").glob("*")))
+    for path in sources:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for uri, suites in _entries(text, deb822=path.suffix == ".sources"):
+            if SUITE in suites and not uri.rstrip("/").endswith("-security"):
+                return uri.rstrip("/")
+    return FALLBACK_MIRROR
+
+
+def _entries(text: str, deb822: bool) -> list[tuple[str, list[str]]]:
+    """(uri, suites) of each `deb` source in one-line or deb822 format."""
+    found: list[tuple[str, list[str]]] = []
+    if deb822:
+        for block in re.split(r"\n\s*\n", text):
+            fields: dict[str, str] = {}
+            for line in block.splitlines():
+                key, sep, value = line.partition(":")
+                if sep and not line.startswith(("#", " ", "\t")):
+                    fields[key.strip().lower()] = value.strip()
+            if "deb" in fields.get("types", "").split() and fields.get("enabled") != "no":
+                found += [(uri, fields.get("suites", "").split()) for uri in fields["uris"].split()]
+        return found
+    for line in text.splitlines():
+        words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+        if len(words) >= 3 and words[0] == "deb":
+            found.append((words[1], [words[2]]))
+    return found
+
+
+def ensure_debootstrap() -> str:
+    tool = shutil.which("debootstrap")
+    if tool:
+        return tool
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "debootstrap"], check=True, env=env, capture_output=True
+    )
+    return shutil.which("debootstrap") or "/usr/sbin/debootstrap"
+
+
+def ensure_tarball(cache_dir: Path) -> Path:
+    """The cached rootfs tarball, built with debootstrap on first use."""
+    out_dir = cache_dir / "rootfs"
+    tarball = out_dir / f"debian-{SUITE}-{VARIANT}-{recipe_key()}.tar"
+    if tarball.exists() and _sidecar(tarball).exists():
+        return tarball
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tool = ensure_debootstrap()
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix="build-") as scratch:
+        root = Path(scratch) / "root"
+        done = subprocess.run(
+            [tool, f"--variant={VARIANT}", f"--include={','.join(INCLUDE)}", SUITE, str(root),
+             debian_mirror()],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr)[-3000:]
+            raise RuntimeError(f"debootstrap failed ({done.returncode}):\n{tail}")
+        for rel in _TRIM:
+            target = root / rel
+            if target.is_dir():
+                shutil.rmtree(target)
+                target.mkdir()
+        partial = Path(scratch) / "rootfs.tar"
+        subprocess.run(
+            ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(partial), "."],
+            check=True,
+            capture_output=True,
+        )
+        _sidecar(tarball).write_text(_sha256(partial) + "\n", encoding="utf-8")
+        os.replace(partial, tarball)  # last: a tarball without its sidecar is rebuilt
+    return tarball
+
+
+def import_base(docker: Docker, tarball: Path) -> str:
+    """Import the tarball into the engine once; returns the base image reference."""
+    digest = _sidecar(tarball).read_text(encoding="utf-8").strip()
+    ref = f"{BASE_REPO}:{SUITE}-{digest[:16]}"
+    if not docker.image_exists(ref):
+        changes = [arg for change in IMPORT_CHANGES for arg in ("--change", change)]
+        message = f"debootstrap {VARIANT} {SUITE} + {' '.join(INCLUDE)}"
+        docker.run("import", *changes, "--message", message, str(tarball), ref, timeout=900)
+    return ref
+
+
+def _sidecar(tarball: Path) -> Path:
+    return tarball.with_name(tarball.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
