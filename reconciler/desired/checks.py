@@ -61,11 +61,8 @@ def check_fleet(boxes: dict[str, BoxSpec]) -> list[Finding]:
                 findings.append((at, f"{host} does not host {role!r} (no contract.{role}.context)"))
             elif not (box.mesh.enabled and boxes[host].mesh.enabled):
                 findings.append((at, f"proxying {role!r} to {host} needs the mesh on both boxes"))
-    names = {b.mesh.name for b in boxes.values() if b.mesh.enabled and b.mesh.name}
     keys = {b.mesh.key.secret for b in boxes.values() if b.mesh.enabled and b.mesh.key}
     for box in boxes.values():
-        if box.mesh.enabled and len(names) > 1:
-            findings.append(((box.name, "mesh", "name"), f"mesh names differ: {sorted(names)}"))
         if box.mesh.enabled and len(keys) > 1:
             findings.append(((box.name, "mesh", "key"), f"mesh key secrets differ: {sorted(keys)}"))
     return findings
@@ -200,8 +197,6 @@ def _auth(box: BoxSpec) -> Iterator[Finding]:
     if gw.auth == "open" and gw.api_key is not None:
         yield ("gateway", "api_key"), "auth is open: remove api_key or set auth: keyed"
     mesh = box.mesh
-    if mesh.enabled and mesh.name is None:
-        yield ("mesh", "enabled"), "the mesh is enabled but mesh.name is missing"
     if mesh.enabled and mesh.key is None:
         yield ("mesh", "enabled"), "the mesh is enabled but mesh.key names no secret"
 
@@ -226,9 +221,6 @@ def _contract_local(box: BoxSpec) -> Iterator[Finding]:
                 )
         elif role in lane_of_role:
             yield (*at, "proxied_to"), f"lane {lane_of_role[role][0]!r} serves {role!r} here"
-    for role, (name, _lane) in lane_of_role.items():
-        if role not in box.contract:
-            yield ("lanes", name, "role"), f"role {role!r} is missing from contract:"
 
 
 def _compose_chain(box: BoxSpec) -> Iterator[Finding]:

@@ -82,14 +82,14 @@ def desired_env(
         put("GATEWAY_API_KEY", "", "gateway.auth")
     put("CULTURE_VLLM_API_KEY", "", "gateway.auth")
 
-    if box.mesh.enabled and box.mesh.key is not None and box.mesh.name is not None:
+    if box.mesh.enabled and box.mesh.key is not None:
         inv = inventory[box.name]
         seeds = [
             gateway_origin(inventory[m.name], m)
             for m in mesh_members
             if m.name != box.name and m.mesh.enabled
         ]
-        put("LOBES_MESH_NAME", box.mesh.name, "mesh.name")
+        put("LOBES_MESH_NAME", box.name, "inventory (box name)")
         put("LOBES_MESH_KEY", box.mesh.key, "mesh.key")
         put("LOBES_MESH_HEARTBEAT_S", box.mesh.heartbeat_s, "mesh.heartbeat_s")
         put("GATEWAY_SELF_ORIGIN", gateway_origin(inv, box), "inventory.gateway_origin")

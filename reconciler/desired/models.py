@@ -146,8 +146,9 @@ class GatewaySpec(Strict):
 
 
 class MeshSpec(Strict):
+    """lobes' gateway mesh. A member's LOBES_MESH_NAME is its own name (the box name)."""
+
     enabled: bool
-    name: Name | None = None
     key: SecretRef | None = None
     heartbeat_s: Annotated[int, Field(gt=0)] = 60
 

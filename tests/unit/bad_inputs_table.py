@@ -1,4 +1,4 @@
-"""Bad desired state cases: every case asserts the exact message and file:line:col.
+"""Bad desired state: every case asserts the exact message and file:line:col.
 
 Each case edits one file of tests/fixtures/fleet (a small, valid fleet) and expects exactly
 these problems, sorted by location; generated once, then read and checked by hand."""
@@ -173,11 +173,13 @@ BAD_INPUTS = [
         ["group_vars/all.yaml:20:3: gateway.auth: 'yes-please' is not one of 'keyed' or 'open'"],
     ),
     (
-        "mesh_without_name",
+        "mesh_without_key",
         "group_vars/all.yaml",
-        "  name: lab\n",
+        "  key: {secret: mesh_key}\n",
         "",
-        ["group_vars/all.yaml:23:3: mesh.enabled: the mesh is enabled but mesh.name is missing"],
+        [
+            "group_vars/all.yaml:23:3: mesh.enabled: the mesh is enabled but mesh.key names no secret"
+        ],
     ),
     (
         "context_mismatch",
@@ -199,13 +201,12 @@ BAD_INPUTS = [
         ],
     ),
     (
-        "role_missing_from_contract",
+        "proxied_role_no_longer_hosted",
         "group_vars/thor.yaml",
         "  worker: {context: 262144}\n",
         "",
         [
-            "group_vars/spark.yaml:12:12: contract.worker.proxied_to: thor does not host 'worker' (no contract.worker.context)",
-            "group_vars/thor.yaml:8:5: lanes.worker.role: role 'worker' is missing from contract:",
+            "group_vars/spark.yaml:12:12: contract.worker.proxied_to: thor does not host 'worker' (no contract.worker.context)"
         ],
     ),
     (
@@ -344,13 +345,13 @@ BAD_INPUTS = [
         ],
     ),
     (
-        "mesh_names_differ",
+        "mesh_keys_differ",
         "group_vars/spark.yaml",
         "contract:",
-        "mesh:\n  name: other\ncontract:",
+        "secrets:\n  other_key: {source: controller_env, variable: OTHER_KEY}\nmesh:\n  key: {secret: other_key}\ncontract:",
         [
-            "group_vars/all.yaml:24:3: mesh.name: mesh names differ: ['lab', 'other']",
-            "group_vars/spark.yaml:11:3: mesh.name: mesh names differ: ['lab', 'other']",
+            "group_vars/all.yaml:24:3: mesh.key: mesh key secrets differ: ['mesh_key', 'other_key']",
+            "group_vars/spark.yaml:13:3: mesh.key: mesh key secrets differ: ['mesh_key', 'other_key']",
         ],
     ),
     (

@@ -1,0 +1,117 @@
+"""Drift as a value: what differs on a box, where it came from, and what apply would do.
+
+Pure data, no I/O. A secret never appears here in clear: the collector replaced it on the box
+with a keyed digest, and a drift carries `SecretValue(digest)`, which reports render as `***`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Kind(StrEnum):
+    ENVFILE = "envfile"  # the deployed .env differs from the desired one, per key
+    IMAGE = "image"  # a lane runs another digest, or an unpinned tag
+    ARGV = "argv"  # a container's command differs from what compose renders
+    ENV = "env"  # a container's environment differs from what compose renders
+    PORT = "port"  # a published port or bind address differs
+    COMPOSE_FILE = "compose-file"  # a compose file was edited by hand
+    STATE = "state"  # a lane missing/exited/restarting/unhealthy, or a stray container
+    SHELL_LEAK = "shell-leak"  # the login shell exports a variable compose interpolates
+    CONTRACT = "contract"  # /capabilities or /health disagrees with the lanes / desired
+    AUTH = "auth"  # the gateway's live posture differs from the desired one
+    HOST = "host"  # MemAvailable below what the next lane boot needs
+
+
+class Action(StrEnum):
+    """What a converge would do about a drift (the apply plan is derived from these)."""
+
+    REWRITE_ENV = "rewrite-env"  # write the managed .env keys
+    RESTORE_FILE = "restore-file"  # put a compose file back
+    PULL_RECREATE = "pull-and-recreate"  # pull the digest, recreate the lane
+    RECREATE = "recreate"  # recreate the lane from the desired config
+    RECREATE_GATEWAY = "recreate-gateway"  # recreate the gateway (scrubbed environment)
+    START = "start"  # start a missing or exited lane
+    REMOVE = "remove"  # remove a container the desired state does not know
+    DROP_CACHES = "drop-caches"  # drop the page cache before the next lane boot
+    SCRUB_SHELL = "report-only:shell"  # converges already run compose scrubbed; the export stays
+    REPORT = "report-only"  # nothing to do automatically; a person decides
+
+
+@dataclass(frozen=True, order=True)
+class SecretValue:
+    """A secret, as a keyed digest (equal values -> equal digests within one run)."""
+
+    digest: str
+
+    def __str__(self) -> str:
+        return "***"
+
+
+Value = str | int | float | bool | None | SecretValue | tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One difference. Sorted by (box, kind, subject, path) so every report is stable."""
+
+    box: str
+    kind: Kind
+    subject: str  # "lane:vllm-worker", "gateway", "file:.env", "shell", "host"
+    # "WORKER_MAX_MODEL_LEN", "--max-model-len", "8000/tcp", "capabilities.worker.context"
+    path: str
+    desired: Value
+    observed: Value
+    action: Action
+    source: str | None = None  # where the observed value came from: "~/.bashrc:6", ".env:41"
+    note: str | None = None  # one line for a person: why this matters
+
+    @property
+    def is_secret(self) -> bool:
+        return isinstance(self.desired, SecretValue) or isinstance(self.observed, SecretValue)
+
+    @property
+    def secret_changed(self) -> bool | None:
+        """For a secret: did the value change (digests differ)? None if not a secret."""
+        if not self.is_secret:
+            return None
+        return self.desired != self.observed
+
+    def sort_key(self) -> tuple[str, str, str, str]:
+        return (self.box, self.kind.value, self.subject, self.path)
+
+
+@dataclass(frozen=True)
+class BoxResult:
+    """Everything known about one box after a run: drift, or why it could not be observed."""
+
+    box: str
+    reachable: bool
+    drifts: tuple[Drift, ...] = ()
+    errors: tuple[str, ...] = ()  # per-box faults: unreachable, dockerd down, gateway timeout
+    facts: dict[str, Any] = field(default_factory=dict)  # small observed facts for the report
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    boxes: tuple[BoxResult, ...]
+    inventory: str
+    generated_at: str  # ISO 8601 UTC
+    run_id: str
+
+    @property
+    def drifts(self) -> tuple[Drift, ...]:
+        return tuple(d for b in self.boxes for d in b.drifts)
+
+    @property
+    def exit_code(self) -> int:
+        """0 no drift, 2 drift, 1 a box that could not be observed (worst wins)."""
+        if any(not b.reachable or b.errors for b in self.boxes):
+            return 1
+        return 2 if self.drifts else 0
+
+
+def sorted_drifts(drifts: list[Drift]) -> tuple[Drift, ...]:
+    return tuple(sorted(drifts, key=Drift.sort_key))
