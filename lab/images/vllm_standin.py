@@ -101,17 +101,34 @@ def json_object(value: str) -> dict[str, Any]:
     return parsed
 
 
-def lora_module(value: str) -> dict[str, str]:
-    """`name=path` or a JSON object; an empty value is what vLLM chokes on in lobes' hand lane."""
-    if value.lstrip().startswith("{"):
-        parsed = json_object(value)
-        if "name" not in parsed or "path" not in parsed:
-            raise argparse.ArgumentTypeError(f"LoRA module JSON needs name and path: {value!r}")
-        return {"name": str(parsed["name"]), "path": str(parsed["path"])}
-    name, sep, path = value.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"Invalid LoRA module {value!r}: expected name=path")
-    return {"name": name, "path": path}
+class LoRAModules(argparse.Action):
+    """vLLM's --lora-modules: empty items are skipped, `name=path` (no comma), else JSON."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        modules: list[dict[str, str]] = []
+        for item in values or []:
+            if not item:
+                continue
+            if "=" in item and "," not in item:
+                name, _, path = item.partition("=")
+                if "=" in path:
+                    parser.error(f"Invalid format for --lora-modules: {item}")
+                modules.append({"name": name, "path": path})
+                continue
+            try:
+                parsed = json.loads(item)
+            except json.JSONDecodeError:
+                parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            if not isinstance(parsed, dict) or not {"name", "path"} <= set(parsed):
+                parser.error(f"Invalid fields for --lora-modules: {item}")
+            modules.append({"name": str(parsed["name"]), "path": str(parsed["path"])})
+        setattr(namespace, self.dest, modules)
 
 
 def compilation_config(value: str) -> Any:
@@ -245,7 +262,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     for flag in _LIST_FLAGS:
         serve.add_argument(flag, nargs="+", type=str, default=None)
     serve.add_argument("--max-model-len", type=human_readable_int_or_auto, default=None)
-    serve.add_argument("--lora-modules", nargs="+", type=lora_module, default=None)
+    serve.add_argument("--lora-modules", nargs="+", action=LoRAModules, default=None)
     serve.add_argument("-O", "--compilation-config", type=compilation_config, default=None)
     serve.add_argument("--hf-token", nargs="?", const=True, default=None)
     return parser
@@ -729,7 +746,10 @@ def serve(ns: argparse.Namespace, record: dict[str, Any], build: dict[str, str])
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    # A short poll interval: shutdown() waits for the loop, and `docker stop` should be quick.
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True
+    ).start()
     print(f"INFO: vLLM API server version {lane.version} (fleet-lab stand-in)", flush=True)
     print(f"INFO: args: {record['argv']}", flush=True)
     print(f"INFO: Starting vLLM API server 0 on http://{host}:{ns.port}", flush=True)
