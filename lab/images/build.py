@@ -58,16 +58,34 @@ def _build_one(
     inputs = contexts.inputs_hash(context, base, build_args)
     ref = f"{registry}/{spec.repo}:{spec.tag}"
     if engine.image_label(ref, INPUTS_LABEL) != inputs:
-        args = [arg for key, val in build_args.items() for arg in ("--build-arg", f"{key}={val}")]
-        engine.run(
-            "build", "--pull=false", "--rm", "--force-rm",
-            "--build-arg", f"BASE={base}", *args,
-            "--label", f"{INPUTS_LABEL}={inputs}",
-            "--label", f"fleet-lab.catalog={spec.name}",
-            "--tag", ref, str(context),
-            timeout=1200,
-        )  # fmt: skip
+        found = engine.image_with_label(INPUTS_LABEL, inputs)
+        if found:  # same inputs built before under another name (another registry address)
+            engine.run("tag", found, ref)
+        else:
+            _build(engine, spec, ref, context, base, build_args, inputs)
     return f"{registry}/{spec.repo}@{engine.push(ref)}"
+
+
+def _build(
+    engine: Docker,
+    spec: ImageSpec,
+    ref: str,
+    context: Path,
+    base: str,
+    build_args: dict[str, str],
+    inputs: str,
+) -> None:
+    args = [arg for key, val in build_args.items() for arg in ("--build-arg", f"{key}={val}")]
+    engine.run(
+        "build", "--pull=false", "--rm", "--force-rm",
+        "--build-arg", f"BASE={base}", *args,
+        "--label", f"{INPUTS_LABEL}={inputs}",
+        "--label", f"fleet-lab.catalog={spec.name}",
+        "--tag", ref, str(context),
+        timeout=1200,
+    )  # fmt: skip
+    # The previous build of this image is now untagged: drop it so rebuilds do not pile up.
+    engine.run("image", "prune", "--force", "--filter", f"label=fleet-lab.catalog={spec.name}")
 
 
 @contextmanager

@@ -54,6 +54,12 @@ class Docker:
         value = out.stdout.strip()
         return None if value in ("", "<no value>") else value
 
+    def image_with_label(self, label: str, value: str) -> str | None:
+        """The id of a local image carrying label=value, if any."""
+        out = self.run("image", "ls", "--quiet", "--no-trunc", "--filter", f"label={label}={value}")
+        ids = out.stdout.split()
+        return ids[0] if ids else None
+
     def image_exists(self, ref: str) -> bool:
         try:
             self.run("image", "inspect", "--format", "{{.Id}}", ref)

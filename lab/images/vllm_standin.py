@@ -12,7 +12,8 @@ depend on it:
   split into several tokens) therefore crash the lane exactly like the real one;
 - the HTTP surface the gateway and the reconciler read: `GET /health` (200, empty body, once
   ready), `GET /v1/models` (`data[].max_model_len`), `POST /v1/chat/completions`,
-  `POST /v1/completions`, `POST /v1/embeddings`, `GET /metrics` (Prometheus `vllm:` series),
+  `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/rerank` (the gateway's embed and
+  rerank lanes call these two), `GET /metrics` (Prometheus `vllm:` series),
   `GET /version`;
 - auth: `--api-key` (one or more keys) or, failing that, `VLLM_API_KEY` gates every `/v1/*`
   path with `Authorization: Bearer KEY` (401 `{"error": "Unauthorized"}`); `/health`,
@@ -337,7 +338,7 @@ class Lane:
         return any(hmac.compare_digest(offered, f"Bearer {k}".encode()) for k in self.api_keys)
 
     def models_payload(self) -> dict[str, Any]:
-        data = [
+        data: list[dict[str, Any]] = [
             {
                 "id": name,
                 "object": "model",
@@ -474,7 +475,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/models":
             if self._gate():
                 self._json(200, self.lane.models_payload())
-        elif path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+        elif path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank"):
             self._json(405, {"detail": "Method Not Allowed"})
         else:
             self._json(404, {"detail": "Not Found"})
@@ -487,6 +488,9 @@ class Handler(BaseHTTPRequestHandler):
             "/v1/chat/completions": self._chat,
             "/v1/completions": self._completion,
             "/v1/embeddings": self._embeddings,
+            "/v1/rerank": self._rerank,
+            "/v2/rerank": self._rerank,
+            "/rerank": self._rerank,
         }
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -667,6 +671,35 @@ class Handler(BaseHTTPRequestHandler):
         prompt_tokens = sum(estimate_tokens(str(item)) for item in inputs)
         usage = self._account(prompt_tokens, 0)
         self._json(200, {"object": "list", "model": model, "data": data, "usage": usage})
+
+    def _rerank(self, body: dict[str, Any], model: str) -> None:
+        """vLLM's Jina/Cohere-style rerank: deterministic scores from a hash of the pair."""
+        query = str(body.get("query", ""))
+        documents = body.get("documents") or []
+        if not isinstance(documents, list):
+            self._json(400, _error("documents must be a list", 400, "BadRequestError"))
+            return
+        results: list[dict[str, Any]] = []
+        for index, doc in enumerate(documents):
+            text = str(doc.get("text", "")) if isinstance(doc, dict) else str(doc)
+            seed = hashlib.sha256(f"{query}\0{text}".encode()).digest()
+            score = round(int.from_bytes(seed[:4], "big") / 2**32, 6)
+            results.append({"index": index, "document": {"text": text}, "relevance_score": score})
+        results.sort(key=lambda item: -item["relevance_score"])
+        top_n = body.get("top_n")
+        if isinstance(top_n, int) and top_n > 0:
+            results = results[:top_n]
+        tokens = estimate_tokens(query) * max(len(documents), 1) + sum(
+            estimate_tokens(r["document"]["text"]) for r in results
+        )
+        self._account(tokens, 0)
+        ident = (
+            "rerank-" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
+        )
+        self._json(
+            200,
+            {"id": ident, "model": model, "usage": {"total_tokens": tokens}, "results": results},
+        )
 
     def _stream(self, chunks: list[dict[str, Any]]) -> None:
         """Server-sent events; the connection closes after `[DONE]` (no chunked encoding)."""

@@ -257,6 +257,22 @@ def test_chat_is_deterministic_and_window_is_enforced(tmp_path: Path) -> None:
         assert b'vllm:request_success_total{model_name="chat"} 3' in metrics
 
 
+def test_embeddings_and_rerank_for_pooling_lanes(tmp_path: Path) -> None:
+    with running(tmp_path, "Qwen/Qwen3-Embedding-0.6B", "--runner=pooling") as lane:
+        status, body = lane.request("POST", "/v1/embeddings", {"input": ["a", "b"]})
+        assert status == 200
+        data = json.loads(body)["data"]
+        assert [d["index"] for d in data] == [0, 1]
+        assert data[0]["embedding"] != data[1]["embedding"]
+        ask = {"query": "q", "documents": ["x", "y", "z"], "top_n": 2}
+        status, body = lane.request("POST", "/v1/rerank", ask)
+        assert status == 200
+        results = json.loads(body)["results"]
+        assert len(results) == 2
+        assert results[0]["relevance_score"] >= results[1]["relevance_score"]
+        assert json.loads(lane.request("POST", "/v1/rerank", ask)[1])["results"] == results
+
+
 def test_start_delay_holds_health(tmp_path: Path) -> None:
     with running(tmp_path, "m", STANDIN_START_DELAY_S="1.5") as lane:
         assert lane.get("/health") == (503, b"")
