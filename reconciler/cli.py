@@ -56,6 +56,41 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_drift(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from reconciler.drift import run_drift
+    from reconciler.report import render
+
+    fleet = _load(args)
+    boxes = _boxes(fleet, args.boxes)
+    if boxes is None:
+        return EXIT_ERROR
+    run = run_drift(
+        fleet,
+        boxes,
+        save_to=Path(args.save_snapshot) if args.save_snapshot else None,
+        from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+    )
+    color = args.output is None and sys.stdout.isatty() and args.format == "text"
+    text = render(run.report, args.format, color=color)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return run.report.exit_code
+
+
+def _boxes(fleet: Fleet, wanted: list[str]) -> list[str] | None:
+    unknown = [b for b in wanted if b not in fleet.boxes]
+    if unknown:
+        known = ", ".join(fleet.boxes)
+        print(f"error: unknown box {unknown[0]!r} (boxes: {known})", file=sys.stderr)
+        return None
+    return list(wanted) or list(fleet.boxes)
+
+
 def _cmd_lab(args: argparse.Namespace) -> int:
     try:
         from lab.cli import main as lab_main
@@ -129,6 +164,28 @@ def build_parser() -> argparse.ArgumentParser:
         "this output, committed.",
     )
     schema_p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    drift_p = add(
+        "drift",
+        _cmd_drift,
+        "observe the boxes and report drift from the desired state (changes nothing)",
+        "Observe each box once over SSH (docker inspect, .env, compose renders scrubbed and under "
+        "the deploy user's login shell, gateway probes) and report every difference from the "
+        "desired state, with what apply would do. Secrets are hashed on the box and shown as "
+        "***. Exit 0 no drift, 2 drift, 1 invalid desired state or a box not observed.",
+    )
+    drift_p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes to check (default: all)")
+    drift_p.add_argument(
+        "--format", choices=("text", "json", "markdown"), default="text", help="report format"
+    )
+    drift_p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    drift_p.add_argument(
+        "--save-snapshot", metavar="DIR", help="also write the observations (secrets hashed)"
+    )
+    drift_p.add_argument(
+        "--from-snapshot",
+        metavar="DIR",
+        help="compare saved observations instead of connecting (offline)",
+    )
     lab_p = add(
         "lab",
         _cmd_lab,

@@ -205,6 +205,10 @@ def _contract_local(box: BoxSpec) -> Iterator[Finding]:
     lane_of_role = {lane.role: (name, lane) for name, lane in box.lanes.items()}
     for role, contract in box.contract.items():
         at: PathKey = ("contract", role)
+        if not contract.feasible:
+            if contract.context is not None or contract.proxied_to is not None:
+                yield (*at, "feasible"), "an infeasible role has no context and no proxied_to"
+            continue
         if (contract.context is None) == (contract.proxied_to is None):
             yield at, "set exactly one of context (served here) or proxied_to (another box)"
             continue

@@ -52,7 +52,8 @@ def desired_env(
     # COMPOSE_FILE makes a plain `docker compose` in the directory resolve lobes' -f chain.
     put("COMPOSE_FILE", ":".join(box.deployment.compose_files), "deployment.compose_files")
     profiles = sorted({lane.profile for lane in box.lanes.values() if lane.profile})
-    put("COMPOSE_PROFILES", ",".join(profiles), "lanes.*.profile")
+    if profiles:
+        put("COMPOSE_PROFILES", ",".join(profiles), "lanes.*.profile")
 
     image_vars: dict[str, tuple[str, str]] = {}
     for name, lane in sorted(box.lanes.items()):
@@ -74,6 +75,10 @@ def desired_env(
         put(f"{prefix}_GPU_MEM_UTIL", lane.gpu_memory_utilization, f"{at}.gpu_memory_utilization")
         for key, value in lane.env.items():
             put(key, value, f"{at}.env.{key}")
+
+    for role, contract in sorted(box.contract.items()):
+        if not contract.feasible and role in roles.ENV_PREFIX:
+            put(f"{roles.ENV_PREFIX[role]}_FEASIBLE", "false", f"contract.{role}.feasible")
 
     # Auth: both inbound key variables are decided by gateway.auth, never left to a shell.
     if box.gateway.auth == "keyed" and box.gateway.api_key is not None:

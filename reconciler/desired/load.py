@@ -100,10 +100,15 @@ def load_fleet(root: Path | None = None, inventory: str | None = None) -> Fleet:
     boxes: dict[str, BoxSpec] = {}
     positions: dict[str, dict[PathKey, Location]] = {}
     layers: dict[str, tuple[str, ...]] = {}
+    box_overlays, more = _box_overlays(root, inv, inv_doc)
+    if more:
+        raise DesiredStateError(more)
     for name, conn in inv.boxes.items():
         chain = [docs[n] for n in ("all", *_ordered_groups(inv, conn), name) if n in docs]
         if overlay is not None:
             chain.append(overlay)
+        if name in box_overlays:
+            chain.append(box_overlays[name])
         data, where = merge_layers(chain)
         data = {"name": name, **data}
         where.setdefault(("name",), Location(inv_doc.file, 1, 1))
@@ -199,6 +204,30 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
             continue
         try:
             docs[path.stem] = load_yaml(path, display)
+        except DesiredStateError as exc:
+            problems += exc.problems
+    return docs, problems
+
+
+def _box_overlays(
+    root: Path, inv: InventorySpec, inv_doc: SourceDoc
+) -> tuple[dict[str, SourceDoc], list[Problem]]:
+    """Per-box last layers (the lab writes the digests of the deployment it rendered)."""
+    if inv.box_overlay is None:
+        return {}, []
+    at = inv_doc.positions.get(("box_overlay",), inv_doc.positions[()])
+    docs, problems = {}, []
+    for name in inv.boxes:
+        path = Path(inv.box_overlay.replace("{box}", name))
+        path = path if path.is_absolute() else root / path
+        if not path.is_file():
+            hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
+            problems.append(
+                Problem(at, "box_overlay", f"{_display(root, path)} does not exist{hint}")
+            )
+            continue
+        try:
+            docs[name] = load_yaml(path, _display(root, path))
         except DesiredStateError as exc:
             problems += exc.problems
     return docs, problems

@@ -111,6 +111,11 @@ class DeploymentSpec(Strict):
     compose_files: tuple[Annotated[str, StringConstraints(pattern=r"^[\w.\-]+\.ya?ml$")], ...] = (
         Field(min_length=1, description="the -f chain, in order; written to COMPOSE_FILE")
     )
+    file_digests: dict[str, Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=dict,
+        description="sha256 each compose file must have (lobes' render, the fleet override); "
+        "a file without a digest is only checked to exist",
+    )
 
 
 class LaneSpec(Strict):
@@ -154,10 +159,12 @@ class MeshSpec(Strict):
 
 
 class RoleContract(Strict):
-    """What the gateway must advertise for one role: served here, or proxied to a member."""
+    """What the gateway must advertise for one role: served here (`context`), proxied to a
+    member (`proxied_to`), or declared infeasible on this box (`feasible: false`)."""
 
     context: Annotated[int, Field(gt=0)] | None = None
     proxied_to: Name | None = None
+    feasible: bool = True
 
 
 class LoginShellPolicy(Strict):
@@ -215,5 +222,11 @@ class InventoryBox(Strict):
 
 class InventorySpec(Strict):
     group_order: tuple[Name, ...] = ()
-    image_overlay: str | None = None
+    image_overlay: str | None = Field(
+        default=None, description="YAML map image name -> ref that replaces the catalog's"
+    )
+    box_overlay: str | None = Field(
+        default=None,
+        description="a last group_vars layer per box, `{box}` in the path (the lab's facts)",
+    )
     boxes: dict[Name, InventoryBox]

@@ -11,12 +11,14 @@ as its slowest part (usually `docker compose config`), not the sum.
 """
 
 import base64
+import contextlib
 import fnmatch
 import hashlib
 import hmac
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -204,10 +206,13 @@ def desired_envfile(run, current_text, secret_values):
     Used only to render; it lives in a 0600 temp file that is removed before the run ends."""
     managed = {}
     for key, spec in run.p["managed_env"].items():
-        if isinstance(spec, dict):
-            managed[key] = secret_values.get(spec["secret"], spec.get("value", ""))
-        else:
+        if not isinstance(spec, dict):
             managed[key] = spec
+        elif spec["secret"] in secret_values:
+            managed[key] = secret_values[spec["secret"]]
+        elif "value" in spec:
+            managed[key] = spec["value"]  # a controller_env secret sent for this run
+        # else: the source is missing (reported as an error); keep the box's line as it is
     lines, seen = [], set()
     for raw in (current_text or "").splitlines():
         match = _LINE.match(raw)
@@ -234,16 +239,114 @@ def _quote(value):
 
 
 # -- compose ----------------------------------------------------------------------------------
-def compose_argv(run, env_file):
-    argv = ["docker", "compose", "--project-directory", run.deploy, "-p", run.p["project"]]
-    argv += ["--env-file", env_file]
+def shadow_project(run, tmpdir, desired_env_text):
+    """A private view of the deployment whose `.env` is the desired one and every other entry
+    a symlink to the real file. Compose reads `.env` twice (interpolation, and each lane's
+    `env_file`), so only a project directory holding the desired `.env` renders what a converge
+    would run. Nothing in the real directory is touched."""
+    project = os.path.join(tmpdir, "project")
+    os.mkdir(project, 0o700)
+    for entry in os.listdir(run.deploy):
+        if entry != ".env":
+            os.symlink(os.path.join(run.deploy, entry), os.path.join(project, entry))
+    fd = os.open(os.path.join(project, ".env"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(desired_env_text)
+    return project
+
+
+def compose_argv(run, project):
+    argv = ["docker", "compose", "--project-directory", project, "-p", run.p["project"]]
+    argv += ["--env-file", os.path.join(project, ".env")]
     for name in run.p["compose_files"]:
-        argv += ["-f", os.path.join(run.deploy, name)]
+        argv += ["-f", os.path.join(project, name)]
     return argv
 
 
-def render(run, env_file, env):
-    code, out, err = run.run(compose_argv(run, env_file) + ["config", "--format", "json"], env=env)
+CACHE_DIR = os.path.join("~", ".cache", "fleet-reconciler", "compose")
+CACHE_KEEP = 64
+COMPOSE_PLUGINS = (
+    "~/.docker/cli-plugins/docker-compose",
+    "/usr/local/lib/docker/cli-plugins/docker-compose",
+    "/usr/local/libexec/docker/cli-plugins/docker-compose",
+    "/usr/lib/docker/cli-plugins/docker-compose",
+    "/usr/libexec/docker/cli-plugins/docker-compose",
+)
+
+
+def compose_cached(run, project, env, args):
+    """`docker compose ... ARGS` through a cache on the box.
+
+    A render is a pure function of the compose files, the env files it reads, the process
+    environment and the compose binary; it costs ~0.25 CPU-seconds, which would dominate a
+    drift run. The cache keys on all of those, lives in the deploy user's ~/.cache (0600: a
+    raw render holds the box's own secrets, which never leave it), and keeps the newest 64."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([args, sorted((env or {}).items())]).encode())
+    for name in sorted(os.listdir(project)):
+        if name.startswith(("docker-compose", ".env", ".secrets.env")):
+            digest.update(name.encode() + b"\0")
+            try:
+                with open(os.path.join(project, name), "rb") as handle:
+                    digest.update(hashlib.sha256(handle.read()).digest())
+            except OSError:
+                digest.update(b"-")
+    for plugin in COMPOSE_PLUGINS:
+        try:
+            info = os.stat(os.path.expanduser(plugin))
+            digest.update(("%s:%d:%d" % (plugin, info.st_size, info.st_mtime_ns)).encode())
+        except OSError:
+            pass
+    cache_dir = _cache_dir()
+    path = os.path.join(cache_dir or "/nonexistent", digest.hexdigest() + ".json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            os.utime(path)
+            return 0, handle.read(), ""
+    except OSError:
+        pass
+    code, out, err = run.run(compose_argv(run, project) + list(args), env=env)
+    if code == 0 and cache_dir:
+        try:
+            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(out)
+            os.replace(path + ".tmp", path)
+            _prune(cache_dir)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+    return code, out, err
+
+
+def _cache_dir():
+    """~/.cache/... if the user may write there, else a private dir under /tmp (0700, owned)."""
+    for candidate in (
+        os.path.expanduser(CACHE_DIR),
+        os.path.join(tempfile.gettempdir(), "fleet-reconciler-%d" % os.getuid()),
+    ):
+        try:
+            os.makedirs(candidate, mode=0o700, exist_ok=True)
+            info = os.stat(candidate)
+            if info.st_uid == os.getuid() and not info.st_mode & 0o077:
+                return candidate
+        except OSError:
+            continue
+    return None
+
+
+def _prune(cache_dir):
+    entries = sorted(
+        (os.stat(os.path.join(cache_dir, n)).st_mtime, n)
+        for n in os.listdir(cache_dir)
+        if n.endswith(".json")
+    )
+    for _, name in entries[:-CACHE_KEEP]:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(cache_dir, name))
+
+
+def render(run, project, env):
+    code, out, err = compose_cached(run, project, env, ["config", "--format", "json"])
     if code != 0:
         return {"error": _last_line(err) or "docker compose config exited %d" % code}
     try:
@@ -265,21 +368,9 @@ def render(run, env_file, env):
     return {"services": services}
 
 
-def render_hashes(run, env_file, env):
-    code, out, err = run.run(compose_argv(run, env_file) + ["config", "--hash", "*"], env=env)
-    if code != 0:
-        return {"error": _last_line(err)}
-    hashes = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            hashes[parts[0]] = parts[1]
-    return {"hashes": hashes}
-
-
-def variables(run, env_file, env):
-    code, out, err = run.run(
-        compose_argv(run, env_file) + ["config", "--variables", "--format", "json"], env=env
+def variables(run, project, env):
+    code, out, err = compose_cached(
+        run, project, env, ["config", "--variables", "--format", "json"]
     )
     if code != 0:
         return {"error": _last_line(err)}
@@ -480,13 +571,17 @@ def collect(payload):
     doc["deploy_dir_exists"] = os.path.isdir(run.deploy)
     doc["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results = {}
+    timings = {}
+    started = time.monotonic()
 
     def task(name, fn, *args):
         def wrapped():
+            begun = time.monotonic()
             try:
                 results[name] = fn(*args)
             except Exception as exc:  # one failed part must not lose the rest
                 results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+            timings[name] = int((time.monotonic() - begun) * 1000)
 
         thread = threading.Thread(target=wrapped, daemon=True)
         thread.start()
@@ -512,16 +607,13 @@ def collect(payload):
 
     tmpdir = tempfile.mkdtemp(prefix="fleet-collect-")
     try:
-        env_file = os.path.join(tmpdir, "desired.env")
-        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(desired_envfile(run, current_text, secret_values))
         if doc["deploy_dir_exists"]:
+            desired_text = desired_envfile(run, current_text, secret_values)
+            project = shadow_project(run, tmpdir, desired_text)
             scrubbed = run.scrubbed_env()
             threads += [
-                task("render", render, run, env_file, scrubbed),
-                task("hashes", render_hashes, run, env_file, scrubbed),
-                task("variables", variables, run, env_file, scrubbed),
+                task("render", render, run, project, scrubbed),
+                task("variables", variables, run, project, scrubbed),
             ]
         for thread in threads[:3]:
             thread.join()
@@ -532,13 +624,11 @@ def collect(payload):
             doc["login_shell"] = login
         if doc["deploy_dir_exists"] and login_env:
             # Compose under the operator's shell: the same files and .env, the shell's variables.
-            threads.append(task("render_login", render, run, env_file, login_env))
+            threads.append(task("render_login", render, run, project, login_env))
         for thread in threads:
             thread.join()
     finally:
-        for name in os.listdir(tmpdir):
-            os.unlink(os.path.join(tmpdir, name))
-        os.rmdir(tmpdir)
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
     found = results.get("containers", {})
     doc["docker"] = found
@@ -546,9 +636,10 @@ def collect(payload):
     doc["lanes"] = lane_probes(run, found.get("containers", [])) if "containers" in found else {}
     doc["render"] = results.get("render", {"error": "deployment directory missing"})
     doc["render_login"] = results.get("render_login")
-    doc["hashes"] = results.get("hashes", {})
     doc["variables"] = results.get("variables", {})
     doc["current_env_keys"] = sorted(current)
+    timings["total"] = int((time.monotonic() - started) * 1000)
+    doc["timings_ms"] = timings
     return doc
 
 

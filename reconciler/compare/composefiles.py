@@ -1,0 +1,84 @@
+"""`compose-file`: the box's compose files against what the desired state expects.
+
+Two signals: a file of the `-f` chain is missing or its digest differs from the one the
+desired state pins (a hand edit), and, stronger, a managed `.env` knob the rendered command
+does not honour — a flag hard-coded in a compose file makes the knob dead (seed 000, lobes'
+dspark-speculation lesson), which only a render from the desired `.env` can show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from reconciler.compare.context import BoxExpectation
+from reconciler.compare.drift import Drift
+from reconciler.compare.rules import rule
+from reconciler.compare.values import knob_tokens, parse_argv, same
+
+
+def compare_compose_files(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
+    files = doc.get("files") or {}
+    r = rule("compose.file")
+    pinned = exp.box.deployment.file_digests
+    changed_files = []
+    for name in exp.box.deployment.compose_files:
+        fact = files.get(name) or {}
+        if not fact.get("exists"):
+            yield Drift(
+                exp.name,
+                r.kind,
+                f"file:{name}",
+                "(file)",
+                "present",
+                None,
+                r.action,
+                note="listed in deployment.compose_files",
+            )
+            continue
+        want = pinned.get(name)
+        if want is not None and fact.get("sha256") != want:
+            changed_files.append(name)
+            yield Drift(
+                exp.name,
+                r.kind,
+                f"file:{name}",
+                "sha256",
+                _short(want),
+                _short(fact.get("sha256")),
+                r.action,
+                note="edited on the box (digest differs from deployment.file_digests)",
+            )
+    yield from _dead_knobs(exp, doc, changed_files)
+
+
+def _short(digest: str | None) -> str | None:
+    return None if digest is None else digest[:12]
+
+
+def _dead_knobs(exp: BoxExpectation, doc: dict[str, Any], changed: list[str]) -> Iterator[Drift]:
+    rendered = (doc.get("render") or {}).get("services") or {}
+    r = rule("compose.dead-knob")
+    where = ", ".join(changed) if changed else " / ".join(exp.box.deployment.compose_files)
+    for service, lane in sorted(exp.lanes.items()):
+        spec = rendered.get(service)
+        if spec is None:
+            continue
+        _, flags = parse_argv(spec.get("command"))
+        for key, (flag, knob) in sorted(lane.knobs.items()):
+            want_flags = parse_argv(knob_tokens(flag, knob))[1]
+            for want_flag, want_values in want_flags.items():
+                got = flags.get(want_flag)
+                if got is not None and len(got) == 1 and same(got[0], want_values[0]):
+                    continue
+                yield Drift(
+                    exp.name,
+                    r.kind,
+                    f"lane:{service}",
+                    want_flag,
+                    want_values[0],
+                    got[-1] if got else None,
+                    r.action,
+                    source=where,
+                    note=f".env {key} is dead: the compose files render another value",
+                )

@@ -1,0 +1,270 @@
+"""`state`, `image`, `argv`, `env`, `port`: each compose service of the box against
+what compose renders from the desired `.env` (scrubbed) and against `docker inspect`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from deepdiff import DeepDiff
+
+from reconciler.compare.context import GATEWAY, BoxExpectation
+from reconciler.compare.drift import Action, Drift
+from reconciler.compare.rules import Rule, rule
+from reconciler.compare.values import parse_argv, same, value
+from reconciler.desired.models import is_digest_ref
+
+
+def _action(r: Rule, service: str) -> Action:
+    if service == GATEWAY and r.action in (Action.RECREATE, Action.PULL_RECREATE, Action.START):
+        return Action.RECREATE_GATEWAY
+    return r.action
+
+
+def _subject(service: str) -> str:
+    return "gateway" if service == GATEWAY else f"lane:{service}"
+
+
+def compare_containers(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
+    docker = doc.get("docker") or {}
+    if "containers" not in docker:
+        return  # reported as a box error by the caller
+    rendered = (doc.get("render") or {}).get("services") or {}
+    images = docker.get("images") or {}
+    by_service: dict[str, dict[str, Any]] = {}
+    for c in docker["containers"]:
+        by_service.setdefault(c.get("service") or c["name"], c)
+    wanted = [*exp.lanes, GATEWAY]
+    for service in wanted:
+        c = by_service.get(service)
+        if c is None:
+            r = rule("state.missing")
+            yield Drift(
+                exp.name,
+                r.kind,
+                _subject(service),
+                "container",
+                "running",
+                None,
+                _action(r, service),
+                note="no container for this service",
+            )
+            continue
+        yield from _state(exp, service, c)
+        yield from _image(exp, service, c, images)
+        spec = rendered.get(service)
+        if spec is not None:
+            yield from _argv(exp, service, spec, c)
+            yield from _env(exp, service, spec, c, images)
+            yield from _ports(exp, service, spec, c)
+    for service, c in sorted(by_service.items()):
+        if service not in wanted:
+            r = rule("state.stray")
+            yield Drift(
+                exp.name,
+                r.kind,
+                _subject(service),
+                "container",
+                None,
+                c.get("status"),
+                r.action,
+                source=c["name"],
+                note="a container of the project the desired state does not know",
+            )
+
+
+def _state(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Drift]:
+    r = rule("state.status")
+    status, health = c.get("status"), c.get("health")
+    if status == "running" and health in (None, "healthy"):
+        return
+    observed = status if status != "running" else f"running ({health})"
+    action = Action.START if status in ("exited", "created", "dead") else _action(r, service)
+    if status in ("exited", "dead") and service == GATEWAY:
+        action = Action.RECREATE_GATEWAY
+    note = None
+    if status == "exited":
+        note = f"exit code {c.get('exit_code')}"
+    elif status == "restarting" or (c.get("restart_count") or 0) > 0:
+        note = f"restarted {c.get('restart_count')} times"
+    yield Drift(
+        exp.name,
+        r.kind,
+        _subject(service),
+        "status",
+        "running (healthy)",
+        observed,
+        action,
+        source=c["name"],
+        note=note,
+    )
+
+
+def _image(
+    exp: BoxExpectation, service: str, c: dict[str, Any], images: dict[str, Any]
+) -> Iterator[Drift]:
+    want = exp.gateway_image if service == GATEWAY else exp.lanes[service].image
+    ref = c.get("image_ref") or ""
+    digests = (images.get(c.get("image_id") or "") or {}).get("repo_digests") or []
+    if not is_digest_ref(ref):
+        r = rule("image.pinned")
+        yield Drift(
+            exp.name,
+            r.kind,
+            _subject(service),
+            "reference",
+            want,
+            ref,
+            _action(r, service),
+            source=c["name"],
+            note="the container was created from a tag, not a digest",
+        )
+    if want in digests:
+        return
+    want_repo = want.split("@", 1)[0]
+    same_repo = [d for d in digests if d.split("@", 1)[0] == want_repo]
+    observed = (same_repo or digests or [ref or c.get("image_id")])[0]
+    if observed == want:
+        return
+    r = rule("image.digest")
+    yield Drift(
+        exp.name,
+        r.kind,
+        _subject(service),
+        "digest",
+        want,
+        observed,
+        _action(r, service),
+        source=c["name"],
+    )
+
+
+def _argv(
+    exp: BoxExpectation, service: str, spec: dict[str, Any], c: dict[str, Any]
+) -> Iterator[Drift]:
+    r = rule("container.argv")
+    want_pos, want_flags = parse_argv(spec.get("command"))
+    got_pos, got_flags = parse_argv(c.get("cmd"))
+    subject = _subject(service)
+    for index in range(max(len(want_pos), len(got_pos))):
+        w = want_pos[index] if index < len(want_pos) else None
+        g = got_pos[index] if index < len(got_pos) else None
+        if not same(w, g):
+            yield Drift(
+                exp.name,
+                r.kind,
+                subject,
+                f"argv[{index}]",
+                value(w),
+                value(g),
+                _action(r, service),
+                source=c["name"],
+            )
+    for flag in sorted(set(want_flags) | set(got_flags)):
+        w_vals, g_vals = want_flags.get(flag), got_flags.get(flag)
+        if _same_values(w_vals, g_vals):
+            continue
+        yield Drift(
+            exp.name,
+            r.kind,
+            subject,
+            flag,
+            _one(w_vals),
+            _one(g_vals),
+            _action(r, service),
+            source=c["name"],
+            note=None if g_vals is not None else "missing from the running command",
+        )
+
+
+def _same_values(a: list[Any] | None, b: list[Any] | None) -> bool:
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(same(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _one(values: list[Any] | None) -> Any:
+    if values is None:
+        return None
+    shown = [value(v) for v in values]
+    return shown[0] if len(shown) == 1 else tuple(shown)
+
+
+def _env(
+    exp: BoxExpectation,
+    service: str,
+    spec: dict[str, Any],
+    c: dict[str, Any],
+    images: dict[str, Any],
+) -> Iterator[Drift]:
+    r = rule("container.env")
+    image_env = (images.get(c.get("image_id") or "") or {}).get("env") or {}
+    # Docker starts from the image's ENV and lays the service's environment over it.
+    expected = {**image_env, **(spec.get("environment") or {})}
+    observed = dict(c.get("env") or {})
+    diff = DeepDiff(expected, observed, view="tree")
+    changed: dict[str, tuple[Any, Any]] = {}
+    for item in [*diff.get("values_changed", []), *diff.get("type_changes", [])]:
+        key = item.path(output_format="list")[0]
+        changed[key] = (expected.get(key), observed.get(key))
+    for item in diff.get("dictionary_item_removed", []):
+        key = item.path(output_format="list")[0]
+        changed[key] = (expected.get(key), None)
+    for item in diff.get("dictionary_item_added", []):
+        key = item.path(output_format="list")[0]
+        changed[key] = (None, observed.get(key))
+    for key in sorted(changed):
+        w, g = changed[key]
+        if same(w, g):
+            continue
+        yield Drift(
+            exp.name,
+            r.kind,
+            _subject(service),
+            key,
+            value(w),
+            value(g),
+            _action(r, service),
+            source=c["name"],
+        )
+
+
+def _ports(
+    exp: BoxExpectation, service: str, spec: dict[str, Any], c: dict[str, Any]
+) -> Iterator[Drift]:
+    r = rule("container.ports")
+    want: dict[str, list[str]] = {}
+    for port in spec.get("ports") or []:
+        key = f"{port.get('target')}/{port.get('protocol') or 'tcp'}"
+        host_ip = port.get("host_ip") or ""
+        if service == GATEWAY and not host_ip and exp.box.gateway.bind != "0.0.0.0":
+            host_ip = exp.box.gateway.bind
+        want.setdefault(key, []).append(f"{_ip(host_ip)}:{port.get('published')}")
+    got: dict[str, list[str]] = {}
+    for key, bindings in (c.get("ports") or {}).items():
+        for b in bindings or []:
+            got.setdefault(key, []).append(f"{_ip(b.get('HostIp') or '')}:{b.get('HostPort')}")
+    if service == GATEWAY and exp.box.gateway.bind != "0.0.0.0":
+        # The desired bind is narrower than lobes' template: compose would publish wider.
+        for key in want:
+            want[key] = [f"{exp.box.gateway.bind}:{v.split(':')[-1]}" for v in want[key]]
+    for key in sorted(set(want) | set(got)):
+        w, g = sorted(want.get(key, [])), sorted(got.get(key, []))
+        if w != g:
+            yield Drift(
+                exp.name,
+                r.kind,
+                _subject(service),
+                key,
+                ", ".join(w) or None,
+                ", ".join(g) or None,
+                _action(r, service),
+                source=c["name"],
+                note="lanes are reached only through the gateway"
+                if service != GATEWAY and g
+                else None,
+            )
+
+
+def _ip(host_ip: str) -> str:
+    return "0.0.0.0" if host_ip in ("", "0.0.0.0", "::") else host_ip

@@ -1,0 +1,83 @@
+"""What a comparison of one box needs from the desired state, flattened once.
+
+Built by the caller from a Fleet; compare/ never loads files or opens connections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reconciler.desired import roles
+from reconciler.desired.envfile import EnvEntry
+from reconciler.desired.models import BoxSpec, SecretRef
+
+# `.env` knobs that end up as a flag of their lane's command (lobes' template), by suffix.
+KNOB_FLAGS: dict[str, str] = {
+    "MAX_MODEL_LEN": "--max-model-len",
+    "GPU_MEM_UTIL": "--gpu-memory-utilization",
+    "SERVED_NAME": "--served-model-name",
+    "MAX_NUM_SEQS": "--max-num-seqs",
+    "KV_CACHE_DTYPE": "--kv-cache-dtype",
+    "QUANTIZATION": "--quantization",
+    "SPECULATIVE_CONFIG": "--speculative-config",
+    "HF_OVERRIDES": "--hf-overrides",
+}
+
+
+@dataclass(frozen=True)
+class LaneExpectation:
+    name: str  # the lane's key in group_vars (`worker`)
+    service: str  # compose service (`vllm-worker`)
+    role: str
+    image: str  # resolved repo@sha256 reference
+    max_model_len: int
+    gpu_memory_utilization: float
+    knobs: dict[str, tuple[str, str]]  # .env key -> (flag, desired value) for dead-knob checks
+
+
+@dataclass(frozen=True)
+class BoxExpectation:
+    box: BoxSpec
+    env: tuple[EnvEntry, ...]
+    lanes: dict[str, LaneExpectation]  # by service
+    gateway_image: str
+    mesh_members: dict[str, str] = field(default_factory=dict)  # role -> box expected to host it
+
+    @property
+    def name(self) -> str:
+        return self.box.name
+
+
+def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> BoxExpectation:
+    """`hosts`: role -> the box whose contract serves it (for proxied-role checks)."""
+    plain = {e.key: e.value for e in env if isinstance(e.value, str)}
+    lanes = {}
+    for name, lane in box.lanes.items():
+        knobs = {}
+        for suffix, flag in KNOB_FLAGS.items():
+            key = f"{lane.env_prefix}_{suffix}"
+            if key in plain and plain[key] != "":
+                knobs[key] = (flag, plain[key])
+        lanes[lane.service_name] = LaneExpectation(
+            name=name,
+            service=lane.service_name,
+            role=lane.role,
+            image=box.image_ref(lane.image),
+            max_model_len=lane.max_model_len,
+            gpu_memory_utilization=lane.gpu_memory_utilization,
+            knobs=knobs,
+        )
+    return BoxExpectation(
+        box=box,
+        env=tuple(env),
+        lanes=lanes,
+        gateway_image=box.image_ref(box.gateway.image),
+        mesh_members=dict(hosts),
+    )
+
+
+def secret_of(entry: EnvEntry) -> str | None:
+    return entry.value.secret if isinstance(entry.value, SecretRef) else None
+
+
+GATEWAY = roles.GATEWAY_SERVICE

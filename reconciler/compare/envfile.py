@@ -1,0 +1,122 @@
+"""`envfile`: the deployed `.env` against the managed keys; `host`: memory headroom."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from typing import Any
+
+from reconciler.compare.context import BoxExpectation, secret_of
+from reconciler.compare.drift import Drift, SecretValue
+from reconciler.compare.rules import rule
+from reconciler.compare.values import value
+
+GIB_KIB = 1024 * 1024
+
+
+def compare_envfile(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
+    entries = doc.get("envfile")
+    env_rule, mode_rule = rule("envfile.key"), rule("envfile.mode")
+    if entries is None:
+        yield Drift(
+            exp.name,
+            env_rule.kind,
+            "file:.env",
+            "(file)",
+            "present",
+            None,
+            env_rule.action,
+            note="the deployment has no .env",
+        )
+        return
+    # Compose keeps the last assignment of a key; so do we.
+    observed = {e["key"]: e for e in entries}
+    sources = doc.get("secret_sources") or {}
+    for entry in exp.env:
+        found = observed.get(entry.key)
+        seen = value(found["value"]) if found else None
+        where = f".env:{found['line']}" if found else None
+        secret = secret_of(entry)
+        if secret is not None:
+            src = sources.get(secret) or {}
+            if src.get("status") != "ok":
+                continue  # reported as a box error: the desired value cannot be known
+            want: Any = SecretValue(src["digest"])
+        else:
+            want = entry.value
+        if seen != want and not (want == "" and seen is None and not _empty_is_off(entry.key)):
+            yield Drift(
+                exp.name,
+                env_rule.kind,
+                "file:.env",
+                entry.key,
+                want,
+                seen,
+                env_rule.action,
+                source=where or "absent",
+                note=f"from {entry.origin}",
+            )
+    mode = ((doc.get("files") or {}).get(".env") or {}).get("mode")
+    if mode and mode != "0o600":
+        yield Drift(
+            exp.name,
+            mode_rule.kind,
+            "file:.env",
+            "mode",
+            "0600",
+            mode.replace("0o", "0"),
+            mode_rule.action,
+            note=".env holds secrets: owner-only",
+        )
+
+
+# lobes' `${VAR-default}` idiom: set-but-empty means OFF, absent means the template default,
+# so for these keys "" and absent differ; for every other key compose reads them the same.
+EMPTY_IS_OFF = (
+    "*_SPECULATIVE_CONFIG",
+    "*_CHUNKED_PREFILL",
+    "*_ASYNC_SCHEDULING",
+    "*_PREFIX_CACHING",
+)
+
+
+def _empty_is_off(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in EMPTY_IS_OFF)
+
+
+def secret_source_errors(exp: BoxExpectation, doc: dict[str, Any]) -> list[str]:
+    """A secret whose box file or key is missing cannot be compared or written: an error."""
+    errors = []
+    sources = doc.get("secret_sources") or {}
+    used = {secret_of(e) for e in exp.env} - {None}
+    for name in sorted(n for n in used if n is not None):
+        src = sources.get(name)
+        if src is None:
+            continue  # a controller_env secret: resolved at apply time
+        if src.get("status") != "ok":
+            errors.append(f"secret {name}: {src.get('status')} ({src.get('path')})")
+    return errors
+
+
+def compare_host(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
+    mem = doc.get("meminfo") or {}
+    total, available = mem.get("MemTotal_kib"), mem.get("MemAvailable_kib")
+    if not total or available is None or not exp.lanes:
+        return
+    biggest = max(exp.lanes.values(), key=lambda lane: lane.gpu_memory_utilization)
+    floor = exp.box.memory.mem_available_floor_gib
+    need_kib = int(biggest.gpu_memory_utilization * total + floor * GIB_KIB)
+    if available < need_kib:
+        host_rule = rule("host.memory")
+        yield Drift(
+            exp.name,
+            host_rule.kind,
+            "host",
+            "MemAvailable",
+            f">= {need_kib / GIB_KIB:.1f} GiB",
+            f"{available / GIB_KIB:.1f} GiB",
+            host_rule.action,
+            source="/proc/meminfo",
+            note=f"booting {biggest.service} needs {biggest.gpu_memory_utilization:g} x MemTotal "
+            f"+ {floor:g} GiB",
+        )

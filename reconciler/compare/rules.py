@@ -1,0 +1,76 @@
+"""The rules table: every field compared, how, and what apply does when it differs.
+
+One table (after community.docker's per-option comparison modes) so "what counts as drift"
+is read in one place. Comparators in this package look their rule up by name; a field that is
+not in the table is not compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from reconciler.compare.drift import Action, Kind
+
+Mode = Literal["strict", "allow_more_present", "ignore"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: Kind
+    desired: str  # where the desired value comes from
+    observed: str  # where the observed value comes from
+    mode: Mode
+    action: Action  # for a lane; the gateway's recreate is always RECREATE_GATEWAY
+
+
+RULES: dict[str, Rule] = {
+    rule.name: rule
+    for rule in (
+        Rule("envfile.key", Kind.ENVFILE, "managed keys", ".env (parsed like compose)", "strict",
+             Action.REWRITE_ENV),
+        Rule("envfile.mode", Kind.ENVFILE, "0600", "stat of .env", "strict", Action.REWRITE_ENV),
+        Rule("compose.file", Kind.COMPOSE_FILE, "deployment.compose_files exist", "the box's files",
+             "strict", Action.RESTORE_FILE),
+        Rule("compose.dead-knob", Kind.COMPOSE_FILE, "managed .env knob -> its flag",
+             "compose render from the desired .env", "strict", Action.RESTORE_FILE),
+        Rule("image.digest", Kind.IMAGE, "images: catalog digest",
+             "RepoDigests of the running image", "strict", Action.PULL_RECREATE),
+        Rule("image.pinned", Kind.IMAGE, "repo@sha256 reference", "Config.Image", "strict",
+             Action.PULL_RECREATE),
+        Rule("container.argv", Kind.ARGV, "compose render: command", "docker inspect: Config.Cmd",
+             "strict", Action.RECREATE),
+        # Image ENV lines are merged into the expected side first, so only real drift is left;
+        # variables docker adds on its own (none today) would be allow_more_present.
+        Rule("container.env", Kind.ENV, "image env + compose render: environment",
+             "docker inspect: Config.Env", "strict", Action.RECREATE),
+        Rule("container.ports", Kind.PORT, "compose render: ports (+ gateway.bind)",
+             "docker inspect: HostConfig.PortBindings", "strict", Action.RECREATE),
+        Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
+        Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
+             Action.RECREATE),
+        Rule("state.stray", Kind.STATE, "no such lane", "a project container", "strict",
+             Action.REMOVE),
+        Rule("shell.export", Kind.SHELL_LEAK, "nothing from the shell",
+             "the deploy user's login shell", "strict", Action.SCRUB_SHELL),
+        Rule("contract.context", Kind.CONTRACT, "the lane's --max-model-len (docker inspect)",
+             "gateway /capabilities", "strict", Action.RECREATE_GATEWAY),
+        Rule("contract.desired-context", Kind.CONTRACT, "contract.<role>.context",
+             "gateway /capabilities", "strict", Action.RECREATE_GATEWAY),
+        Rule("contract.lane-window", Kind.CONTRACT, "the lane's --max-model-len",
+             "the lane's /v1/models max_model_len", "strict", Action.RECREATE),
+        Rule("contract.ready", Kind.CONTRACT, "local roles ready, proxied roles proxied",
+             "gateway /capabilities", "strict", Action.RECREATE_GATEWAY),
+        Rule("contract.version", Kind.CONTRACT, "lobes.version", "gateway /health version",
+             "strict", Action.RECREATE_GATEWAY),
+        Rule("auth.posture", Kind.AUTH, "gateway.auth", "GET /v1/models without credentials",
+             "strict", Action.RECREATE_GATEWAY),
+        Rule("host.memory", Kind.HOST, "util x MemTotal + floor", "/proc/meminfo MemAvailable",
+             "strict", Action.DROP_CACHES),
+    )
+}  # fmt: skip
+
+
+def rule(name: str) -> Rule:
+    return RULES[name]

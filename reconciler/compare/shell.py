@@ -1,0 +1,100 @@
+"""`shell-leak`: variables the deploy user's login shell exports that compose would use.
+
+Compose interpolates `${VAR}` from the process environment before `.env`, so any `docker
+compose up` from an interactive login shell silently takes the shell's value (incident #209:
+`~/.bashrc:6` armed GATEWAY_API_KEY while `.env` had it commented out). A leak is any export
+of a variable the compose files interpolate, or of a name the login-shell policy forbids; it
+says which services and fields the shell would change, and whether a running container
+already carries the shell's value instead of `.env`'s.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from typing import Any
+
+from reconciler.compare.context import BoxExpectation
+from reconciler.compare.drift import Drift
+from reconciler.compare.rules import rule
+from reconciler.compare.values import parse_argv, value
+
+
+def compare_shell(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
+    login = doc.get("login_shell") or {}
+    exports: dict[str, Any] = login.get("exports") or {}
+    if not exports:
+        return
+    interpolated = set((doc.get("variables") or {}).get("names") or [])
+    forbidden = exp.box.login_shell.forbidden
+    envfile = {e["key"]: e for e in doc.get("envfile") or []}
+    scrubbed = (doc.get("render") or {}).get("services") or {}
+    login_render = (doc.get("render_login") or {}).get("services") or {}
+    containers = ((doc.get("docker") or {}).get("containers")) or []
+    r = rule("shell.export")
+    for name, export in sorted(exports.items()):
+        is_forbidden = any(fnmatch.fnmatchcase(name, pattern) for pattern in forbidden)
+        if name not in interpolated and not is_forbidden:
+            continue
+        fields = _changed_fields(name, export.get("value"), scrubbed, login_render)
+        carriers = _carriers(name, export.get("value"), envfile.get(name), containers)
+        parts = []
+        if fields:
+            parts.append("would change " + ", ".join(fields))
+        elif name in interpolated:
+            parts.append("compose interpolates it")
+        if carriers:
+            parts.append("running " + ", ".join(carriers) + " carry the shell's value")
+        if is_forbidden:
+            parts.append("forbidden by login_shell policy")
+        env_line = envfile.get(name)
+        yield Drift(
+            exp.name,
+            r.kind,
+            "shell",
+            name,
+            value(env_line["value"]) if env_line else None,
+            value(export.get("value")),
+            r.action,
+            source=export.get("source") or "login shell",
+            note="; ".join(parts),
+        )
+
+
+def _changed_fields(
+    name: str, shell_value: Any, scrubbed: dict[str, Any], login: dict[str, Any]
+) -> list[str]:
+    """Fields whose render differs under the login shell *because of this variable*: its own
+    environment entry, or a command flag / image / port whose login-shell value contains it."""
+    out = []
+    needle = shell_value if isinstance(shell_value, str) and len(shell_value) >= 2 else None
+    for service in sorted(set(scrubbed) & set(login)):
+        a, b = scrubbed[service], login[service]
+        env_a, env_b = a.get("environment") or {}, b.get("environment") or {}
+        if env_a.get(name) != env_b.get(name):
+            out.append(f"{service}.environment.{name}")
+        if needle is None:
+            continue
+        flags_a, flags_b = parse_argv(a.get("command"))[1], parse_argv(b.get("command"))[1]
+        for flag in sorted(set(flags_a) | set(flags_b)):
+            after = flags_b.get(flag)
+            if flags_a.get(flag) != after and needle in str(after):
+                out.append(f"{service}.command {flag}")
+        if a.get("image") != b.get("image") and needle in str(b.get("image")):
+            out.append(f"{service}.image")
+        if a.get("ports") != b.get("ports") and needle in str(b.get("ports")):
+            out.append(f"{service}.ports")
+    return out
+
+
+def _carriers(
+    name: str, shell_value: Any, env_line: dict[str, Any] | None, containers: list[dict[str, Any]]
+) -> list[str]:
+    env_value = env_line["value"] if env_line else ""
+    if shell_value == env_value:
+        return []
+    return [
+        c["name"]
+        for c in containers
+        if (c.get("env") or {}).get(name) == shell_value and shell_value not in (None, "")
+    ]

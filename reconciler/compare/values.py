@@ -1,0 +1,93 @@
+"""Normalising observed values into the desired side's terms (pure helpers)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from reconciler.compare.drift import SecretValue, Value
+
+
+def value(raw: Any) -> Value:
+    """Collector JSON -> a drift value: `{"secret": digest}` becomes a SecretValue."""
+    if isinstance(raw, dict) and set(raw) == {"secret"}:
+        return SecretValue(str(raw["secret"]))
+    if isinstance(raw, list):
+        return tuple(value(v) for v in raw)
+    if raw is None or isinstance(raw, str | int | float | bool):
+        return raw
+    return json.dumps(raw, sort_keys=True)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal as compose would see them; JSON-looking strings compare by content."""
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a[:1] in "{[" and b[:1] in "{[":
+        try:
+            return bool(json.loads(a) == json.loads(b))
+        except ValueError:
+            return False
+    return False
+
+
+def parse_argv(argv: list[Any] | None) -> tuple[list[Any], dict[str, list[Any]]]:
+    """Split a vLLM-style argv into positionals and {flag: [values...]}.
+
+    `--flag=value` and `--flag value` both map to the flag; a bare `--flag` (a boolean) maps to
+    True. Secret values (already digests) stay opaque.
+    """
+    positionals: list[Any] = []
+    flags: dict[str, list[Any]] = {}
+    items = list(argv or [])
+    i = 0
+    while i < len(items):
+        token = items[i]
+        if isinstance(token, str) and token.startswith("--"):
+            name, eq, inline = token.partition("=")
+            if eq:
+                parsed: Any = _secret_inline(inline)
+            elif i + 1 < len(items) and not _is_flag(items[i + 1]):
+                parsed = items[i + 1]
+                i += 1
+            else:
+                parsed = True
+            flags.setdefault(name, []).append(parsed)
+        else:
+            positionals.append(token)
+        i += 1
+    return positionals, flags
+
+
+def _is_flag(token: Any) -> bool:
+    return isinstance(token, str) and token.startswith("--")
+
+
+def _secret_inline(text: str) -> Any:
+    # The collector writes `--api-key={"secret": "..."}` so the flag name survives masking.
+    if text.startswith('{"secret"'):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def knob_tokens(flag: str, knob_value: str) -> list[str]:
+    """What a `.env` knob puts on the command line, lexed like compose does.
+
+    `WORKER_MAX_MODEL_LEN=262144` -> `--max-model-len=262144`; a knob that carries its own flag
+    (`'--speculative-config={...}'`) is lexed as is.
+    """
+    text = knob_value.strip()
+    if text.startswith(("'", '"', "--")):
+        try:
+            return shlex.split(text)
+        except ValueError:
+            return [text]
+    return [f"{flag}={text}"]
+
+
+def env_list_to_map(items: dict[str, Any] | None) -> dict[str, Any]:
+    return dict(items or {})

@@ -1,0 +1,82 @@
+"""`reconcile drift`: desired -> observe -> compare -> report, changing nothing anywhere.
+
+The one-way flow in one place: the desired state is loaded and validated first (an invalid
+state stops the run before any connection), each box is observed once, every comparison is
+pure, and the report is rendered from values.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from reconciler.compare.box import compare_box
+from reconciler.compare.context import BoxExpectation, expectation
+from reconciler.compare.drift import DriftReport
+from reconciler.desired.load import Fleet
+from reconciler.desired.show import box_env
+from reconciler.observe.observe import (
+    BoxObservation,
+    load_snapshot,
+    observe,
+    save_snapshot,
+)
+from reconciler.observe.payload import new_run_key
+
+
+@dataclass(frozen=True)
+class DriftRun:
+    report: DriftReport
+    observations: dict[str, BoxObservation]
+
+
+def expectations(fleet: Fleet, boxes: list[str]) -> dict[str, BoxExpectation]:
+    hosts: dict[str, str] = {
+        str(role): name
+        for name, spec in fleet.boxes.items()
+        for role, contract in spec.contract.items()
+        if contract.context is not None
+    }
+    return {name: expectation(fleet.boxes[name], box_env(fleet, name), hosts) for name in boxes}
+
+
+def run_drift(
+    fleet: Fleet,
+    boxes: list[str],
+    save_to: Path | None = None,
+    from_snapshot: Path | None = None,
+) -> DriftRun:
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    if from_snapshot is not None:
+        index, observations = load_snapshot(from_snapshot)
+        missing = [b for b in boxes if b not in observations]
+        boxes = [b for b in boxes if b in observations]
+        run_id = str(index.get("run_id", run_id))
+        for name in missing:
+            observations[name] = BoxObservation(name, None, "not in the snapshot")
+        boxes += missing
+    else:
+        observations = observe(fleet, boxes, new_run_key())
+    if save_to is not None:
+        meta = {"run_id": run_id, "inventory": fleet.inventory_file, "taken_at": _now()}
+        save_snapshot(save_to, {b: observations[b] for b in boxes}, meta)
+    exp = expectations(fleet, boxes)
+    results = tuple(
+        compare_box(
+            exp[name],
+            observations[name].collected,
+            observations[name].controller,
+            observations[name].error,
+        )
+        for name in boxes
+    )
+    report = DriftReport(
+        boxes=results, inventory=fleet.inventory_file, generated_at=_now(), run_id=run_id
+    )
+    return DriftRun(report, observations)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

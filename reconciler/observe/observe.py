@@ -1,0 +1,155 @@
+"""Observe boxes: one collector run per box over SSH, plus the controller's own gateway probes,
+all boxes at once. Everything comes back as plain JSON-able data (a BoxObservation), which is
+what `--save-snapshot` writes and `--from-snapshot` reads back for an offline comparison.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reconciler.desired.load import Fleet
+from reconciler.desired.show import box_env
+from reconciler.observe.payload import collector_payload
+from reconciler.observe.transport import RemoteResult, Target, python_command, run_all
+
+COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
+
+
+@dataclass
+class BoxObservation:
+    box: str
+    collected: dict[str, Any] | None  # the collector's document; None if it could not run
+    error: str | None  # why the box could not be observed at all
+    controller: dict[str, Any] = field(default_factory=dict)  # probes from the controller
+    elapsed_s: float = 0.0
+
+    @property
+    def reachable(self) -> bool:
+        return self.collected is not None
+
+
+def targets(fleet: Fleet, boxes: list[str]) -> list[Target]:
+    out = []
+    for name in boxes:
+        conn = fleet.connection(name)
+        out.append(
+            Target(
+                box=name,
+                conn=conn,
+                key_file=fleet.resolve_path(conn.ssh_key) if conn.ssh_key else None,
+                known_hosts=(
+                    fleet.resolve_path(conn.ssh_known_hosts_file)
+                    if conn.ssh_known_hosts_file
+                    else None
+                ),
+            )
+        )
+    return out
+
+
+def observe(
+    fleet: Fleet, boxes: list[str], run_key: str, timeout: float = 60.0
+) -> dict[str, BoxObservation]:
+    script = COLLECTOR.read_text(encoding="utf-8")
+    commands = {}
+    for name in boxes:
+        payload = collector_payload(fleet.boxes[name], box_env(fleet, name), run_key)
+        encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
+        commands[name] = python_command(script, encoded)
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        probes = pool.submit(_controller_probes, fleet, boxes)
+        results = run_all(targets(fleet, boxes), commands, timeout=timeout)
+        controller = probes.result()
+    elapsed = time.monotonic() - started
+    return {
+        name: _observation(name, results[name], controller.get(name, {}), elapsed) for name in boxes
+    }
+
+
+def _observation(
+    box: str, result: RemoteResult, controller: dict[str, Any], elapsed: float
+) -> BoxObservation:
+    if result.error:
+        return BoxObservation(box, None, result.error, controller, elapsed)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        return BoxObservation(box, None, f"collector failed: {last[:300]}", controller, elapsed)
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        return BoxObservation(box, None, "collector printed no JSON", controller, elapsed)
+    return BoxObservation(box, doc, None, controller, elapsed)
+
+
+def _controller_probes(fleet: Fleet, boxes: list[str]) -> dict[str, dict[str, Any]]:
+    """The mesh side: what a caller on the network gets from each gateway, without a key."""
+    import httpx  # imported here: only commands that probe pay for it
+
+    out: dict[str, dict[str, Any]] = {}
+    timeout = httpx.Timeout(3.0, connect=2.0)
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        for name in boxes:
+            conn = fleet.connection(name)
+            port = fleet.boxes[name].gateway.port
+            base = f"http://{conn.ssh_hostname}:{port}"
+            probes: dict[str, Any] = {"base": base}
+            for probe, path in (
+                ("health", "/health"),
+                ("capabilities", "/capabilities"),
+                ("models_noauth", "/v1/models"),
+            ):
+                probes[probe] = _get(client, base + path, keep_body=probe != "models_noauth")
+            out[name] = probes
+    return out
+
+
+def _get(client: Any, url: str, keep_body: bool) -> dict[str, Any]:
+    import httpx
+
+    started = time.monotonic()
+    try:
+        resp = client.get(url)
+    except httpx.HTTPError as exc:
+        return {"status": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    elapsed_ms = int((time.monotonic() - started) * 1000)
+    result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
+    if keep_body:
+        try:
+            result["body"] = resp.json()
+        except ValueError:
+            result["body"] = None
+    return result
+
+
+# -- snapshots -------------------------------------------------------------------------------------
+SNAPSHOT_VERSION = 1
+
+
+def save_snapshot(
+    directory: Path, observations: dict[str, BoxObservation], meta: dict[str, Any]
+) -> None:
+    """One JSON file per box plus an index; secrets were hashed on the boxes already."""
+    directory.mkdir(parents=True, exist_ok=True)
+    index = {"snapshot": SNAPSHOT_VERSION, **meta, "boxes": sorted(observations)}
+    for name, obs in observations.items():
+        text = json.dumps(asdict(obs), indent=1, sort_keys=True)
+        (directory / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+    (directory / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+
+
+def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObservation]]:
+    index = json.loads((directory / "index.json").read_text(encoding="utf-8"))
+    if index.get("snapshot") != SNAPSHOT_VERSION:
+        raise ValueError(f"{directory}: snapshot version {index.get('snapshot')} is not supported")
+    observations = {}
+    for name in index["boxes"]:
+        raw = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
+        observations[name] = BoxObservation(**raw)
+    return index, observations

@@ -1,0 +1,131 @@
+"""The machine-readable drift report: a versioned JSON document and its JSON Schema.
+
+Order is part of the format (boxes in report order, drifts in `order.ordered_drifts` order,
+free-form maps by key) so that two reports of the same fleet diff cleanly. The shape is in
+`document.py`; `schema/drift-report.schema.json` is `drift_report_schema_json()`, committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Set
+from enum import Enum
+from typing import Any
+
+from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
+from reconciler.report.order import ordered_drifts
+from reconciler.report.summary import summarize
+from reconciler.report.values import as_secret, scrub, secret_changed
+
+# Kept here as literals (and equal to document.SCHEMA_ID / VERSION, which a test checks) so that
+# rendering does not import pydantic.
+SCHEMA_ID = "fleet-reconciler/drift-report"
+VERSION = 1
+DIGEST_CHARS = 12
+
+
+def to_document(report: DriftReport) -> dict[str, Any]:
+    s = summarize(report)
+    return {
+        "schema": SCHEMA_ID,
+        "version": VERSION,
+        "run_id": report.run_id,
+        "generated_at": report.generated_at,
+        "inventory": report.inventory,
+        "summary": {
+            "boxes": s.boxes,
+            "reachable": s.reachable,
+            "unreachable": s.unreachable,
+            "with_errors": s.with_errors,
+            "drifted_boxes": s.drifted_boxes,
+            "drifts": s.drifts,
+            "by_kind": dict(s.by_kind),
+            "exit_code": s.exit_code,
+        },
+        "boxes": [_box(b) for b in report.boxes],
+    }
+
+
+def render_json(report: DriftReport) -> str:
+    # No sort_keys: the document is built in reading order ("schema" and "version" first).
+    return json.dumps(to_document(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def secret_digest(value: SecretValue) -> str:
+    """What a report shows of a secret: 12 hex of SHA-256 over the collector's keyed digest.
+
+    Hashing again, rather than truncating, means the report can never reveal more than a digest
+    even if a collector bug ever put a clear value in a SecretValue; equal digests stay equal.
+    """
+    return hashlib.sha256(value.digest.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+
+
+def drift_report_schema() -> dict[str, Any]:
+    from reconciler.report.document import json_schema
+
+    return json_schema()
+
+
+def drift_report_schema_json() -> str:
+    return json.dumps(drift_report_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def _box(box: BoxResult) -> dict[str, Any]:
+    return {
+        "box": box.box,
+        "reachable": box.reachable,
+        "errors": [
+            scrub(e) for e in box.errors
+        ],  # collector order: the first error usually explains the rest
+        "facts": _jsonable(box.facts),
+        "drifts": [_drift(d) for d in ordered_drifts(box.drifts)],
+    }
+
+
+def _drift(drift: Drift) -> dict[str, Any]:
+    changed = secret_changed(drift)
+    return {
+        "kind": drift.kind.value,
+        "subject": scrub(drift.subject),
+        "path": scrub(drift.path),
+        "desired": _jsonable(drift.desired),
+        "observed": _jsonable(drift.observed),
+        "action": drift.action.value,
+        "source": _jsonable(drift.source),
+        "note": _jsonable(drift.note),
+        "secret": changed is not None,
+        "changed": changed,
+    }
+
+
+def _jsonable(value: object) -> Any:
+    secret = as_secret(value)
+    if secret is not None:
+        return {"secret": True, "digest": secret_digest(secret)}
+    if isinstance(value, Enum):
+        return _jsonable(value.value)
+    if isinstance(value, str):
+        return scrub(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        # JSON has no NaN/Infinity; a string keeps the document valid and the fact visible.
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Set):
+        items = [_jsonable(v) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    # Anything else (a Path, a datetime) is a fact someone will read, not a structure.
+    return str(value)
+
+
+if __name__ == "__main__":
+    # Regenerates the committed schema: python -m reconciler.report.json_report > schema/...
+    import sys
+
+    sys.stdout.write(drift_report_schema_json())

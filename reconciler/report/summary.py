@@ -1,0 +1,60 @@
+"""The counts every format agrees on, and the one-line sentence text and markdown end with."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from reconciler.compare.drift import DriftReport
+
+
+@dataclass(frozen=True)
+class Summary:
+    boxes: int
+    reachable: int
+    unreachable: int
+    with_errors: int  # boxes with at least one error, reachable or not
+    drifted_boxes: int  # boxes with at least one drift
+    drifts: int
+    by_kind: dict[str, int]  # kind -> drifts, keys sorted
+    exit_code: int
+    reachable_with_errors: int  # observed, but only in part: the sentence names these apart
+
+
+def summarize(report: DriftReport) -> Summary:
+    kinds = Counter(d.kind.value for d in report.drifts)
+    return Summary(
+        boxes=len(report.boxes),
+        reachable=sum(1 for b in report.boxes if b.reachable),
+        unreachable=sum(1 for b in report.boxes if not b.reachable),
+        with_errors=sum(1 for b in report.boxes if b.errors),
+        drifted_boxes=sum(1 for b in report.boxes if b.drifts),
+        drifts=len(report.drifts),
+        by_kind=dict(sorted(kinds.items())),
+        exit_code=report.exit_code,
+        reachable_with_errors=sum(1 for b in report.boxes if b.reachable and b.errors),
+    )
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def sentence(s: Summary) -> str:
+    """`drift: 7 differences on 2 of 3 boxes (envfile 2, contract 1, ...); 1 box unreachable`.
+
+    Kinds are listed most frequent first (then by name): the reader wants the bulk of the work.
+    """
+    of_boxes = f"of {plural(s.boxes, 'box', 'boxes')}"
+    if s.drifts:
+        kinds = ", ".join(
+            f"{kind} {n}" for kind, n in sorted(s.by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        line = f"drift: {plural(s.drifts, 'difference')} on {s.drifted_boxes} {of_boxes} ({kinds})"
+    else:
+        line = f"drift: no differences on {s.reachable} {of_boxes}"
+    if s.unreachable:
+        line += f"; {plural(s.unreachable, 'box', 'boxes')} unreachable"
+    if s.reachable_with_errors:
+        line += f"; {plural(s.reachable_with_errors, 'box', 'boxes')} with errors"
+    return line

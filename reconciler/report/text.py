@@ -1,0 +1,251 @@
+"""The drift report for a terminal: grouped by box then subject, in aligned columns.
+
+    thor: reachable, 3 differences
+      file:.env
+        envfile     WORKER_MAX_MODEL_LEN   262144 -> 131072        rewrite-env        .env:88
+      shell
+        shell-leak  GATEWAY_API_KEY        *** -> *** (changed)    report-only:shell  ~/.bashrc:6
+                    note: compose would start the gateway with this key
+    spark: in sync
+
+    drift: 3 differences on 1 of 2 boxes (contract 1, envfile 1, shell-leak 1)
+
+Column widths are computed once for the whole report, so columns line up across subjects and
+boxes; long values wrap inside their column, very long ones are cut around where they differ.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport
+from reconciler.report.order import by_subject
+from reconciler.report.summary import plural, sentence, summarize
+from reconciler.report.values import abbreviate_pair, clean, display, secret_tag
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.text import Text
+
+SUBJECT_INDENT = 2
+ROW_INDENT = 4
+GAP = 2  # spaces between columns
+PATH_MAX, CHANGE_MAX, SOURCE_MAX = 32, 48, 36
+# Who gives up room first on a narrow terminal, and down to what: a source wraps before the
+# values do, values before the path (the drift's identity), then the short enum columns.
+SHRINK = (("source", 12), ("change", 20), ("path", 20))
+SHRINK_NARROW = (("change", 20), ("path", 16), ("action", 10), ("kind", 6))
+BELOW = "(below)"
+VALUE_LIMIT = 160  # longer values (a 2 kB speculative config) are cut, in text only
+ARROW = " -> "
+
+STYLE = {
+    "box": "bold",
+    "in_sync": "green",
+    "drifted": "yellow",
+    "unreachable": "bold red",
+    "error": "red",
+    "subject": "bold",
+    "kind": "cyan",
+    "desired": "green",
+    "observed": "red",
+    "secret_tag": "magenta",
+    "action": "yellow",
+    "report_only": "dim",
+    "source": "dim",
+    "note": "dim italic",
+    "meta": "dim",
+}
+REPORT_ONLY = {Action.REPORT, Action.SCRUB_SHELL}
+
+
+@dataclass(frozen=True)
+class _Widths:
+    kind: int
+    path: int
+    change: int
+    action: int
+    source: int  # 0: no column (no drift has a source, or too narrow: shown below)
+
+
+def render_text(report: DriftReport, color: bool, width: int = 100) -> str:
+    from rich.console import Console  # lazy: rich costs import time the JSON path never needs
+
+    out = io.StringIO()
+    console = Console(
+        file=out,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        markup=False,  # values come from boxes: "[red]" in an env value is text, not style
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+        force_jupyter=False,
+        force_interactive=False,
+    )
+    widths = _widths(report.drifts, width)
+    console.print(_meta(report))
+    for box in report.boxes:
+        _print_box(console, box, widths)
+    console.print()
+    console.print(_styled(sentence(summarize(report)), "box"))
+    # rich pads cells to their column width; trailing blanks only make diffs and pastes noisy.
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def _meta(report: DriftReport) -> Text:
+    return _styled(
+        f"drift report: inventory {clean(report.inventory)}, run {clean(report.run_id)}, "
+        f"{clean(report.generated_at)}",
+        "meta",
+    )
+
+
+def _print_box(console: Console, box: BoxResult, widths: _Widths) -> None:
+    from rich.padding import Padding
+
+    console.print(_box_header(box))
+    for error in box.errors:
+        console.print(
+            Padding(_styled(f"error: {clean(error)}", "error"), (0, 0, 0, SUBJECT_INDENT))
+        )
+    for subject, drifts in by_subject(box.drifts):
+        console.print(Padding(_styled(clean(subject), "subject"), (0, 0, 0, SUBJECT_INDENT)))
+        for drift in drifts:
+            for part in _row(drift, widths):
+                console.print(part)
+
+
+def _box_header(box: BoxResult) -> Text:
+    from rich.text import Text
+
+    header = Text()
+    header.append(clean(box.box), style=STYLE["box"])
+    header.append(": ")
+    if not box.reachable:
+        header.append("unreachable", style=STYLE["unreachable"])
+        if box.drifts:
+            header.append(f", {plural(len(box.drifts), 'difference')}")
+    elif box.drifts:
+        header.append("reachable, ")
+        header.append(plural(len(box.drifts), "difference"), style=STYLE["drifted"])
+    elif box.errors:
+        # Partly observed: "in sync" would be a claim the run could not check.
+        header.append("reachable, no differences found")
+    else:
+        header.append("in sync", style=STYLE["in_sync"])
+    if box.errors:
+        header.append(", ")
+        header.append(plural(len(box.errors), "error"), style=STYLE["error"])
+    return header
+
+
+def _row(drift: Drift, widths: _Widths) -> list[RenderableType]:
+    """The drift's row, then, when the values do not fit their column, the values across the
+    width below it (a speculative config wrapped into 25 columns is unreadable)."""
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    desired, observed = abbreviate_pair(
+        display(drift.desired), display(drift.observed), VALUE_LIMIT
+    )
+    tag = secret_tag(drift)
+    change = _change(desired, observed, f" ({tag})" if tag else "", widths.change)
+    grid = Table.grid(padding=(0, GAP, 0, 0))
+    for width in (widths.kind, widths.path, widths.change, widths.action, widths.source):
+        if width:
+            grid.add_column(width=width, overflow="fold")
+    cells: list[RenderableType] = [
+        _styled(drift.kind.value, "kind"),
+        Text(clean(drift.path)),
+        change or _styled(BELOW, "meta"),
+        _styled(drift.action.value, "report_only" if drift.action in REPORT_ONLY else "action"),
+    ]
+    source = clean(drift.source or "")
+    source_below = len(source) > widths.source  # folded mid-word, a reference is unreadable
+    if widths.source:
+        cells.append(_styled("" if source_below else source, "source"))
+    grid.add_row(*cells)
+    out: list[RenderableType] = [Padding(grid, (0, 0, 0, ROW_INDENT), expand=False)]
+    under = ROW_INDENT + widths.kind + GAP  # below-row lines start at the path column
+    if change is None:
+        values = Table.grid(padding=(0, GAP, 0, 0))
+        values.add_column(width=len("observed"))
+        values.add_column(overflow="fold")
+        values.add_row(_styled("desired", "meta"), _styled(desired, "desired"))
+        values.add_row(_styled("observed", "meta"), _styled(observed, "observed"))
+        out.append(Padding(values, (0, 0, 0, under), expand=False))
+    if source_below:
+        out.append(Padding(_styled(f"source: {source}", "source"), (0, 0, 0, under)))
+    if drift.note:
+        out.append(Padding(_styled(f"note: {clean(drift.note)}", "note"), (0, 0, 0, under)))
+    return out
+
+
+def _change(desired: str, observed: str, suffix: str, width: int) -> Text | None:
+    """`desired -> observed` on one line, or `-> observed` on a second line; None if even
+    that does not fit (the caller then prints the values below the row)."""
+    from rich.text import Text
+
+    if len(desired) + len(ARROW) + len(observed) + len(suffix) <= width:
+        arrow = ARROW
+    elif len(desired) <= width and len(ARROW.lstrip()) + len(observed) + len(suffix) <= width:
+        arrow = "\n" + ARROW.lstrip()
+    else:
+        return None
+    change = Text()  # styles per span: a base style would colour the arrow too
+    change.append(desired, style=STYLE["desired"])
+    change.append(arrow)
+    change.append(observed, style=STYLE["observed"])
+    if suffix:
+        change.append(suffix, style=STYLE["secret_tag"])
+    return change
+
+
+def _widths(drifts: tuple[Drift, ...], width: int) -> _Widths:
+    """Each column as wide as its longest value (path, change and source capped); when that is
+    too wide, columns give up room in SHRINK order, each down to its floor. If even then the
+    row does not fit (an 80-column terminal), the source leaves the row for a line below it:
+    a reference wrapped into six columns helps nobody."""
+    kind = max((len(d.kind.value) for d in drifts), default=4)
+    action = max((len(d.action.value) for d in drifts), default=6)
+    path = min(max((len(clean(d.path)) for d in drifts), default=4), PATH_MAX)
+    one_line = [n for n in map(_one_line, drifts) if n <= CHANGE_MAX]  # longer ones go below
+    change = max(one_line, default=len(BELOW))
+    source = min(max((len(clean(d.source or "")) for d in drifts), default=0), SOURCE_MAX)
+    natural = {"kind": kind, "path": path, "change": change, "action": action, "source": source}
+    have, excess = _shrink(natural, width, SHRINK)
+    if excess > 0 and source:
+        have, excess = _shrink({**natural, "source": 0}, width, SHRINK_NARROW)
+    # Below ~60 columns that is still too wide; rich then squeezes every column to fit.
+    return _Widths(**have)
+
+
+def _shrink(
+    natural: dict[str, int], width: int, order: tuple[tuple[str, int], ...]
+) -> tuple[dict[str, int], int]:
+    have = dict(natural)
+    columns = sum(1 for n in have.values() if n)
+    excess = ROW_INDENT + GAP * (columns - 1) + sum(have.values()) - width
+    for name, floor in order:
+        give = max(0, min(excess, have[name] - min(floor, natural[name])))
+        have[name] -= give
+        excess -= give
+    return have, excess
+
+
+def _one_line(drift: Drift) -> int:
+    tag = secret_tag(drift)
+    desired, observed = display(drift.desired), display(drift.observed)
+    return len(desired) + len(ARROW) + len(observed) + (len(f" ({tag})") if tag else 0)
+
+
+def _styled(text: str, style: str) -> Text:
+    from rich.text import Text
+
+    return Text(text, style=STYLE[style])

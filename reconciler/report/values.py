@@ -1,0 +1,117 @@
+"""Values as people read them (text and markdown; JSON keeps types and lives elsewhere).
+
+Everything printed here came from a box, so it is untrusted: control characters are escaped
+(an ESC sequence in a container's env must not repaint the operator's terminal), and a secret is
+`***` wherever it sits, top level or inside a tuple.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from enum import Enum
+
+from reconciler.compare.drift import Drift, SecretValue
+
+MASK = "***"
+ABSENT = "(absent)"  # desired None: must not exist; observed None: missing
+ELLIPSIS = "…"
+
+# The collector's digest as it travels ("hmac:" + hex). Compare turns `{"secret": digest}` into a
+# SecretValue; if one ever slips through inside a string or a dict, reports still mask it.
+_WIRE_DIGEST = re.compile(r"hmac:[0-9a-fA-F]{16,}")
+
+
+def as_secret(value: object) -> SecretValue | None:
+    """A SecretValue; or a mapping with a `secret` key (the collector's wire form
+    `{"secret": digest}`, or anything shaped like it), as one: better masked than printed."""
+    if isinstance(value, SecretValue):
+        return value
+    if isinstance(value, Mapping) and "secret" in value:
+        if set(value) == {"secret"} and isinstance(value["secret"], str):
+            return SecretValue(value["secret"])
+        return SecretValue(repr(sorted(value.items(), key=lambda kv: str(kv[0]))))
+    return None
+
+
+def scrub(text: str) -> str:
+    return _WIRE_DIGEST.sub(MASK, text)
+
+
+def clean(text: str) -> str:
+    """Escape what a terminal or a markdown table would interpret as layout or control."""
+    text = scrub(text)
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
+def display(value: object) -> str:
+    if as_secret(value) is not None:
+        return MASK
+    if value is None:
+        return ABSENT
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return clean(str(value.value))
+    if isinstance(value, str):
+        return clean(value) if value else '""'
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, tuple | list):
+        # An argv or a -f chain reads best the way a shell would take it.
+        if value and all(isinstance(v, str) for v in value):
+            return clean(shlex.join(value))
+        return "[" + ", ".join(display(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{display(k)}: {display(v)}" for k, v in value.items()) + "}"
+    return clean(str(value))
+
+
+def secret_changed(drift: Drift) -> bool | None:
+    """`Drift.secret_changed`, also seeing the wire form: None when neither side is a secret."""
+    desired, observed = as_secret(drift.desired), as_secret(drift.observed)
+    if desired is None and observed is None:
+        return None
+    return desired != observed  # a secret against a plain value or (absent) has changed
+
+
+def secret_tag(drift: Drift) -> str | None:
+    """`changed` / `unchanged` for a secret (digests differ or not), None otherwise."""
+    changed = secret_changed(drift)
+    if changed is None:
+        return None
+    return "changed" if changed else "unchanged"
+
+
+def abbreviate_pair(desired: str, observed: str, limit: int) -> tuple[str, str]:
+    """Cut two long values to about `limit` characters, keeping where they first differ.
+
+    A speculative config or a digest-pinned image ref differs somewhere in the middle or at the
+    end; cutting both at the same offset keeps the differing part in view and aligned.
+    """
+    if len(desired) <= limit and len(observed) <= limit:
+        return desired, observed
+    common = 0
+    for a, b in zip(desired, observed, strict=False):
+        if a != b:
+            break
+        common += 1
+    start = max(0, common - limit // 4)
+    return _window(desired, start, limit), _window(observed, start, limit)
+
+
+def _window(text: str, start: int, limit: int) -> str:
+    if len(text) <= limit:  # a short value is shown whole, even beside a long one
+        return text
+    start = min(start, max(0, len(text) - limit))
+    cut = text[start : start + limit]
+    if start > 0:
+        cut = ELLIPSIS + cut[1:]
+    if start + limit < len(text):
+        cut = cut[:-1] + ELLIPSIS
+    return cut
