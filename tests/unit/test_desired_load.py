@@ -62,10 +62,10 @@ def test_real_fleet_layers_all_then_groups_in_order_then_box() -> None:
     assert fleet.layers["spark"][2] == "group_vars/dgx.yaml"
     thor = fleet.boxes["thor"]
     # Deep merge: thor adds a lane; all.yaml's lanes stay; gpu.yaml's boot timeout reaches them.
-    assert set(thor.lanes) == {"embed", "rerank", "worker"}
+    assert set(thor.lanes) == {"embed", "rerank", "hand", "worker"}
     assert thor.lanes["embed"].boot_timeout_s == 900
     assert thor.env["VLLM_GDN_DECODE_KERNEL"] == "triton"
-    assert thor.env["GATEWAY_READ_TIMEOUT"] == 600
+    assert thor.contract["hand"].feasible is False
     assert fleet.boxes["spark"].lanes["cortex"].max_model_len == 262144
 
 
