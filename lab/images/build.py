@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,13 +41,20 @@ def build_and_push(docker: list[str], registry: str, cache_dir: Path) -> dict[st
     with _locked(cache_dir / "images.lock"):
         base = rootfs.import_base(engine, rootfs.ensure_tarball(cache_dir))
         lobes_wheels = wheels.fetch_wheels(cache_dir)
-        return {
-            spec.name: _build_one(engine, spec, registry, base, lobes_wheels, cache_dir)
-            for spec in CATALOG
-        }
+        # Builds run one after another; each image is pushed as soon as it exists, so the
+        # first push (gzip of the ~130 MB base layer, one core) overlaps the later builds.
+        with ThreadPoolExecutor(max_workers=len(CATALOG)) as pushes:
+            pending = {
+                spec.name: pushes.submit(
+                    _push, engine, spec, registry,
+                    _ensure_local(engine, spec, registry, base, lobes_wheels, cache_dir),
+                )
+                for spec in CATALOG
+            }  # fmt: skip
+            return {name: future.result() for name, future in pending.items()}
 
 
-def _build_one(
+def _ensure_local(
     engine: Docker,
     spec: ImageSpec,
     registry: str,
@@ -53,6 +62,7 @@ def _build_one(
     lobes_wheels: list[Path],
     cache_dir: Path,
 ) -> str:
+    """Make `registry/repo:tag` a local image built from the current inputs; returns it."""
     context = cache_dir / "contexts" / spec.name
     build_args = contexts.prepare(spec, context, lobes_wheels)
     inputs = contexts.inputs_hash(context, base, build_args)
@@ -63,6 +73,10 @@ def _build_one(
             engine.run("tag", found, ref)
         else:
             _build(engine, spec, ref, context, base, build_args, inputs)
+    return ref
+
+
+def _push(engine: Docker, spec: ImageSpec, registry: str, ref: str) -> str:
     return f"{registry}/{spec.repo}@{engine.push(ref)}"
 
 
@@ -86,6 +100,21 @@ def _build(
     )  # fmt: skip
     # The previous build of this image is now untagged: drop it so rebuilds do not pile up.
     engine.run("image", "prune", "--force", "--filter", f"label=fleet-lab.catalog={spec.name}")
+
+
+def source_fingerprint() -> str:
+    """A hash of everything in lab/images that shapes an image (code, Dockerfiles, recipe).
+
+    Cheap (no docker): a caller that caches the refs this module returned can compare it to
+    the one it stored and call build_and_push again only when the sources moved.
+    """
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(rootfs.recipe_key().encode())
+    for path in sorted(here.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(f"\0{path.relative_to(here).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 @contextmanager

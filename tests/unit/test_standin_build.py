@@ -104,9 +104,18 @@ def test_build_one_cache_decision(tmp_path: Path, present: str, expect: str) -> 
         "other-registry": {f"127.0.0.1:5055/{spec.repo}:{spec.tag}": inputs},
     }[present]
     fake = FakeDocker(("docker",), dict(images))
-    got = build._build_one(fake, spec, "10.77.0.1:5000", "base", [], tmp_path)
+    ref = build._ensure_local(fake, spec, "10.77.0.1:5000", "base", [], tmp_path)
+    assert ref == "10.77.0.1:5000/vllm/vllm-openai:nightly-alt"
+    got = build._push(fake, spec, "10.77.0.1:5000", ref)
     assert got == f"10.77.0.1:5000/vllm/vllm-openai@sha256:{'a' * 64}"
+    assert fake.images[ref] == inputs
     verbs = [call[0] for call in fake.calls]
     assert ("build" in verbs) == (expect == "build")
     assert ("tag" in verbs) == (expect == "tag")
     assert verbs[-1] == "push"
+
+
+def test_source_fingerprint_is_stable() -> None:
+    first = build.source_fingerprint()
+    assert first == build.source_fingerprint()
+    assert len(first) == 64
