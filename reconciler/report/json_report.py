@@ -76,10 +76,10 @@ def _box(box: BoxResult) -> dict[str, Any]:
     return {
         "box": box.box,
         "reachable": box.reachable,
-        "errors": [
-            scrub(e) for e in box.errors
-        ],  # collector order: the first error usually explains the rest
-        "facts": _jsonable(box.facts),
+        # Collector order, not sorted: the first error usually explains the rest.
+        "errors": [scrub(e) for e in box.errors],
+        # A map of names (not a value), so a fact called "secret" stays a fact.
+        "facts": {str(k): _jsonable(v) for k, v in sorted(box.facts.items(), key=_by_key)},
         "drifts": [_drift(d) for d in ordered_drifts(box.drifts)],
     }
 
@@ -119,9 +119,13 @@ def _jsonable(value: object) -> Any:
         items = [_jsonable(v) for v in value]
         return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=_by_key)}
     # Anything else (a Path, a datetime) is a fact someone will read, not a structure.
     return str(value)
+
+
+def _by_key(item: tuple[Any, Any]) -> str:
+    return str(item[0])
 
 
 if __name__ == "__main__":

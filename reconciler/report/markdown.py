@@ -100,17 +100,22 @@ def _box_section(box: BoxResult) -> list[str]:
 
 def _drift_row(drift: Drift) -> list[str]:
     tag = secret_tag(drift)
-    observed = code(display(drift.observed)) + (f" ({tag})" if tag else "")
+    observed = _value(drift.observed) + (f" ({tag})" if tag else "")
     return [
         text(drift.subject),
         drift.kind.value,
         code(drift.path),
-        code(display(drift.desired)),
+        _value(drift.desired),
         observed,
         drift.action.value,
         code(drift.source) if drift.source else "",
         text(drift.note) if drift.note else "",
     ]
+
+
+def _value(value: object) -> str:
+    # Absent is not a value: in a code span it would read as the string "(absent)".
+    return "*absent*" if value is None else code(display(value))
 
 
 def _table(

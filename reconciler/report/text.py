@@ -1,17 +1,23 @@
 """The drift report for a terminal: grouped by box then subject, in aligned columns.
 
+    drift report: inventory lab, run r1, 2026-11-29T08:30:00Z
     thor: reachable, 3 differences
       file:.env
-        envfile     WORKER_MAX_MODEL_LEN   262144 -> 131072        rewrite-env        .env:88
+        envfile     WORKER_MAX_MODEL_LEN  262144 -> 131072      rewrite-env        .env:88
+      lane:vllm-senses
+        state       status                running -> (absent)   start              docker ps
       shell
-        shell-leak  GATEWAY_API_KEY        *** -> *** (changed)    report-only:shell  ~/.bashrc:6
-                    note: compose would start the gateway with this key
+        shell-leak  GATEWAY_API_KEY       *** -> *** (changed)  report-only:shell  ~/.bashrc:6
+                    note: a plain `docker compose up` would start the gateway with the shell's key
+    orin: unreachable, 1 error
+      error: ssh: connect to host 10.77.0.4 port 22: No route to host
     spark: in sync
 
-    drift: 3 differences on 1 of 2 boxes (contract 1, envfile 1, shell-leak 1)
+    drift: 3 differences on 1 of 3 boxes (envfile 1, shell-leak 1, state 1); 1 box unreachable
 
 Column widths are computed once for the whole report, so columns line up across subjects and
-boxes; long values wrap inside their column, very long ones are cut around where they differ.
+boxes. What does not fit its column goes on a line of its own below the row (values across the
+width, cut around where they differ when very long; a long source); nothing is cut mid-column.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ SUBJECT_INDENT = 2
 ROW_INDENT = 4
 GAP = 2  # spaces between columns
 PATH_MAX, CHANGE_MAX, SOURCE_MAX = 32, 48, 36
-# Who gives up room first on a narrow terminal, and down to what: a source wraps before the
-# values do, values before the path (the drift's identity), then the short enum columns.
-SHRINK = (("source", 12), ("change", 20), ("path", 20))
+# Who gives up room first, and down to what: the source column narrows (a longer source moves
+# below its row), then the values; if the row still does not fit, the source column goes before
+# the path (the drift's identity) would wrap, and then the rest narrows.
+SHRINK = (("source", 12), ("change", 20))
 SHRINK_NARROW = (("change", 20), ("path", 16), ("action", 10), ("kind", 6))
 BELOW = "(below)"
 VALUE_LIMIT = 160  # longer values (a 2 kB speculative config) are cut, in text only
