@@ -43,9 +43,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from reconciler.desired.schema import layer_schema_json
+    if args.report:
+        from reconciler.report.json_report import drift_report_schema_json
 
-    text = layer_schema_json()
+        text = drift_report_schema_json()
+    else:
+        from reconciler.desired.schema import layer_schema_json
+
+        text = layer_schema_json()
     if args.output:
         from pathlib import Path
 
@@ -57,6 +62,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_drift(args: argparse.Namespace) -> int:
+    import shutil
     from pathlib import Path
 
     from reconciler.drift import run_drift
@@ -72,8 +78,10 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         save_to=Path(args.save_snapshot) if args.save_snapshot else None,
         from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
     )
-    color = args.output is None and sys.stdout.isatty() and args.format == "text"
-    text = render(run.report, args.format, color=color)
+    on_terminal = args.output is None and sys.stdout.isatty()
+    color = on_terminal and args.format == "text"
+    width = shutil.get_terminal_size().columns if on_terminal else 100
+    text = render(run.report, args.format, color=color, width=max(80, width))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
@@ -164,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
         "this output, committed.",
     )
     schema_p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    schema_p.add_argument(
+        "--report",
+        action="store_true",
+        help="the JSON Schema of `reconcile drift --format json` instead "
+        "(schema/drift-report.schema.json)",
+    )
     drift_p = add(
         "drift",
         _cmd_drift,

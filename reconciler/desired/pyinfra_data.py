@@ -39,7 +39,12 @@ def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
 
 def pyinfra_groups(fleet: Fleet) -> dict[str, list[Any]]:
     """{group: hosts}; the `boxes` group carries every host with its data."""
-    groups: dict[str, list[Any]] = {"boxes": [(b, host_data(fleet, b)) for b in fleet.boxes]}
+    # `@openssh/thor`: the host is named `thor` and reached through the OpenSSH connector.
+    groups: dict[str, list[Any]] = {
+        "boxes": [(f"@openssh/{b}", host_data(fleet, b)) for b in fleet.boxes]
+    }
     for group in fleet.inventory.group_order:
-        groups[group] = [b for b, c in fleet.inventory.boxes.items() if group in c.groups]
+        groups[group] = [
+            f"@openssh/{b}" for b, c in fleet.inventory.boxes.items() if group in c.groups
+        ]
     return groups

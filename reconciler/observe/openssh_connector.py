@@ -1,0 +1,131 @@
+"""A pyinfra connector that runs commands through OpenSSH, sharing one connection per box.
+
+pyinfra's default connector is paramiko: a new authenticated session per run, slow to set up.
+This connector uses the same OpenSSH transport as `reconcile drift` (ControlMaster reuse,
+BatchMode, the inventory's key and known_hosts), so a drift report followed by a converge
+reuses one connection, and nothing differs between what `reconcile` observes and what
+`pyinfra` changes. Hosts select it as `@openssh/<box>` (inventory.py does this).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyinfra.api.command import QuoteString, StringCommand
+from pyinfra.api.util import get_file_io
+from pyinfra.connectors.base import BaseConnector, DataMeta
+from pyinfra.connectors.util import (
+    CommandOutput,
+    execute_command_with_sudo_retry,
+    make_unix_command_for_host,
+    run_local_process,
+)
+from typing_extensions import Unpack
+
+from reconciler.desired.models import InventoryBox
+from reconciler.observe.transport import Target, ssh_argv
+
+if TYPE_CHECKING:
+    from pyinfra.api.arguments import ConnectorArguments
+
+
+class OpenSSHConnector(BaseConnector):
+    handles_execution = True
+    # pyinfra declares data_meta as a plain class attribute; ClassVar would clash with it.
+    data_meta = {  # noqa: RUF012
+        "ssh_hostname": DataMeta("SSH hostname"),
+        "ssh_port": DataMeta("SSH port", 22),
+        "ssh_user": DataMeta("SSH user"),
+        "ssh_key": DataMeta("SSH private key file"),
+        "ssh_known_hosts_file": DataMeta("known_hosts file (strict checking)"),
+    }
+
+    @staticmethod
+    def make_names_data(name: str | None = None) -> Iterator[tuple[str, dict[str, Any], list[str]]]:
+        if not name:
+            raise ValueError("use @openssh/<box>")
+        yield name, {}, []
+
+    def _target(self) -> Target:
+        data = self.host.data
+        conn = InventoryBox(
+            ssh_hostname=str(data.get("ssh_hostname") or self.host.name),
+            ssh_user=str(data.get("ssh_user") or "root"),
+            ssh_port=int(data.get("ssh_port") or 22),
+        )
+        return Target(self.host.name, conn, data.get("ssh_key"), data.get("ssh_known_hosts_file"))
+
+    def connect(self) -> None:
+        # Open (or reuse) the master connection now, so an unreachable box fails here.
+        code, output = run_local_process(shlex.join(ssh_argv(self._target(), "true")), timeout=20)
+        if code != 0:
+            from pyinfra.api.exceptions import ConnectError
+
+            raise ConnectError(output.stderr or f"ssh exited {code}")
+
+    def run_shell_command(
+        self,
+        command: StringCommand,
+        print_output: bool = False,
+        print_input: bool = False,
+        **arguments: Unpack[ConnectorArguments],
+    ) -> tuple[bool, CommandOutput]:
+        arguments.pop("_get_pty", False)
+        timeout = arguments.pop("_timeout", None)
+        stdin = arguments.pop("_stdin", None)
+        success_codes = arguments.pop("_success_exit_codes", None)
+
+        def execute() -> tuple[int, CommandOutput]:
+            unix = make_unix_command_for_host(self.state, self.host, command, **arguments)
+            line = shlex.join(ssh_argv(self._target(), unix.get_raw_value()))
+            return run_local_process(
+                line,
+                stdin=stdin,
+                timeout=timeout,
+                print_output=print_output,
+                print_prefix=self.host.print_prefix,
+            )
+
+        code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
+        ok = code in success_codes if success_codes else code == 0
+        return ok, output
+
+    def put_file(
+        self,
+        filename_or_io: Any,
+        remote_filename: str,
+        remote_temp_filename: str | None = None,
+        print_output: bool = False,
+        print_input: bool = False,
+        **arguments: Any,
+    ) -> bool:
+        with get_file_io(filename_or_io) as file_io:
+            data = file_io.read()
+        text = data.decode() if isinstance(data, bytes) else data
+        # `cat >` through the same channel: no scp/sftp subsystem needed on the box.
+        ok, output = self.run_shell_command(
+            StringCommand("cat", ">", QuoteString(remote_filename)), _stdin=text, **arguments
+        )
+        if not ok:
+            raise OSError(output.stderr)
+        return ok
+
+    def get_file(
+        self,
+        remote_filename: str,
+        filename_or_io: Any,
+        remote_temp_filename: str | None = None,
+        print_output: bool = False,
+        print_input: bool = False,
+        **arguments: Any,
+    ) -> bool:
+        ok, output = self.run_shell_command(
+            StringCommand("cat", QuoteString(remote_filename)), **arguments
+        )
+        if not ok:
+            raise OSError(output.stderr)
+        with get_file_io(filename_or_io, "wb") as file_io:
+            file_io.write(output.stdout.encode() + b"\n")
+        return ok
