@@ -23,6 +23,8 @@ class ImageSpec:
     # program with different versions give two digests in one repository, so a test can swap
     # a lane to "another build" and see which one serves.
     version: str = ""
+    # Stand-ins only: a failure mode baked into the build (see vllm_standin's STANDIN_FAIL).
+    fail: str = ""
 
 
 CATALOG: tuple[ImageSpec, ...] = (
@@ -30,6 +32,9 @@ CATALOG: tuple[ImageSpec, ...] = (
               "0.23.1rc1.dev672+standin.nightly"),
     ImageSpec("vllm_nightly_alt", "vllm/vllm-openai", "nightly-alt", "standin",
               "0.23.1rc1.dev701+standin.alt"),
+    # A new digest that never comes healthy: what a rollback test deploys to see it undone.
+    ImageSpec("vllm_nightly_broken", "vllm/vllm-openai", "nightly-broken", "standin",
+              "0.23.1rc1.dev702+standin.broken", fail="never-healthy"),
     # orin's senses lane: `${MULTIMODAL_IMAGE:-lobes/vllm-gemma4:local}` in the template.
     ImageSpec("vllm_gemma4", "lobes/vllm-gemma4", "local", "standin",
               "0.23.1rc1.dev672+standin.gemma4"),

@@ -32,6 +32,8 @@ def prepare(spec: ImageSpec, dest: Path, wheels: list[Path]) -> dict[str, str]:
         for name in ("vllm", "nvidia-smi"):
             (dest / name).chmod(0o755)
         info = {"flavor": spec.name, "version": spec.version, "repo": spec.repo}
+        if spec.fail:
+            info["fail"] = spec.fail
         (dest / "build.json").write_text(json.dumps(info, sort_keys=True) + "\n", "utf-8")
         shutil.copyfile(DOCKERFILES / "Dockerfile.standin", dest / "Dockerfile")
         return {}

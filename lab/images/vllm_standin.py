@@ -31,6 +31,13 @@ Environment knobs:
 - STANDIN_FAIL: `exit` exits 1 right after a successful parse (an engine that dies at boot);
   `never-healthy` keeps `/health` at 503 forever; `exit-after=S` exits 1 S seconds after it
   became ready (a lane that crashes once serving).
+- Per lane: `STANDIN_FAIL_<LANE>` and `STANDIN_START_DELAY_S_<LANE>` win over the plain
+  knobs, LANE being the lane's MG_LOG_NAME (which lobes' compose sets per service: PRIMARY,
+  WORKER, MULTIMODAL, EMBED, RERANK, HAND, ...) upper-cased. Lanes share `.env` through
+  `env_file`, so this is how one lane fails while its neighbours serve.
+- A build may bake a default failure into the image (`"fail"` in its build info): the
+  `vllm_nightly_broken` catalog image never comes healthy, for "new digest, lane down"
+  rollbacks. Any STANDIN_FAIL knob (even empty) overrides it.
 - STANDIN_DEFAULT_MAX_MODEL_LEN: the window when `--max-model-len` is absent or `auto`
   (vLLM reads it from the checkpoint; the stand-in has none). Default 32768.
 - STANDIN_ARGV_FILE: where the argv record goes.
@@ -302,6 +309,14 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 4) if text else 0
 
 
+def knob(name: str, default: str = "") -> str:
+    """A STANDIN_* setting: the lane-specific variable first, then the plain one."""
+    lane = re.sub(r"[^A-Za-z0-9]", "_", os.environ.get("MG_LOG_NAME", "")).upper()
+    if lane and f"{name}_{lane}" in os.environ:
+        return os.environ[f"{name}_{lane}"]
+    return os.environ.get(name, default)
+
+
 class Lane:
     """What one `vllm serve` process serves and how it is doing; shared by handler threads."""
 
@@ -318,9 +333,10 @@ class Lane:
         self.version = build.get("version", FALLBACK_VERSION)
         self.record = record
         self.created = int(time.time())
-        delay = float(os.environ.get("STANDIN_START_DELAY_S", "0") or 0)
+        delay = float(knob("STANDIN_START_DELAY_S") or 0)
         self.ready_at = time.monotonic() + max(delay, 0.0)
-        fail = os.environ.get("STANDIN_FAIL", "")
+        fail = knob("STANDIN_FAIL", build.get("fail", ""))
+        self.fail_at_start = fail == "exit"
         self.never_healthy = fail == "never-healthy"
         self.exit_after: float | None = (
             float(fail.split("=", 1)[1]) if fail.startswith("exit-after=") else None
@@ -756,7 +772,7 @@ def serve(ns: argparse.Namespace, record: dict[str, Any], build: dict[str, str])
     lane = Lane(ns, record, build)
     record["served_model_name"] = lane.served
     record["max_model_len"] = lane.max_model_len
-    if os.environ.get("STANDIN_FAIL") == "exit":
+    if lane.fail_at_start:
         print("ERROR: EngineCore failed to start (STANDIN_FAIL=exit)", file=sys.stderr, flush=True)
         return 1
     host = ns.host or "0.0.0.0"

@@ -33,7 +33,8 @@ def _free_port() -> int:
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STANDIN_", "VLLM_"))}
+    drop = ("STANDIN_", "VLLM_", "MG_LOG_NAME")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["STANDIN_ARGV_FILE"] = str(tmp_path / "argv.json")
     env["STANDIN_BUILD_INFO"] = str(tmp_path / "no-build-info.json")
     env.update(extra)
@@ -288,6 +289,28 @@ def test_never_healthy(tmp_path: Path) -> None:
             assert lane.get("/health")[0] == 503
             time.sleep(0.1)
         assert lane.proc.poll() is None
+
+
+def test_per_lane_knobs_win_over_shared_ones(tmp_path: Path) -> None:
+    # One .env feeds every lane: the plain knob fails them all, the lane's own one wins.
+    shared = {"STANDIN_FAIL": "never-healthy", "STANDIN_FAIL_WORKER": ""}
+    with running(tmp_path, "m", MG_LOG_NAME="worker", **shared) as lane:
+        assert lane.get("/health")[0] == 200
+    with running(tmp_path, "m", MG_LOG_NAME="embed", **shared) as lane:
+        assert lane.get("/health")[0] == 503
+    delayed = {"STANDIN_START_DELAY_S_PRIMARY": "30"}
+    with running(tmp_path, "m", MG_LOG_NAME="primary", **delayed) as lane:
+        assert lane.get("/health")[0] == 503
+
+
+def test_failure_baked_into_the_build(tmp_path: Path) -> None:
+    info = tmp_path / "build.json"
+    info.write_text(json.dumps({"version": "x", "fail": "never-healthy"}))
+    with running(tmp_path, "m", STANDIN_BUILD_INFO=str(info)) as lane:
+        time.sleep(0.3)
+        assert lane.get("/health")[0] == 503
+    with running(tmp_path, "m", STANDIN_BUILD_INFO=str(info), STANDIN_FAIL="") as lane:
+        assert lane.get("/health")[0] == 200
 
 
 def test_fail_exit_mode(tmp_path: Path) -> None:

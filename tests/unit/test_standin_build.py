@@ -17,7 +17,11 @@ from lab.images.dockercli import Docker, DockerError
 
 def test_catalog_names_and_repos() -> None:
     by_name = {spec.name: spec for spec in CATALOG}
-    assert set(by_name) == {"vllm_nightly", "vllm_nightly_alt", "vllm_gemma4", "gateway"}
+    assert set(by_name) == {
+        "vllm_nightly", "vllm_nightly_alt", "vllm_nightly_broken", "vllm_gemma4", "gateway"
+    }  # fmt: skip
+    assert by_name["vllm_nightly_broken"].fail == "never-healthy"
+    assert not by_name["vllm_nightly"].fail
     nightly, alt = by_name["vllm_nightly"], by_name["vllm_nightly_alt"]
     assert nightly.repo == alt.repo == "vllm/vllm-openai"
     assert nightly.version != alt.version  # what makes their digests differ
