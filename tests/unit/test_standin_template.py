@@ -31,14 +31,15 @@ STANDIN = Path(vllm_standin.__file__).resolve()
 
 
 @pytest.fixture(scope="session")
-def lobes_wheel(request: pytest.FixtureRequest) -> Path:
+def lobes_wheel(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lobes-cli 0.91.0 wheel: $LOBES_WHEEL, else downloaded once into pytest's cache."""
     given = os.environ.get("LOBES_WHEEL")
     if given:
         return Path(given)
-    cache = Path(request.config.cache.mkdir("fleet-lab-lobes-wheels"))
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    where = Path(cache.mkdir("fleet-lab-lobes-wheels")) if cache else tmp_path_factory.mktemp("w")
     try:
-        return fetch_wheels(cache)[0]
+        return fetch_wheels(where)[0]
     except RuntimeError as exc:  # no package index reachable: nothing to test against
         pytest.skip(f"lobes-cli wheel unavailable: {exc}")
 
