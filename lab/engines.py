@@ -21,12 +21,19 @@ from .proc import LabError, log, run, running, spawn, stop_pidfile, wait_for
 DOCKERD = "/usr/sbin/dockerd"
 
 
+def _daemon_json(engine: Box | Builder) -> str:
+    # Each engine its own identity key: by default every dockerd on a machine reads
+    # /etc/docker/key.json and they would all report the same engine ID.
+    return json.dumps({"deprecated-key-path": str(engine.state_dir / "key.json")}) + "\n"
+
+
 def _daemon_config(engine: Box | Builder) -> Path:
-    # An explicit (empty) config file: dockerd would otherwise read /etc/docker/daemon.json,
-    # which belongs to whoever runs a host engine on this machine, not to the lab.
+    # An explicit config file: dockerd would otherwise read /etc/docker/daemon.json, which
+    # belongs to whoever runs a host engine on this machine, not to the lab.
     path = engine.run_dir / "daemon.json"
-    if not path.exists():
-        path.write_text("{}\n")
+    text = _daemon_json(engine)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
     return path
 
 
@@ -110,7 +117,7 @@ def start(engine: Box | Builder) -> bool:
     """
     engine.run_dir.mkdir(parents=True, exist_ok=True)
     argv = box_argv(engine) if isinstance(engine, Box) else builder_argv(engine)
-    want = "\0".join(argv)
+    want = "\0".join(argv) + "\0" + _daemon_json(engine)
     argv_file = _argv_file(engine)
     same = argv_file.exists() and argv_file.read_text() == want
     if same and running(engine.dockerd_pidfile) and responds(engine):
