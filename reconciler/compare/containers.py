@@ -56,7 +56,7 @@ def compare_containers(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Dri
         if spec is not None:
             yield from _argv(exp, service, spec, c)
             yield from _env(exp, service, spec, c, images)
-            yield from _ports(exp, service, spec, c)
+            yield from _ports(exp, service, c)
     for service, c in sorted(by_service.items()):
         if service not in wanted:
             r = rule("state.stray")
@@ -229,41 +229,34 @@ def _env(
         )
 
 
-def _ports(
-    exp: BoxExpectation, service: str, spec: dict[str, Any], c: dict[str, Any]
-) -> Iterator[Drift]:
+def _ports(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Drift]:
+    """Published ports against policy, not against the render: a hand edit that publishes
+    elsewhere renders the same as it runs, yet differs from what the desired state allows.
+    The gateway publishes exactly `gateway.bind:gateway.port`; a lane publishes nothing."""
     r = rule("container.ports")
     want: dict[str, list[str]] = {}
-    for port in spec.get("ports") or []:
-        key = f"{port.get('target')}/{port.get('protocol') or 'tcp'}"
-        host_ip = port.get("host_ip") or ""
-        if service == GATEWAY and not host_ip and exp.box.gateway.bind != "0.0.0.0":
-            host_ip = exp.box.gateway.bind
-        want.setdefault(key, []).append(f"{_ip(host_ip)}:{port.get('published')}")
+    if service == GATEWAY:
+        want["8000/tcp"] = [f"{_ip(exp.box.gateway.bind)}:{exp.box.gateway.port}"]
     got: dict[str, list[str]] = {}
     for key, bindings in (c.get("ports") or {}).items():
         for b in bindings or []:
             got.setdefault(key, []).append(f"{_ip(b.get('HostIp') or '')}:{b.get('HostPort')}")
-    if service == GATEWAY and exp.box.gateway.bind != "0.0.0.0":
-        # The desired bind is narrower than lobes' template: compose would publish wider.
-        for key in want:
-            want[key] = [f"{exp.box.gateway.bind}:{v.split(':')[-1]}" for v in want[key]]
     for key in sorted(set(want) | set(got)):
         w, g = sorted(want.get(key, [])), sorted(got.get(key, []))
-        if w != g:
-            yield Drift(
-                exp.name,
-                r.kind,
-                _subject(service),
-                key,
-                ", ".join(w) or None,
-                ", ".join(g) or None,
-                _action(r, service),
-                source=c["name"],
-                note="lanes are reached only through the gateway"
-                if service != GATEWAY and g
-                else None,
-            )
+        if w == g:
+            continue
+        note = "lanes are reached only through the gateway" if service != GATEWAY else None
+        yield Drift(
+            exp.name,
+            r.kind,
+            _subject(service),
+            key,
+            ", ".join(w) or None,
+            ", ".join(g) or None,
+            _action(r, service),
+            source=c["name"],
+            note=note,
+        )
 
 
 def _ip(host_ip: str) -> str:

@@ -45,7 +45,7 @@ RULES: dict[str, Rule] = {
         # variables docker adds on its own (none today) would be allow_more_present.
         Rule("container.env", Kind.ENV, "image env + compose render: environment",
              "docker inspect: Config.Env", "strict", Action.RECREATE),
-        Rule("container.ports", Kind.PORT, "compose render: ports (+ gateway.bind)",
+        Rule("container.ports", Kind.PORT, "gateway.bind:gateway.port; no lane port",
              "docker inspect: HostConfig.PortBindings", "strict", Action.RECREATE),
         Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
         Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
