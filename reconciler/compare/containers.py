@@ -52,13 +52,14 @@ def compare_containers(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Dri
             continue
         yield from _state(exp, service, c)
         yield from _image(exp, service, c, images)
+        yield from _ports(exp, service, c)
         spec = rendered.get(service)
         if spec is not None:
             yield from _argv(exp, service, spec, c)
             yield from _env(exp, service, spec, c, images)
-            yield from _ports(exp, service, c)
     for service, c in sorted(by_service.items()):
         if service not in wanted:
+            yield from _ports(exp, service, c)
             r = rule("state.stray")
             yield Drift(
                 exp.name,
