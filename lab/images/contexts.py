@@ -18,7 +18,7 @@ from lab.images.wheels import LOBES_VERSION, copy_into
 HERE = Path(__file__).resolve().parent
 STANDIN_PROGRAM = HERE / "vllm_standin.py"
 NVIDIA_SMI = HERE / "nvidia-smi.sh"
-DOCKERFILES = HERE / "dockerfiles"
+DOCKERFILES = HERE  # top level, so setuptools package-data ("Dockerfile*") ships them
 
 
 def prepare(spec: ImageSpec, dest: Path, wheels: list[Path]) -> dict[str, str]:

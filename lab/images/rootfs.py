@@ -9,6 +9,7 @@ once and every image built FROM it is invalidated when the rootfs really changes
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lab.images.dockercli import Docker
+from lab.images.dockercli import Docker, DockerError
 
 SUITE = "bookworm"  # Debian 12: the same python3 (3.11) the project targets
 VARIANT = "minbase"
@@ -103,15 +104,7 @@ def ensure_tarball(cache_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     tool = ensure_debootstrap()
     with tempfile.TemporaryDirectory(dir=out_dir, prefix="build-") as scratch:
-        root = Path(scratch) / "root"
-        done = subprocess.run(
-            [tool, f"--variant={VARIANT}", f"--include={','.join(INCLUDE)}", SUITE, str(root),
-             debian_mirror()],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr)[-3000:]
-            raise RuntimeError(f"debootstrap failed ({done.returncode}):\n{tail}")
+        root = _debootstrap(tool, Path(scratch))
         for rel in _TRIM:
             target = root / rel
             if target.is_dir():
@@ -123,9 +116,30 @@ def ensure_tarball(cache_dir: Path) -> Path:
             check=True,
             capture_output=True,
         )
-        _sidecar(tarball).write_text(_sha256(partial) + "\n", encoding="utf-8")
-        os.replace(partial, tarball)  # last: a tarball without its sidecar is rebuilt
+        digest = _sha256(partial)
+        os.replace(partial, tarball)
+        # The sidecar goes last: a tarball without one is treated as torn and rebuilt.
+        sidecar_tmp = Path(scratch) / "sha256"
+        sidecar_tmp.write_text(digest + "\n", encoding="utf-8")
+        os.replace(sidecar_tmp, _sidecar(tarball))
     return tarball
+
+
+def _debootstrap(tool: str, scratch: Path, attempts: int = 2) -> Path:
+    """Run debootstrap into a fresh directory; one retry, since a mirror hiccup is common."""
+    tail = ""
+    for attempt in range(1, attempts + 1):
+        root = scratch / f"root-{attempt}"
+        done = subprocess.run(
+            [tool, f"--variant={VARIANT}", f"--include={','.join(INCLUDE)}", SUITE, str(root),
+             debian_mirror()],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            return root
+        tail = (done.stdout + done.stderr)[-3000:]
+        shutil.rmtree(root, ignore_errors=True)
+    raise RuntimeError(f"debootstrap failed {attempts} times; last output:\n{tail}")
 
 
 def import_base(docker: Docker, tarball: Path) -> str:
@@ -136,6 +150,11 @@ def import_base(docker: Docker, tarball: Path) -> str:
         changes = [arg for change in IMPORT_CHANGES for arg in ("--change", change)]
         message = f"debootstrap {VARIANT} {SUITE} + {' '.join(INCLUDE)}"
         docker.run("import", *changes, "--message", message, str(tarball), ref, timeout=900)
+        # An older rootfs is only a tag now: untag it (its layers go once no image uses them).
+        tags = docker.run("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", BASE_REPO)
+        for old in set(tags.stdout.split()) - {ref}:
+            with contextlib.suppress(DockerError):
+                docker.run("rmi", old)
     return ref
 
 
