@@ -1,4 +1,4 @@
-"""Build the lab's images on one engine and push them to the lab registry, by digest.
+r"""Build the lab's images on one engine and push them to the lab registry, by digest.
 
     build_and_push(docker, registry, cache_dir) -> {catalog name: "registry/repo@sha256:…"}
 
