@@ -17,6 +17,7 @@ from .config import BUILDER, CACHE_DIR, IMAGES_FILE, REGISTRY
 from .proc import LabError, log
 
 REQUIRED = ("vllm_nightly", "vllm_nightly_alt", "gateway")
+FINGERPRINT_FILE = IMAGES_FILE.with_name("images.fingerprint")
 
 _HEADER = """\
 # Written by `lab up` (lab/imageset.py): image catalog name -> the lab registry's reference,
@@ -37,10 +38,25 @@ def _write(refs: dict[str, str]) -> None:
     IMAGES_FILE.write_text(_HEADER + body)
 
 
+def _fingerprint() -> str | None:
+    """lab/images' hash of its own sources: a change there means the images are stale."""
+    try:
+        from .images.build import source_fingerprint
+
+        return source_fingerprint()
+    except Exception as e:  # a half-edited lab/images must not take a built lab down
+        log(f"lab/images source fingerprint unavailable ({e}); keeping the recorded images")
+        return None
+
+
 def current() -> dict[str, str] | None:
-    """The recorded refs if every required image is still served by the registry."""
+    """The recorded refs if they were built from today's lab/images and the registry has them."""
     refs = load()
     if not all(name in refs for name in REQUIRED):
+        return None
+    fp = _fingerprint()
+    if fp is not None and (not FINGERPRINT_FILE.exists() or FINGERPRINT_FILE.read_text() != fp):
+        log("lab/images changed since the last build: rebuilding")
         return None
     if not all(registry.has_manifest(ref) for ref in refs.values()):
         return None
@@ -51,8 +67,9 @@ def ensure() -> dict[str, str]:
     refs = current()
     if refs is not None:
         return refs
-    from .images.build import build_and_push  # imported late: only a cold up needs it
+    from .images.build import build_and_push, source_fingerprint
 
+    fingerprint = source_fingerprint()
     engines.start(BUILDER)
     engines.wait_ready(BUILDER)
     log(f"building lab images on the builder engine, pushing to {REGISTRY}")
@@ -66,4 +83,5 @@ def ensure() -> dict[str, str]:
         if not registry.has_manifest(ref):
             raise LabError(f"registry does not serve {ref}")
     _write(refs)
+    FINGERPRINT_FILE.write_text(fingerprint)
     return refs

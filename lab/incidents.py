@@ -268,12 +268,13 @@ def gateway_published_on(box: str, address: str) -> dict[str, Any]:
 def reset(box: str | None = None, *, timeout: float = 120) -> dict[str, Any]:
     """Put one box (default: all) back to pristine and wait until the whole lab is ready."""
     from . import labfacts
-    from .lifecycle import _converge
+    from .lifecycle import _converge, locked
 
     images = imageset.load()
     secrets = labfacts.lab_secrets()
     targets = [_box(box)] if box else list(BOXES)
-    changed = {b.name: _converge(b, images, secrets) for b in targets}
+    with locked():
+        changed = {b.name: _converge(b, images, secrets) for b in targets}
     services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}  # type: ignore[call-overload]
     readiness.wait_all(services, timeout=timeout)
     return {"reset": [b.name for b in targets], "changed": changed}

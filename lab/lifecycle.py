@@ -8,12 +8,15 @@ the box engines, sshds and lobes renders come up.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +121,28 @@ class _Phases:
         return time.monotonic() - self.t0
 
 
+LOCK_FILE = Path("/run/lock/fleet-lab.lock")
+
+
+@contextmanager
+def locked() -> Iterator[None]:
+    """One lab operation at a time on this machine: two test sessions may both call up()."""
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK_FILE.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def up(*, timeout: float = 170) -> dict[str, Any]:
     """Bring the lab up (or back to pristine) and return the lab facts once everything is ready."""
+    with locked():
+        return _up(timeout)
+
+
+def _up(timeout: float) -> dict[str, Any]:
     t = _Phases()
     check_prereqs()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -184,6 +207,12 @@ def down(*, purge: bool = False) -> None:
     purge=True also removes the image cache (debootstrap rootfs, wheels) that `up` keeps in
     /var/cache/fleet-lab so a later cold up does not re-run debootstrap.
     """
+    with locked():
+        _down(purge)
+    LOCK_FILE.unlink(missing_ok=True)
+
+
+def _down(purge: bool) -> None:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(engines.stop, [*BOXES, BUILDER]))
@@ -203,7 +232,7 @@ def down(*, purge: bool = False) -> None:
     network.remove_bridge()
     for d in (RUN_ROOT, STATE_ROOT):
         shutil.rmtree(d, ignore_errors=True)
-    for p in (FACTS_FILE, IMAGES_FILE, SECRETS_FILE):
+    for p in (FACTS_FILE, IMAGES_FILE, imageset.FINGERPRINT_FILE, SECRETS_FILE):
         p.unlink(missing_ok=True)
     for d in (SSH_DIR, PRISTINE_DIR, LOG_DIR):
         shutil.rmtree(d, ignore_errors=True)
