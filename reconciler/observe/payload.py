@@ -17,7 +17,9 @@ def new_run_key() -> str:
     return secrets.token_hex(16)
 
 
-def collector_payload(box: BoxSpec, env: list[EnvEntry], run_key: str) -> dict[str, Any]:
+def collector_payload(
+    box: BoxSpec, env: list[EnvEntry], run_key: str, audit: bool = False
+) -> dict[str, Any]:
     managed: dict[str, Any] = {}
     for entry in env:
         managed[entry.key] = (
@@ -39,4 +41,35 @@ def collector_payload(box: BoxSpec, env: list[EnvEntry], run_key: str) -> dict[s
         "gateway_port": box.gateway.port,
         "timeout_s": 20,
         "probe_timeout_s": 3,
+        **({"audit": audit_request(box)} if audit else {}),
     }
+
+
+# -- `reconcile audit`: the collector's audit section (doc["audit"]) -------------------------------
+# The inbound-auth and mesh variables whose raw `.env` line state the audit reports.
+AUDIT_ENV_KEYS = ("GATEWAY_API_KEY", "CULTURE_VLLM_API_KEY", "LOBES_MESH_KEY")
+# Roles the loopback `POST /v1/chat/completions` may name: they answer chat (embedder and
+# reranker do not), so a 200 means the gate let an unauthenticated caller reach a model.
+CHAT_ROLES = ("hand", "worker", "senses", "cortex", "muse", "associate")
+
+
+def audit_request(box: BoxSpec) -> dict[str, Any]:
+    """What the collector's audit section needs: secret *names* (their values are read on the
+    box and never leave it) and the model its unauthenticated chat probe asks for."""
+    return {
+        "env_keys": list(AUDIT_ENV_KEYS),
+        "api_key_secret": box.gateway.api_key.secret if box.gateway.api_key else None,
+        "mesh_key_secret": box.mesh.key.secret if box.mesh.enabled and box.mesh.key else None,
+        "chat_model": local_chat_role(box),
+    }
+
+
+def local_chat_role(box: BoxSpec) -> str | None:
+    """A chat role this box serves itself, the smallest window first: the cheapest model to ask
+    for one token, and one that stays on this gateway instead of crossing the mesh."""
+    served = [
+        (contract.context, CHAT_ROLES.index(role), role)
+        for role, contract in box.contract.items()
+        if contract.context is not None and contract.feasible and role in CHAT_ROLES
+    ]
+    return min(served)[2] if served else None

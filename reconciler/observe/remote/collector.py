@@ -560,6 +560,149 @@ def lane_probes(run, found):
     return out
 
 
+# -- audit (payload["audit"], `reconcile audit`) ---------------------------------------------------
+# Only when the payload asks for it: the extra probes cost a request each and the chat probe can
+# reach a model. Nothing here changes a box; the keys read here are used on the box's own
+# loopback and never printed (only their keyed digests are).
+_COMMENTED = re.compile(r"^\s*#+\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+_AUDIT_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Reason")
+
+
+def audit_section(run, secret_values):
+    spec = run.p["audit"]
+    keys, active = audit_envfile_keys(run, spec.get("env_keys") or [])
+    return {
+        "envfile_keys": keys,
+        "probes": audit_probes(run, spec, secret_values, active),
+        "host_network": audit_host_network(run),
+    }
+
+
+def audit_envfile_keys(run, names):
+    """The raw state of each key's lines in .env: set, empty, commented-out or absent (an
+    operator's `# GATEWAY_API_KEY=...` is how seed #209's .env said "off" while a shell armed
+    it). Returns the states (digests only) and the active values, for the keyed probe."""
+    text = read_text(os.path.join(run.deploy, ".env"))
+    active, commented = {}, {}
+    for number, raw in enumerate((text or "").splitlines(), 1):
+        match = _LINE.match(raw)
+        if match and not raw.lstrip().startswith("#"):
+            if match.group(1) in names:
+                active[match.group(1)] = (number, _dotenv_value(match.group(2)))
+            continue
+        match = _COMMENTED.match(raw)
+        if match and match.group(1) in names:
+            commented[match.group(1)] = (number, _dotenv_value(match.group(2)))
+    out = {}
+    for name in names:
+        if name in active:
+            number, value = active[name]
+            # lobes treats a whitespace-only key as no key (_gateway_api_key).
+            state = "set" if value.strip() else "empty"
+        elif name in commented:
+            number, value = commented[name]
+            state = "commented-out"
+        else:
+            out[name] = {"state": "absent" if text is not None else "no-file"}
+            continue
+        entry = {"state": state, "line": number}
+        if value.strip():
+            entry["digest"] = run.digest(value)
+        out[name] = entry
+    return out, {name: value for name, (_, value) in active.items()}
+
+
+def http_post_json(url, body, timeout, headers=None):
+    """POST a JSON body; keep the status, the error type and the mesh headers, never the
+    answer (a model's output is not evidence, and could echo anything)."""
+    data = json.dumps(body).encode()
+    hdrs = {"Content-Type": "application/json"}
+    hdrs.update(headers or {})
+    request = urllib.request.Request(url, data=data, headers=hdrs, method="POST")
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            resp.read(65536)
+            status, got, payload = resp.status, resp.headers, None
+    except urllib.error.HTTPError as exc:
+        status, got, payload = exc.code, exc.headers, _json(exc.read(65536))
+    except Exception as exc:  # a probe failure is a result, not a crash
+        return {"status": None, "error": "%s: %s" % (type(exc).__name__, exc), "ms": _ms(started)}
+    out = {"status": status, "ms": _ms(started)}
+    error = (payload or {}).get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("type"):
+        out["error_type"] = str(error["type"])[:80]
+    seen = {h: got.get(h) for h in _AUDIT_HEADERS if got is not None and got.get(h)}
+    if seen:
+        out["headers"] = seen
+    return out
+
+
+def audit_probes(run, spec, secret_values, active_env):
+    base = "http://127.0.0.1:%d" % run.p["gateway_port"]
+    timeout = float(run.p.get("probe_timeout_s", 3))
+    out = {}
+    model = spec.get("chat_model")
+    body = {"messages": [{"role": "user", "content": "audit"}], "max_tokens": 1}
+    if model:
+        body["model"] = model
+    out["chat_noauth"] = http_post_json(base + "/v1/chat/completions", body, timeout)
+    out["chat_noauth"]["model"] = model
+    # "The right key": the desired secret as the box's source holds it; if that source is
+    # missing, the inbound key .env declares (GATEWAY_API_KEY, else lobes' fallback).
+    candidates = [
+        (
+            "secret:%s" % spec.get("api_key_secret"),
+            secret_values.get(spec.get("api_key_secret") or ""),
+        )
+    ]
+    candidates += [
+        (".env:" + n, active_env.get(n)) for n in ("GATEWAY_API_KEY", "CULTURE_VLLM_API_KEY")
+    ]
+    out["models_key"] = _keyed_get(run, base + "/v1/models", candidates, timeout)
+    mesh = [
+        (
+            "secret:%s" % spec.get("mesh_key_secret"),
+            secret_values.get(spec.get("mesh_key_secret") or ""),
+        ),
+        (".env:LOBES_MESH_KEY", active_env.get("LOBES_MESH_KEY")),
+    ]
+    out["models_mesh_key"] = _keyed_get(run, base + "/v1/models", mesh, timeout)
+    return out
+
+
+def _keyed_get(run, url, candidates, timeout):
+    for source, key in candidates:
+        if key and key.strip():
+            result = http_get(url, timeout, {"Authorization": "Bearer " + key.strip()})
+            result.pop("body", None)
+            result["key_from"] = source
+            result["key"] = run.digest(key)
+            return result
+    return {"status": None, "skipped": "no key in the desired source or .env"}
+
+
+def audit_host_network(run):
+    """Containers of the project on the host network: every port they open is on the box."""
+    code, out, err = run.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            "label=com.docker.compose.project=" + run.p["project"],
+            "--filter",
+            "network=host",
+            "--format",
+            "{{.Names}}",
+        ],
+        env=run.scrubbed_env(),
+    )
+    if code != 0:
+        return {"error": _last_line(err) or "docker ps exited %d" % code}
+    return {"containers": sorted(out.split())}
+
+
 # -- main ----------------------------------------------------------------------------------------
 def collect(payload):
     run = Run(payload)
@@ -603,6 +746,8 @@ def collect(payload):
     doc["files"] = file_facts(run, list(dict.fromkeys(names)))
     doc["envfile"], current = envfile_fact(run)
     doc["secret_sources"], secret_values = secret_sources(run)
+    if payload.get("audit"):
+        threads.append(task("audit", audit_section, run, secret_values))
     current_text = read_text(os.path.join(run.deploy, ".env"))
 
     tmpdir = tempfile.mkdtemp(prefix="fleet-collect-")
@@ -638,6 +783,8 @@ def collect(payload):
     doc["render_login"] = results.get("render_login")
     doc["variables"] = results.get("variables", {})
     doc["current_env_keys"] = sorted(current)
+    if payload.get("audit"):
+        doc["audit"] = results.get("audit")
     timings["total"] = int((time.monotonic() - started) * 1000)
     doc["timings_ms"] = timings
     return doc

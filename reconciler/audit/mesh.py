@@ -1,0 +1,100 @@
+"""The mesh as a whole: who is a member, who is open, who is keyed, and which unauthenticated
+request would prove that an open member lets anyone into a keyed one. Pure.
+
+A lobes member with no inbound key forwards any caller's request for a role another member
+hosts, signed with the mesh key (contracts §3.5, observed in §4.5): the keyed member accepts
+the mesh key as a bearer, so its own key is bypassed. The mesh is as open as its weakest member.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.audit.evidence import Binding, BoxEvidence, Posture, Proof
+from reconciler.audit.probes import LanePort, ProofAttempt
+from reconciler.compare.drift import SecretValue
+from reconciler.desired.models import BoxSpec
+
+LOOPBACK_PREFIXES = ("127.", "::1")
+
+
+@dataclass(frozen=True)
+class MeshEvidence:
+    members: tuple[str, ...]  # the mesh on in the desired state
+    live_members: tuple[str, ...]  # gateways running with a mesh key and a mesh name
+    postures: dict[str, Posture]  # every audited box
+    mesh_keys: dict[str, SecretValue | None]  # the key each live member's gateway carries
+    proofs: tuple[Proof, ...]
+    unaudited: tuple[str, ...]
+    hosts: dict[str, str]  # role -> the member whose contract serves it
+
+    def with_posture(self, posture: Posture) -> list[str]:
+        return [b for b in self.live_members if self.postures.get(b) == posture]
+
+
+def role_hosts(specs: dict[str, BoxSpec]) -> dict[str, str]:
+    return {
+        str(role): name
+        for name, spec in specs.items()
+        for role, contract in spec.contract.items()
+        if contract.context is not None
+    }
+
+
+def mesh_evidence(specs: dict[str, BoxSpec], rows: list[BoxEvidence]) -> MeshEvidence:
+    audited = [r for r in rows if r.audited]
+    live = tuple(r.box for r in audited if r.mesh_on)
+    return MeshEvidence(
+        members=tuple(name for name, spec in specs.items() if spec.mesh.enabled),
+        live_members=live,
+        postures={r.box: r.posture for r in audited},
+        mesh_keys={
+            r.box: (r.carried["LOBES_MESH_KEY"].digest if "LOBES_MESH_KEY" in r.carried else None)
+            for r in audited
+            if r.box in live
+        },
+        proofs=tuple(p for r in rows for p in r.proofs),
+        unaudited=tuple(r.box for r in rows if not r.audited),
+        hosts=role_hosts(specs),
+    )
+
+
+def proof_attempts(
+    specs: dict[str, BoxSpec], rows: list[BoxEvidence], bases: dict[str, str]
+) -> list[ProofAttempt]:
+    """One request per (open member, keyed member) pair: through the open one, for the first
+    role (by name) its desired contract proxies to the keyed one, with no credentials."""
+    by_box = {r.box: r for r in rows if r.audited}
+    attempts = []
+    for via, row in by_box.items():
+        if row.posture != "open" or not row.mesh_on:
+            continue
+        tried: set[str] = set()
+        for role, contract in sorted(specs[via].contract.items()):
+            host = contract.proxied_to
+            target = by_box.get(host or "")
+            if host is None or host in tried or target is None:
+                continue
+            if target.posture == "keyed" and target.mesh_on:
+                tried.add(host)
+                attempts.append(ProofAttempt(via, bases[via], str(role), host))
+    return attempts
+
+
+def lane_port_targets(rows: list[BoxEvidence], addresses: dict[str, str]) -> list[LanePort]:
+    """Published lane ports the controller can reach: asked for /v1/models without a key."""
+    out = []
+    for row in rows:
+        if row.published is None:
+            continue
+        for b in row.published.lanes:
+            if b.host_ip.startswith(LOOPBACK_PREFIXES) or not b.host_port:
+                continue
+            host = addresses[row.box] if b.host_ip in ("", "0.0.0.0", "::") else b.host_ip
+            url = f"http://{host}:{b.host_port}/v1/models"
+            out.append(LanePort(row.box, b.container, url))
+    return out
+
+
+def lane_bindings(row: BoxEvidence) -> tuple[Binding, ...]:
+    return row.published.lanes if row.published else ()

@@ -1,0 +1,428 @@
+"""The audit's rules: evidence -> findings with a severity -> one verdict per box and for the
+mesh. Pure functions of the evidence rows; every message names where its facts were seen.
+
+Severity: `fail` when who-can-call-what differs from the desired state now (a keyed box that
+answers anyone, a lane reachable around the gateway, a mesh whose open member forwards into a
+keyed one); `warn` when it holds now but rests on something that flips it on the next ordinary
+action (a key only the login shell provides, a `.env` that declares the other posture, a key
+reused where each box should have its own). A box that cannot be audited gets `fail` and makes
+the run exit 1.
+
+Codes (stable, in the JSON report):
+  audit.unobserved            the box (or its gateway) could not be observed
+  posture.keyed-but-open      desired keyed; /v1/* answers without a key
+  posture.open-but-keyed      desired open; every caller without a key gets 401 (seed #209)
+  posture.mixed               the probes disagree (loopback vs mesh side, or models vs chat)
+  gateway.mesh-side-unreachable  the loopback answers, the mesh side cannot reach the gateway
+  key.from-login-shell        the running key came from a login-shell export, not .env
+  key.stale                   the running key is not what .env declares and no shell explains it
+  envfile.other-posture       .env declares the other posture: a scrubbed recreate flips it
+  key.not-desired             the running key is not the desired secret's value
+  envfile.key-not-desired     .env holds another key than the desired secret
+  key.right-key-refused       the desired key does not open /v1/models
+  key.unproven                keyed access could not be tried with the desired key
+  secret.unreadable           a desired secret's source is missing on the box (digest unknown)
+  key.is-mesh-key             the inbound key is the mesh key
+  key.reused                  the inbound key is the same as another box's (each has its own)
+  key.not-shared              the desired state shares one key; the boxes carry different ones
+  shell.secret-export         the login shell exports a secret compose interpolates
+  publish.lane                a lane publishes a host port (reachable around the gateway)
+  publish.host-network        a lane runs on the host network
+  publish.gateway             the gateway is published elsewhere than the desired bind:port
+  mesh.member                 mesh membership differs from the desired state
+  mesh.key-not-desired        a member's running mesh key is not the desired secret's value
+  mesh.weakest-link           an open member and a keyed member in one mesh
+  mesh.keys-differ            members run with different mesh keys
+  mesh.incomplete             a member could not be audited
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from reconciler.audit import phrases
+from reconciler.audit.evidence import API_KEYS, AUDITED_KEYS, BoxEvidence, Side
+from reconciler.audit.mesh import LOOPBACK_PREFIXES, MeshEvidence
+
+
+class Severity(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+RANK = {Severity.OK: 0, Severity.WARN: 1, Severity.FAIL: 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    subject: str  # a box name, or "mesh"
+    verdict: Severity
+    audited: bool
+    findings: tuple[Finding, ...]
+    reasons: tuple[str, ...]  # what was proven: the grounds of an ok, the context of the rest
+
+
+def worst(findings: tuple[Finding, ...]) -> Severity:
+    return max((f.severity for f in findings), key=RANK.__getitem__, default=Severity.OK)
+
+
+def _verdict(subject: str, audited: bool, findings: list[Finding], reasons: list[str]) -> Verdict:
+    ordered = tuple(sorted(findings, key=lambda f: (-RANK[f.severity], f.code, f.message)))
+    return Verdict(subject, worst(ordered), audited, ordered, tuple(reasons))
+
+
+# -- one box -------------------------------------------------------------------------------------
+def box_verdict(row: BoxEvidence, others: list[BoxEvidence]) -> Verdict:
+    if not row.audited:
+        findings = [Finding("audit.unobserved", Severity.FAIL, e) for e in row.errors]
+        return _verdict(row.box, False, findings, [])
+    findings = [
+        *_posture(row),
+        *_key_origin(row),
+        *_right_key(row),
+        *_key_reuse(row, others),
+        *_shell(row),
+        *_published(row),
+        *_mesh_member(row),
+    ]
+    findings += [Finding("audit.unobserved", Severity.WARN, e) for e in row.errors]
+    return _verdict(row.box, True, findings, _box_reasons(row))
+
+
+def _codes(side: Side | None) -> str:
+    if side is None:
+        return "not probed"
+    return f"GET /v1/models {phrases.status(side.models)}, POST chat {phrases.status(side.chat)}"
+
+
+def _posture(row: BoxEvidence) -> Iterator[Finding]:
+    live, want = row.posture, row.intent.auth
+    where = f"loopback {_codes(row.loopback)}; mesh side {_codes(row.mesh_side)}"
+    if live == "mixed":
+        yield Finding(
+            "posture.mixed",
+            Severity.FAIL,
+            f"the gated routes answer differently without a key ({where})",
+        )
+    elif live != want:
+        code, why = (
+            ("posture.keyed-but-open", "answers callers without a key")
+            if want == "keyed"
+            else ("posture.open-but-keyed", "refuses every caller without a key")
+        )
+        yield Finding(code, Severity.FAIL, f"desired {want}, but the gateway {why} ({where})")
+    side, loopback = row.mesh_side, row.loopback
+    answers_inside = loopback is not None and loopback.models.status is not None
+    if side is not None and answers_inside and side.models.status is None:
+        yield Finding(
+            "gateway.mesh-side-unreachable",
+            Severity.WARN,
+            f"the gateway answers on the loopback but not from the mesh side "
+            f"({side.models.error or 'no answer'})",
+        )
+
+
+def _key_origin(row: BoxEvidence) -> Iterator[Finding]:
+    declared = row.declared
+    mismatch = row.posture != row.intent.auth
+    for name in AUDITED_KEYS:
+        carried = row.carried.get(name)
+        if carried is None or carried.origin not in ("shell", "unexplained"):
+            continue
+        # An inbound key that decides the posture fails when the posture is wrong; the rest
+        # (a mesh key, a key the posture does not depend on) is a warning.
+        severity = Severity.FAIL if mismatch and name in API_KEYS else Severity.WARN
+        line = phrases.env_line(row.envfile.get(name))
+        if carried.origin == "shell":
+            yield Finding(
+                "key.from-login-shell",
+                severity,
+                f"the gateway runs with {name} {phrases.carried(carried)}, while .env has it "
+                f"{line}: a recreate from cron, CI or a converge (scrubbed) starts it otherwise",
+            )
+        else:
+            shown = "empty" if carried.digest is None else f"set ({phrases.digest(carried.digest)})"
+            yield Finding(
+                "key.stale",
+                severity,
+                f"the gateway runs with {name} {shown}, but .env has it {line}: it was started "
+                "before .env changed, or with another environment; recreate it (scrubbed)",
+            )
+    declares = "keyed" if declared is not None and declared.state == "set" else "open"
+    if declares != row.intent.auth:
+        yield Finding(
+            "envfile.other-posture",
+            Severity.WARN,
+            f".env declares the gateway {declares} ({declared.name if declared else API_KEYS[0]} "
+            f"{phrases.env_line(declared)}), desired {row.intent.auth}: the next scrubbed "
+            "recreate makes it so",
+        )
+
+
+def _right_key(row: BoxEvidence) -> Iterator[Finding]:
+    want = row.intent
+    if want.auth != "keyed":
+        return
+    inbound = row.inbound
+    if want.api_key is not None:
+        if inbound is not None and inbound.digest is not None and inbound.digest != want.api_key:
+            yield Finding(
+                "key.not-desired",
+                Severity.FAIL,
+                f"the gateway's key ({phrases.digest(inbound.digest)}) is not the desired "
+                f"{want.api_key_secret} ({phrases.digest(want.api_key)})",
+            )
+        declared = row.declared
+        if declared is not None and declared.state == "set" and declared.digest != want.api_key:
+            yield Finding(
+                "envfile.key-not-desired",
+                Severity.WARN,
+                f".env {declared.name} {phrases.env_line(declared)} is not the desired "
+                f"{want.api_key_secret} ({phrases.digest(want.api_key)})",
+            )
+    elif want.api_key_status not in (None, "ok"):
+        yield Finding(
+            "secret.unreadable",
+            Severity.WARN,
+            f"the desired {want.api_key_secret} cannot be read on the box "
+            f"({want.api_key_status}: {want.api_key_where}): the right key is unknown",
+        )
+    keyed = row.keyed
+    if row.posture != "keyed" or keyed is None:
+        return
+    if keyed.status is None:
+        yield Finding(
+            "key.unproven",
+            Severity.WARN,
+            f"keyed access was not tried: {keyed.note or 'no key'}",
+        )
+    elif keyed.status != 200:
+        yield Finding(
+            "key.right-key-refused",
+            Severity.FAIL,
+            f"GET /v1/models with the key from {keyed.key_from} ({phrases.digest(keyed.digest)}) "
+            f"got {keyed.status}: callers holding it are refused",
+        )
+    elif keyed.key_from and not keyed.key_from.startswith("secret:"):
+        yield Finding(
+            "key.unproven",
+            Severity.WARN,
+            f"keyed access works with the key from {keyed.key_from}, not the desired source",
+        )
+
+
+def _key_reuse(row: BoxEvidence, others: list[BoxEvidence]) -> Iterator[Finding]:
+    inbound = row.inbound
+    if inbound is None or inbound.digest is None:
+        return
+    mesh = row.carried.get("LOBES_MESH_KEY")
+    if mesh is not None and mesh.digest == inbound.digest:
+        yield Finding(
+            "key.is-mesh-key",
+            Severity.FAIL,
+            f"the inbound {inbound.name} is the mesh key ({phrases.digest(inbound.digest)}): "
+            "every API client holds the key members sign with",
+        )
+    same = [
+        o.box
+        for o in others
+        if o.audited and o.inbound is not None and o.inbound.digest == inbound.digest
+    ]
+    if same and not row.intent.api_key_shared:
+        yield Finding(
+            "key.reused",
+            Severity.WARN,
+            f"the inbound key ({phrases.digest(inbound.digest)}) is {phrases.same_as(same)}; "
+            f"the desired {row.intent.api_key_secret or 'key'} is one per box",
+        )
+    if row.intent.api_key_shared:
+        differ = [
+            o.box
+            for o in others
+            if o.audited
+            and o.intent.api_key_secret == row.intent.api_key_secret
+            and o.inbound is not None
+            and o.inbound.digest != inbound.digest
+        ]
+        if differ:
+            yield Finding(
+                "key.not-shared",
+                Severity.WARN,
+                f"the desired {row.intent.api_key_secret} is one value for every box, but "
+                f"{', '.join(differ)} carry another",
+            )
+
+
+def _shell(row: BoxEvidence) -> Iterator[Finding]:
+    for export in row.shell:
+        value = f"set ({phrases.digest(export.digest)})" if export.digest else "empty"
+        yield Finding(
+            "shell.secret-export",
+            Severity.WARN,
+            f"the login shell exports {export.name} {value} at "
+            f"{export.source or 'an unknown line'}: compose takes it ahead of .env",
+        )
+
+
+def _published(row: BoxEvidence) -> Iterator[Finding]:
+    pub = row.published
+    if pub is None:
+        return
+    probes = {p.container: p for p in pub.lane_probes}
+    for b in pub.lanes:
+        probe = probes.get(b.container)
+        live = ""
+        if probe is not None:
+            live = f"; GET {probe.url} without a key: {probe.status or probe.error}"
+        yield Finding(
+            "publish.lane",
+            Severity.WARN if b.host_ip.startswith(LOOPBACK_PREFIXES) else Severity.FAIL,
+            f"{b.container} publishes {b.address}->{b.container_port} on the host: callers "
+            f"reach the lane without the gateway's key{live}",
+        )
+    for name in pub.host_network:
+        if name != row.gateway_container:
+            yield Finding(
+                "publish.host-network",
+                Severity.FAIL,
+                f"{name} runs on the host network: every port it opens is on the box",
+            )
+    want = f"{row.intent.bind}:{row.intent.port}"
+    addresses = sorted({b.address for b in pub.gateway if b.container_port.startswith("8000")})
+    if not addresses:
+        yield Finding(
+            "publish.gateway",
+            Severity.WARN,
+            f"the gateway publishes no port (desired {want}): mesh members cannot reach it",
+        )
+    elif addresses != [want]:
+        wider = row.intent.bind != "0.0.0.0" and any(a.startswith("0.0.0.0:") for a in addresses)
+        yield Finding(
+            "publish.gateway",
+            Severity.FAIL if wider else Severity.WARN,
+            f"the gateway is published on {', '.join(addresses)}, desired {want}",
+        )
+
+
+def _mesh_member(row: BoxEvidence) -> Iterator[Finding]:
+    want = row.intent
+    if want.mesh and not row.mesh_on:
+        yield Finding(
+            "mesh.member",
+            Severity.WARN,
+            "desired a mesh member, but the gateway runs without a mesh key or name",
+        )
+    elif not want.mesh and row.mesh_on:
+        yield Finding(
+            "mesh.member",
+            Severity.FAIL,
+            "not desired in the mesh, but the gateway runs with a mesh key: it proxies for, "
+            "and accepts callers bearing, the mesh key",
+        )
+    mesh = row.carried.get("LOBES_MESH_KEY")
+    if want.mesh and want.mesh_key is not None and mesh is not None and mesh.digest is not None:
+        if mesh.digest != want.mesh_key:
+            yield Finding(
+                "mesh.key-not-desired",
+                Severity.WARN,
+                f"the gateway's mesh key ({phrases.digest(mesh.digest)}) is not the desired "
+                f"{want.mesh_key_secret} ({phrases.digest(want.mesh_key)})",
+            )
+    elif want.mesh and want.mesh_key is None and want.mesh_key_status not in (None, "ok"):
+        yield Finding(
+            "secret.unreadable",
+            Severity.WARN,
+            f"the desired {want.mesh_key_secret} cannot be read on the box "
+            f"({want.mesh_key_status})",
+        )
+
+
+def _box_reasons(row: BoxEvidence) -> list[str]:
+    """What the evidence proves, finding or not: the first lines a reader checks."""
+    out = [
+        f"desired {row.intent.auth}, live {row.posture} (loopback {_codes(row.loopback)}; "
+        f"mesh side {_codes(row.mesh_side)})"
+    ]
+    if row.keyed is not None and row.keyed.status is not None:
+        out.append(
+            f"with the key from {row.keyed.key_from} ({phrases.digest(row.keyed.digest)}): "
+            f"GET /v1/models {row.keyed.status}"
+        )
+    inbound = row.inbound
+    if inbound is not None:
+        out.append(f"the gateway's {inbound.name}: {phrases.carried(inbound)}")
+    return out
+
+
+# -- the mesh ------------------------------------------------------------------------------------
+def mesh_verdict(mesh: MeshEvidence) -> Verdict:
+    findings: list[Finding] = []
+    reasons = [
+        f"desired members: {', '.join(mesh.members) or 'none'}; "
+        f"live members: {', '.join(mesh.live_members) or 'none'}"
+    ]
+    open_, keyed = mesh.with_posture("open"), mesh.with_posture("keyed")
+    if open_ or keyed:
+        reasons.append(f"open: {', '.join(open_) or 'none'}; keyed: {', '.join(keyed) or 'none'}")
+    if open_ and keyed:
+        findings.append(_weakest_link(mesh, open_, keyed))
+    elif open_ and not keyed:
+        reasons.append("every live member is open: anyone who reaches a member calls every role")
+    findings += _mesh_keys(mesh)
+    for box in mesh.unaudited:
+        if box in mesh.members:
+            findings.append(
+                Finding(
+                    "mesh.incomplete",
+                    Severity.FAIL,
+                    f"{box} could not be audited: the mesh is only as closed as it",
+                )
+            )
+    return _verdict("mesh", not mesh.unaudited, findings, reasons)
+
+
+def _weakest_link(mesh: MeshEvidence, open_: list[str], keyed: list[str]) -> Finding:
+    head = (
+        f"{', '.join(open_)} open while {', '.join(keyed)} keyed: an open member forwards "
+        "unauthenticated callers into keyed ones with the mesh key"
+    )
+    proven = [p for p in mesh.proofs if p.proven]
+    if proven:
+        p = proven[0]
+        proof = (
+            f"proven: POST {p.url} model={p.role} without a key -> {p.status}, "
+            f"X-Lobes-Mesh-Member: {p.mesh_member}, X-Lobes-Proxied-By: {p.proxied_by}"
+        )
+    elif mesh.proofs:
+        p = mesh.proofs[0]
+        answer = p.status if p.status is not None else p.error
+        proof = (
+            f"not proven live: POST {p.url} model={p.role} without a key -> {answer}"
+            f"{f' ({p.error})' if p.error and p.status is not None else ''}"
+        )
+    else:
+        proof = "not proven live: no desired contract proxies a keyed member's role through it"
+    return Finding("mesh.weakest-link", Severity.FAIL, f"{head}; {proof}")
+
+
+def _mesh_keys(mesh: MeshEvidence) -> Iterator[Finding]:
+    groups: dict[str, list[str]] = {}
+    for box, key in mesh.mesh_keys.items():
+        groups.setdefault(phrases.digest(key), []).append(box)
+    if len(groups) > 1:
+        shown = "; ".join(f"{', '.join(boxes)}: {d}" for d, boxes in sorted(groups.items()))
+        yield Finding(
+            "mesh.keys-differ",
+            Severity.FAIL,
+            f"members run with different mesh keys ({shown}): they cannot verify each other",
+        )
