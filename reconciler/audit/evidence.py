@@ -486,3 +486,35 @@ def _proofs(controller: dict[str, Any]) -> tuple[Proof, ...]:
             )
         )
     return tuple(out)
+
+
+# -- key use across boxes ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KeyUse:
+    """One running key against the desired state and the other boxes (digests only)."""
+
+    digest: SecretValue | None
+    matches_desired: bool | None  # None: no desired value known (source unreadable, or open)
+    same_as: tuple[str, ...]  # other audited boxes whose gateway carries the same value
+
+
+def key_use(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, KeyUse]:
+    """`inbound` and `mesh`: is each the desired value, and which other boxes share it."""
+    others = [r for r in rows if r.audited and r.box != row.box]
+
+    def use(mine: SecretValue | None, desired: SecretValue | None, theirs: Any) -> KeyUse:
+        same = tuple(o.box for o in others if mine is not None and theirs(o) == mine)
+        matches = None if desired is None or mine is None else mine == desired
+        return KeyUse(mine, matches, same)
+
+    def inbound(r: BoxEvidence) -> SecretValue | None:
+        return r.inbound.digest if r.inbound else None
+
+    def mesh(r: BoxEvidence) -> SecretValue | None:
+        c = r.carried.get(MESH_KEY)
+        return c.digest if c else None
+
+    return {
+        "inbound": use(inbound(row), row.intent.api_key, inbound),
+        "mesh": use(mesh(row), row.intent.mesh_key, mesh),
+    }

@@ -1,0 +1,232 @@
+"""The JSON audit report as pydantic models: the source of its JSON Schema
+(schema/audit-report.schema.json) and the validator tests run rendered documents through.
+
+Only the schema command and tests import this module; rendering builds plain dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_ID = "fleet-reconciler/audit-report"
+VERSION = 1
+
+Count = Annotated[int, Field(ge=0)]
+Severity = Literal["ok", "warn", "fail"]
+Posture = Literal["keyed", "open", "mixed", "unknown"]
+Status = int | None
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Secret(_Doc):
+    """A secret, never in clear: 12 hex of SHA-256 over the collector's per-run HMAC. Equal
+    digests within one run are equal values ("same as spark"); across runs they differ."""
+
+    secret: Literal[True]
+    digest: Annotated[str, Field(pattern=r"^[0-9a-f]{12}$")]
+
+
+class FindingDoc(_Doc):
+    code: str = Field(description="stable rule code, e.g. mesh.weakest-link (verdict.py)")
+    severity: Literal["warn", "fail"]
+    message: str = Field(description="one line for a person; secrets only as digests")
+
+
+class VerdictFields(_Doc):
+    verdict: Severity = Field(description="the worst finding's severity; ok without findings")
+    audited: bool = Field(description="false: the subject could not be audited (exit 1)")
+    findings: list[FindingDoc] = Field(description="worst first")
+    reasons: list[str] = Field(description="what the evidence proves, finding or not")
+
+
+class ApiKeyIntent(_Doc):
+    secret: str | None = Field(description="the desired secret's name (gateway.api_key)")
+    source: str | None = Field(description="where the box holds it, e.g. ~/.lobes/.secrets.env")
+    status: str | None = Field(description="ok | file-missing | key-missing | controller-env")
+    digest: Secret | None
+    one_per_box: bool = Field(description="true: each box has its own value (box_file source)")
+
+
+class MeshIntent(_Doc):
+    enabled: bool
+    secret: str | None
+    status: str | None
+    digest: Secret | None
+
+
+class IntentDoc(_Doc):
+    auth: Literal["keyed", "open"]
+    api_key: ApiKeyIntent
+    mesh: MeshIntent
+    bind: str
+    port: int
+
+
+class EnvLineDoc(_Doc):
+    state: Literal["set", "empty", "commented-out", "absent", "no-file"]
+    line: int | None
+    digest: Secret | None = Field(description="also for a commented-out value")
+
+
+class CarriedDoc(_Doc):
+    digest: Secret | None = Field(description="null: empty in the running container")
+    origin: Literal["env", "shell", "env+shell", "none", "unexplained"] = Field(
+        description="where the running value came from; unexplained = neither .env nor the "
+        "login shell (stale, or started by hand)"
+    )
+    where: str | None = Field(description='".env:1193" or "~/.bashrc:7"')
+
+
+class GatewayDoc(_Doc):
+    container: str | None
+    status: str | None
+    inbound_key: str | None = Field(description="the variable whose value the gate enforces")
+    carries: dict[str, CarriedDoc]
+    mesh_name: str | None
+
+
+class ShellExportDoc(_Doc):
+    name: str
+    source: str | None = Field(description='"~/.bashrc:7"')
+    digest: Secret | None = Field(description="null: exported empty")
+
+
+class ProbeDoc(_Doc):
+    status: Status
+    error: str | None
+
+
+class ChatProbeDoc(ProbeDoc):
+    model: str | None
+
+
+class SideDoc(_Doc):
+    health: ProbeDoc
+    capabilities: ProbeDoc
+    models: ProbeDoc = Field(description="GET /v1/models without credentials")
+    chat: ChatProbeDoc = Field(description="POST /v1/chat/completions without credentials")
+
+
+class KeyedDoc(_Doc):
+    status: Status
+    key_from: str | None = Field(description='"secret:gateway_api_key" or ".env:GATEWAY_API_KEY"')
+    digest: Secret | None
+    note: str | None
+
+
+class ProbesDoc(_Doc):
+    loopback: SideDoc | None = Field(description="from the box itself")
+    mesh_side: SideDoc | None = Field(description="from the controller, as a mesh caller")
+    keyed: KeyedDoc | None = Field(description="GET /v1/models with the right key, on the box")
+    mesh_keyed: KeyedDoc | None = Field(description="GET /v1/models with the mesh key, on the box")
+
+
+class BindingDoc(_Doc):
+    container: str
+    service: str | None
+    address: str = Field(description="host address:port; 0.0.0.0 = every interface")
+    container_port: str
+
+
+class LaneProbeDoc(_Doc):
+    container: str
+    url: str
+    status: Status
+    error: str | None
+
+
+class PublishedDoc(_Doc):
+    gateway: list[BindingDoc]
+    lanes: list[BindingDoc] = Field(description="should be empty: lanes only via the gateway")
+    host_network: list[str]
+    lane_probes: list[LaneProbeDoc] = Field(description="GET /v1/models on each, without a key")
+
+
+class KeyUseDoc(_Doc):
+    digest: Secret | None
+    matches_desired: bool | None
+    same_as: list[str]
+
+
+class BoxMeshDoc(_Doc):
+    on: bool
+    detect: bool | None = Field(description="GET /mesh/detect from the mesh side")
+    proxied: dict[str, str] = Field(description="role -> member, from /capabilities")
+
+
+class EvidenceDoc(_Doc):
+    posture: Posture
+    envfile: dict[str, EnvLineDoc]
+    gateway: GatewayDoc
+    shell_exports: list[ShellExportDoc]
+    probes: ProbesDoc
+    published: PublishedDoc
+    keys: dict[Literal["inbound", "mesh"], KeyUseDoc]
+    mesh: BoxMeshDoc
+
+
+class BoxDoc(VerdictFields):
+    box: str
+    errors: list[str]
+    intent: IntentDoc
+    evidence: EvidenceDoc | None = Field(description="null when the box could not be audited")
+
+
+class ProofDoc(_Doc):
+    via: str = Field(description="the open member the request was sent to")
+    role: str
+    host: str = Field(description="the keyed member whose contract serves the role")
+    url: str
+    status: Status
+    mesh_member: str | None = Field(description="X-Lobes-Mesh-Member")
+    proxied_by: str | None = Field(description="X-Lobes-Proxied-By")
+    error: str | None
+    proven: bool
+
+
+class MeshDoc(VerdictFields):
+    members: list[str]
+    live_members: list[str]
+    open: list[str]
+    keyed: list[str]
+    mesh_keys: dict[str, Secret | None]
+    proofs: list[ProofDoc]
+    unaudited: list[str]
+
+
+class SummaryDoc(_Doc):
+    boxes: Count
+    audited: Count
+    ok: Count
+    warn: Count
+    fail: Count
+    mesh: Severity
+    findings: Count
+    exit_code: Literal[0, 1, 2] = Field(
+        description="0 every verdict ok, 2 any finding, 1 a box not audited (worst wins)"
+    )
+
+
+class AuditReportDoc(_Doc):
+    """fleet-reconciler audit: who can call what on the mesh, and why."""
+
+    schema_: Literal["fleet-reconciler/audit-report"] = Field(alias="schema")
+    version: Literal[1]
+    run_id: str
+    generated_at: str = Field(json_schema_extra={"format": "date-time"})
+    inventory: str
+    summary: SummaryDoc
+    boxes: list[BoxDoc] = Field(description="in inventory order")
+    mesh: MeshDoc
+
+
+def json_schema() -> dict[str, Any]:
+    schema = AuditReportDoc.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"fleet-reconciler audit report, version {VERSION}"
+    return schema

@@ -1,0 +1,229 @@
+"""The machine-readable audit: a versioned JSON document (shape and schema in document.py,
+committed as schema/audit-report.schema.json).
+
+Secrets are `{"secret": true, "digest": "<12 hex>"}` exactly as in the drift report (the same
+`secret_digest`), so a consumer handles both documents alike; a digest is only comparable
+within one run. Order is part of the format: boxes in inventory order, findings worst first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reconciler.audit.evidence import (
+    BoxEvidence,
+    Carried,
+    KeyedProbe,
+    KeyUse,
+    Probe,
+    Side,
+    key_use,
+)
+from reconciler.audit.report import AuditReport
+from reconciler.audit.verdict import Severity, Verdict
+from reconciler.compare.drift import SecretValue
+from reconciler.report.json_report import secret_digest
+from reconciler.report.values import scrub
+
+# Equal to document.SCHEMA_ID / VERSION (a test checks), so rendering needs no pydantic.
+SCHEMA_ID = "fleet-reconciler/audit-report"
+VERSION = 1
+
+
+def render_json(report: AuditReport) -> str:
+    return json.dumps(to_document(report), indent=2, ensure_ascii=False) + "\n"
+
+
+def to_document(report: AuditReport) -> dict[str, Any]:
+    verdicts = [v.verdict for v in report.verdicts]
+    rows = list(report.rows)
+    return {
+        "schema": SCHEMA_ID,
+        "version": VERSION,
+        "run_id": report.run_id,
+        "generated_at": report.generated_at,
+        "inventory": report.inventory,
+        "summary": {
+            "boxes": len(report.rows),
+            "audited": sum(1 for v in report.verdicts if v.audited),
+            "ok": verdicts.count(Severity.OK),
+            "warn": verdicts.count(Severity.WARN),
+            "fail": verdicts.count(Severity.FAIL),
+            "mesh": report.mesh_verdict.verdict.value,
+            "findings": sum(len(v.findings) for v in (*report.verdicts, report.mesh_verdict)),
+            "exit_code": report.exit_code,
+        },
+        "boxes": [_box(r, v, rows) for r, v in zip(report.rows, report.verdicts, strict=True)],
+        "mesh": _mesh(report),
+    }
+
+
+def secret(value: SecretValue | None) -> dict[str, Any] | None:
+    return None if value is None else {"secret": True, "digest": secret_digest(value)}
+
+
+def _verdict(v: Verdict) -> dict[str, Any]:
+    return {
+        "verdict": v.verdict.value,
+        "audited": v.audited,
+        "findings": [
+            {"code": f.code, "severity": f.severity.value, "message": scrub(f.message)}
+            for f in v.findings
+        ],
+        "reasons": [scrub(r) for r in v.reasons],
+    }
+
+
+def _box(row: BoxEvidence, v: Verdict, rows: list[BoxEvidence]) -> dict[str, Any]:
+    out: dict[str, Any] = {"box": row.box, **_verdict(v), "errors": [scrub(e) for e in row.errors]}
+    out["intent"] = _intent(row)
+    out["evidence"] = _evidence(row, rows) if row.audited else None
+    return out
+
+
+def _intent(row: BoxEvidence) -> dict[str, Any]:
+    i = row.intent
+    return {
+        "auth": i.auth,
+        "api_key": {
+            "secret": i.api_key_secret,
+            "source": i.api_key_where,
+            "status": i.api_key_status,
+            "digest": secret(i.api_key),
+            "one_per_box": not i.api_key_shared,
+        },
+        "mesh": {
+            "enabled": i.mesh,
+            "secret": i.mesh_key_secret,
+            "status": i.mesh_key_status,
+            "digest": secret(i.mesh_key),
+        },
+        "bind": i.bind,
+        "port": i.port,
+    }
+
+
+def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
+    pub = row.published
+    return {
+        "posture": row.posture,
+        "envfile": {
+            name: {"state": line.state, "line": line.line, "digest": secret(line.digest)}
+            for name, line in row.envfile.items()
+        },
+        "gateway": {
+            "container": row.gateway_container,
+            "status": row.gateway_status,
+            "inbound_key": row.inbound.name if row.inbound else None,
+            "carries": {name: _carried(c) for name, c in row.carried.items()},
+            "mesh_name": row.mesh_name,
+        },
+        "shell_exports": [
+            {"name": s.name, "source": s.source, "digest": secret(s.digest)} for s in row.shell
+        ],
+        "probes": {
+            "loopback": _side(row.loopback),
+            "mesh_side": _side(row.mesh_side),
+            "keyed": _keyed(row.keyed),
+            "mesh_keyed": _keyed(row.mesh_keyed),
+        },
+        "published": {
+            "gateway": [_binding(b) for b in pub.gateway] if pub else [],
+            "lanes": [_binding(b) for b in pub.lanes] if pub else [],
+            "host_network": list(pub.host_network) if pub else [],
+            "lane_probes": [
+                {"container": p.container, "url": p.url, "status": p.status, "error": p.error}
+                for p in (pub.lane_probes if pub else ())
+            ],
+        },
+        "keys": {name: _key_use(u) for name, u in key_use(row, rows).items()},
+        "mesh": {"on": row.mesh_on, "detect": row.mesh_detect, "proxied": dict(row.proxied)},
+    }
+
+
+def _carried(c: Carried) -> dict[str, Any]:
+    return {"digest": secret(c.digest), "origin": c.origin, "where": c.where}
+
+
+def _probe(p: Probe) -> dict[str, Any]:
+    return {"status": p.status, "error": scrub(p.error) if p.error else None}
+
+
+def _side(side: Side | None) -> dict[str, Any] | None:
+    if side is None:
+        return None
+    return {
+        "health": _probe(side.health),
+        "capabilities": _probe(side.capabilities),
+        "models": _probe(side.models),
+        "chat": {**_probe(side.chat), "model": side.chat.model},
+    }
+
+
+def _keyed(k: KeyedProbe | None) -> dict[str, Any] | None:
+    if k is None:
+        return None
+    return {
+        "status": k.status,
+        "key_from": k.key_from,
+        "digest": secret(k.digest),
+        "note": scrub(k.note) if k.note else None,
+    }
+
+
+def _binding(b: Any) -> dict[str, Any]:
+    return {
+        "container": b.container,
+        "service": b.service,
+        "address": b.address,
+        "container_port": b.container_port,
+    }
+
+
+def _key_use(u: KeyUse) -> dict[str, Any]:
+    return {
+        "digest": secret(u.digest),
+        "matches_desired": u.matches_desired,
+        "same_as": list(u.same_as),
+    }
+
+
+def _mesh(report: AuditReport) -> dict[str, Any]:
+    m = report.mesh
+    return {
+        **_verdict(report.mesh_verdict),
+        "members": list(m.members),
+        "live_members": list(m.live_members),
+        "open": m.with_posture("open"),
+        "keyed": m.with_posture("keyed"),
+        "mesh_keys": {box: secret(key) for box, key in m.mesh_keys.items()},
+        "proofs": [
+            {
+                "via": p.via,
+                "role": p.role,
+                "host": p.host,
+                "url": p.url,
+                "status": p.status,
+                "mesh_member": p.mesh_member,
+                "proxied_by": p.proxied_by,
+                "error": scrub(p.error) if p.error else None,
+                "proven": p.proven,
+            }
+            for p in m.proofs
+        ],
+        "unaudited": list(m.unaudited),
+    }
+
+
+def audit_report_schema_json() -> str:
+    from reconciler.audit.document import json_schema
+
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    # Regenerates the committed schema: python -m reconciler.audit.report_json > schema/...
+    import sys
+
+    sys.stdout.write(audit_report_schema_json())
