@@ -224,24 +224,108 @@ def hardcoded_flag(box: str, service: str, flag: str) -> dict[str, Any]:
     }
 
 
-def other_image_digest(box: str, service: str, ref: str | None = None) -> dict[str, Any]:
-    """Run one lane from another image: the image variable exported for one compose call.
+def _seconds(ns: int | None) -> str | None:
+    return f"{ns / 1e9:g}s" if ns else None
 
-    `.env` still names the pinned digest; only `docker inspect` shows what runs.
+
+def docker_run_argv(inspect: dict[str, Any], image: str) -> list[str]:
+    """A `docker run` that recreates a compose container from its inspect, on another image.
+
+    As close as the CLI allows: every label (compose's config-hash included, so compose
+    believes the container is current), env, mounts, network and aliases, ulimits, ipc,
+    restart policy, runtime, init, ports. What the CLI cannot say: `--entrypoint` takes one
+    word (the rest of it moves in front of the command) and the healthcheck becomes shell
+    form. Those two differences are visible in `docker inspect`, as they would be on a box.
+    """
+    cfg, host = inspect["Config"], inspect["HostConfig"]
+    name = inspect["Name"].lstrip("/")
+    argv = ["docker", "run", "--detach", "--name", name]
+    for key, value in sorted((cfg.get("Labels") or {}).items()):
+        argv += ["--label", f"{key}={value}"]
+    for item in cfg.get("Env") or []:
+        argv += ["--env", item]
+    for bind in host.get("Binds") or []:
+        argv += ["--volume", bind]
+    network = host.get("NetworkMode", "")
+    if network and network not in ("default", "bridge"):
+        argv += ["--network", network]
+        aliases = (inspect["NetworkSettings"]["Networks"].get(network) or {}).get("Aliases") or []
+        for alias in aliases:
+            if alias != name and not re.fullmatch(r"[0-9a-f]{12}", alias):
+                argv += ["--network-alias", alias]
+    restart = (host.get("RestartPolicy") or {}).get("Name")
+    if restart and restart != "no":
+        argv += ["--restart", restart]
+    if host.get("IpcMode") in ("host", "shareable", "private"):
+        argv += ["--ipc", host["IpcMode"]]
+    for ul in host.get("Ulimits") or []:
+        argv += ["--ulimit", f"{ul['Name']}={ul['Soft']}:{ul['Hard']}"]
+    if host.get("Runtime") and host["Runtime"] != "runc":
+        argv += ["--runtime", host["Runtime"]]
+    if host.get("Init"):
+        argv.append("--init")
+    for port, bindings in sorted((host.get("PortBindings") or {}).items()):
+        for b in bindings or []:
+            ip = f"{b['HostIp']}:" if b.get("HostIp") else ""
+            argv += ["--publish", f"{ip}{b.get('HostPort', '')}:{port}"]
+    for port in sorted(cfg.get("ExposedPorts") or {}):
+        argv += ["--expose", port]
+    if cfg.get("WorkingDir"):
+        argv += ["--workdir", cfg["WorkingDir"]]
+    if cfg.get("User"):
+        argv += ["--user", cfg["User"]]
+    hc = cfg.get("Healthcheck") or {}
+    test = hc.get("Test") or []
+    if test and test[0] in ("CMD", "CMD-SHELL"):
+        cmd = test[1] if test[0] == "CMD-SHELL" else shlex.join(test[1:])
+        argv += ["--health-cmd", cmd]
+        for flag, key in (("--health-interval", "Interval"), ("--health-timeout", "Timeout"),
+                          ("--health-start-period", "StartPeriod")):  # fmt: skip
+            if _seconds(hc.get(key)):
+                argv += [flag, _seconds(hc.get(key))]  # type: ignore[list-item]
+        if hc.get("Retries"):
+            argv += ["--health-retries", str(hc["Retries"])]
+    entrypoint = cfg.get("Entrypoint") or []
+    if entrypoint:
+        argv += ["--entrypoint", entrypoint[0]]
+    argv.append(image)
+    argv += [*entrypoint[1:], *(cfg.get("Cmd") or [])]
+    return argv
+
+
+def other_image_digest(
+    box: str, service: str, ref: str | None = None, method: str = "compose"
+) -> dict[str, Any]:
+    """Run one lane from another image digest; `.env` still names the pinned one.
+
+    method="compose": the lane's image variable exported for one compose call (compose labels
+    the container with the config it really used). method="docker-run": the container is
+    replaced by a hand-written `docker run` that copies compose's labels, config-hash
+    included, so compose itself believes the lane is current; only `docker inspect` tells.
     """
     ref = ref or imageset.load()["vllm_nightly_alt"]
-    var = _IMAGE_VAR.get(service, "VLLM_NIGHTLY_IMAGE")
-    up = f"docker compose up -d --no-deps {shlex.quote(service)}"
-    cmd = f"cd ~/.lobes && {var}={shlex.quote(ref)} {up}"
-    _sh(box, f"{cmd} >/dev/null 2>&1")
+    if method == "compose":
+        var = _IMAGE_VAR.get(service, "VLLM_NIGHTLY_IMAGE")
+        up = f"docker compose up -d --no-deps {shlex.quote(service)}"
+        commands = [f"cd ~/.lobes && {var}={shlex.quote(ref)} {up}"]
+        _sh(box, f"{commands[0]} >/dev/null 2>&1")
+    elif method == "docker-run":
+        container = f"model-gear-{service}"
+        inspect = json.loads(_sh(box, f"docker inspect {container}"))[0]
+        var = None
+        commands = [f"docker rm -f {container}", shlex.join(docker_run_argv(inspect, ref))]
+        _sh(box, " && ".join(f"{c} >/dev/null" for c in commands))
+    else:
+        raise ValueError(f"method must be compose or docker-run, not {method!r}")
     _wait_healthy(box, service)
     return {
         "incident": "other_image_digest",
         "box": box,
         "service": service,
+        "method": method,
         "variable": var,
         "ref": ref,
-        "commands": [cmd],
+        "commands": commands,
     }
 
 

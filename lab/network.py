@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import BOXES, BRIDGE, BRIDGE_ADDR, Box
+from .config import BOXES, BRIDGE, BRIDGE_ADDR, RUN_ROOT, Box
 from .proc import log, ok, run
 
 # A host dockerd (ours or anyone's) loads br_netfilter and sets the FORWARD policy to DROP;
@@ -26,6 +26,34 @@ def _link_exists(name: str, netns: str | None = None) -> bool:
 
 def netns_exists(box: Box) -> bool:
     return Path("/run/netns", box.netns).exists()
+
+
+def uts_file(box: Box) -> Path:
+    return RUN_ROOT / "uts" / box.name
+
+
+def _uts_mounted(box: Box) -> bool:
+    target = str(uts_file(box))
+    return any(
+        line.split()[4] == target for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    )
+
+
+def ensure_uts(box: Box) -> None:
+    """A UTS namespace per box, so `hostname` in an SSH session (and dockerd's Name) says thor."""
+    if _uts_mounted(box):
+        return
+    f = uts_file(box)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.touch()
+    run(["unshare", f"--uts={f}", "hostname", box.name])
+
+
+def remove_uts(box: Box) -> None:
+    f = uts_file(box)
+    if _uts_mounted(box):
+        run(["umount", f], check=False)
+    f.unlink(missing_ok=True)
 
 
 def ensure_bridge() -> None:
@@ -59,6 +87,7 @@ def ensure_box(box: Box) -> None:
         run([*ns, "addr", "add", f"{box.address}/24", "dev", box.veth_box])
     run([*ns, "link", "set", box.veth_box, "up"])
     run([*ns, "link", "set", "lo", "up"])
+    ensure_uts(box)
 
 
 def ensure_all() -> None:
@@ -73,6 +102,7 @@ def remove_box(box: Box) -> None:
         run(["ip", "netns", "del", box.netns], check=False)
     if _link_exists(box.veth_host):
         run(["ip", "link", "del", box.veth_host], check=False)
+    remove_uts(box)
 
 
 def remove_bridge() -> None:
@@ -83,5 +113,9 @@ def remove_bridge() -> None:
 
 
 def in_netns(box: Box, argv: list[str]) -> list[str]:
-    """Wrap argv to run inside the box's network namespace only (same mounts, same users)."""
-    return ["nsenter", f"--net=/run/netns/{box.netns}", "--", *argv]
+    """Wrap argv to run inside the box's network (and hostname) namespace; same mounts, users.
+
+    nsenter execs the program itself (no fork for these namespaces), so the pid a caller
+    holds is the daemon's own.
+    """
+    return ["nsenter", f"--net=/run/netns/{box.netns}", f"--uts={uts_file(box)}", "--", *argv]

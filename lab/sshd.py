@@ -52,6 +52,7 @@ def render_config(box: Box) -> str:
     return "\n".join(
         [
             f"# sshd of lab box {box.name} (written by lab/sshd.py)",
+            f"# started as: {' '.join(in_netns(box, ['sshd']))}",
             f"ListenAddress {box.address}:22",
             f"HostKey {hostkey(box)}",
             f"PidFile {box.sshd_pidfile}",

@@ -82,3 +82,14 @@ def test_reset_restores_pristine(lab, on_box, http):
     result = labpkg.incidents.reset("thor")
     assert ".lobes/.env" in result["changed"]["thor"]
     assert _lane_window(on_box, "thor", "vllm-worker") == 262144
+
+
+def test_docker_run_with_copied_labels_fools_compose_not_inspect(lab, on_box, pristine):
+    pristine("thor")
+    alt = lab["images"]["vllm_nightly_alt"]
+    did = labpkg.incidents.other_image_digest("thor", "vllm-worker", alt, method="docker-run")
+    assert did["commands"][1].startswith("docker run ")
+    up = on_box("thor", "cd ~/.lobes && docker compose up -d vllm-worker 2>&1").stdout
+    assert "Recreate" not in up  # compose believes the lane is current
+    image = on_box("thor", "docker inspect model-gear-vllm-worker --format '{{.Config.Image}}'")
+    assert image.stdout.strip() == alt

@@ -23,10 +23,11 @@ def _ssh(lab, user, address, *extra, command="true"):
 def test_key_login_as_the_box_user(lab, box):
     b = lab["boxes"][box]
     proc = _ssh(lab, b["user"], b["address"], "-i", lab["ssh"]["key"], "-o", "IdentitiesOnly=yes",
-                command="id -un; hostname -I")  # fmt: skip
+                command="id -un; hostname; hostname -I")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    user, addrs = proc.stdout.split("\n", 1)
+    user, hostname, addrs = proc.stdout.split("\n", 2)
     assert user == b["user"]
+    assert hostname == box
     assert b["address"] in addrs.split()
 
 
