@@ -200,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="compare saved observations instead of connecting (offline)",
     )
+    __import__("reconciler.audit.cli", fromlist=["register"]).register(sub)  # `audit`
     lab_p = add(
         "lab",
         _cmd_lab,

@@ -605,7 +605,7 @@ def audit_envfile_keys(run, names):
         else:
             out[name] = {"state": "absent" if text is not None else "no-file"}
             continue
-        entry = {"state": state, "line": number}
+        entry = {"state": state, "line": number}  # type: dict
         if value.strip():
             entry["digest"] = run.digest(value)
         out[name] = entry

@@ -1,0 +1,81 @@
+"""`reconcile audit`: registered by reconciler/cli.py; everything heavy is imported when the
+command runs, never when the parser is built (the CLI's import time is part of every run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+FORMATS = ("text", "json", "markdown")
+EXIT_ERROR = 1
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "audit",
+        help="who can call what on the mesh, and why (changes nothing)",
+        description=(
+            "Audit each box's inbound auth and the mesh: the desired posture, what .env "
+            "declares, what the running gateway carries and where it came from (.env or the "
+            "deploy user's login shell, file:line), the login shell's secret exports, probes "
+            "without credentials from the box and from the controller, keyed access with the "
+            "right key (sent on the box), what is published on the host, and key reuse; then "
+            "the mesh: members, mixed postures proven live through an open member (weakest "
+            "link), differing mesh keys. No key value is ever printed. Exit 0 every verdict "
+            "ok, 2 any finding, 1 a box that could not be audited (or invalid desired state)."
+        ),
+    )
+    p.set_defaults(handler=_cmd_audit)
+    p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes to audit (default: all)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="report format")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    p.add_argument(
+        "--save-snapshot", metavar="DIR", help="also write the observations (secrets hashed)"
+    )
+    p.add_argument(
+        "--from-snapshot", metavar="DIR", help="judge saved observations (offline, no probes)"
+    )
+    return p
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    import shutil
+    from pathlib import Path
+
+    from reconciler.audit.run import run_audit
+    from reconciler.cli import _boxes, _load
+
+    fleet = _load(args)
+    boxes = _boxes(fleet, args.boxes)
+    if boxes is None:
+        return EXIT_ERROR
+    report = run_audit(
+        fleet,
+        boxes,
+        save_to=Path(args.save_snapshot) if args.save_snapshot else None,
+        from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+    )
+    on_terminal = args.output is None and sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if on_terminal else 100
+    text = render(report, args.format, color=on_terminal, width=max(80, width))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return report.exit_code
+
+
+def render(report: Any, fmt: str, color: bool = False, width: int = 100) -> str:
+    if fmt == "json":
+        from reconciler.audit.report_json import render_json
+
+        return render_json(report)
+    if fmt == "markdown":
+        from reconciler.audit.report_md import render_markdown
+
+        return render_markdown(report)
+    from reconciler.audit.report_text import render_text
+
+    return render_text(report, color=color, width=width)
