@@ -1,0 +1,179 @@
+"""Converge one box: plan from the drift engine, act on the box, verify, or roll back.
+
+    prepare():  observe -> compare -> plan          (read-only; what `--dry` shows)
+    execute():  box program: lock, snapshot, .env, files, images, lanes, gateway
+                -> re-observe until no actionable drift remains (the verification)
+                -> on failure: the box program has rolled back already, or `rollback` is
+                   called with the snapshot it took; on success the chain is kept as
+                   known-good (the copy a later restore of an unpinned file comes from)
+
+pyinfra's operation (reconciler.apply.operation) and `reconcile apply` both call these, so the
+CLI and `pyinfra inventory.py deploys/<box>.py` share one code path.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
+from reconciler.apply.payload import base_payload, converge_payload
+from reconciler.compare.context import BoxExpectation
+from reconciler.compare.drift import BoxResult, DriftReport
+from reconciler.desired.load import Fleet
+from reconciler.drift import DriftRun, expectations, run_drift
+from reconciler.observe.observe import targets
+from reconciler.plan import Plan, actionable, plan_box
+
+
+@dataclass
+class Prepared:
+    fleet: Fleet
+    box: str
+    exp: BoxExpectation
+    run: DriftRun
+    plan: Plan
+
+    @property
+    def result(self) -> BoxResult:
+        return self.run.report.boxes[0]
+
+
+@dataclass
+class Outcome:
+    box: str
+    ok: bool
+    changed: bool
+    plan: Plan
+    started_at: str
+    finished_at: str = ""
+    snapshot: str | None = None
+    failed: str | None = None
+    rollback: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    drift_before: DriftReport | None = None
+    drift_after: DriftReport | None = None
+
+
+def holder(command: str) -> str:
+    """Who holds a box's lock: user@host, pid and command, for the refusal message."""
+    return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} ({command})"
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def prepare(fleet: Fleet, box: str, run: DriftRun | None = None) -> Prepared:
+    """Observe (unless `run` already did) and plan one box. Changes nothing anywhere."""
+    run = run if run is not None else run_drift(fleet, [box])
+    if len(run.report.boxes) != 1:
+        run = _single(run, box)
+    exp = expectations(fleet, [box])[box]
+    return Prepared(fleet, box, exp, run, plan_box(run.report.boxes[0], exp))
+
+
+def _single(run: DriftRun, box: str) -> DriftRun:
+    report = run.report
+    boxes = tuple(b for b in report.boxes if b.box == box)
+    single = DriftReport(boxes, report.inventory, report.generated_at, report.run_id)
+    return DriftRun(single, {box: run.observations[box]})
+
+
+def _target(fleet: Fleet, box: str) -> Any:
+    return targets(fleet, [box])[0]
+
+
+def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcome:
+    """Converge `prep.box` by its plan; verify; roll back on failure. Returns what happened."""
+    out = Outcome(prep.box, ok=False, changed=False, plan=prep.plan, started_at=now())
+    out.drift_before = prep.run.report
+    if prep.plan.blocked:
+        out.failed = "cannot converge: " + "; ".join(prep.plan.blocked)
+        return _finish(out)
+    if prep.plan.empty:
+        out.ok = True
+        out.drift_after = prep.run.report
+        return _finish(out)
+    collected = prep.run.observations[prep.box].collected or {}
+    payload = converge_payload(prep.exp, prep.plan, collected, who)
+    call = call_box(_target(prep.fleet, prep.box), payload, on_event)
+    out.events += call.events
+    out.snapshot = call.result.get("snapshot")
+    out.changed = out.snapshot is not None
+    if not call.result.get("ok"):
+        out.failed = str(call.result.get("failed"))
+        out.rollback = call.result.get("rollback")
+        out.drift_after = run_drift(prep.fleet, [prep.box]).report if out.changed else None
+        return _finish(out)
+    after, remaining = verify(prep, on_event)
+    out.drift_after = after
+    if remaining:
+        out.failed = "verification failed: " + "; ".join(remaining)
+        rolled = rollback(prep.fleet, prep.box, out.snapshot, who, on_event, reason=out.failed)
+        out.events += rolled.events
+        out.rollback = rolled.result
+        out.drift_after = run_drift(prep.fleet, [prep.box]).report
+        return _finish(out)
+    marked = _call(prep, base_payload(prep.exp, "mark-good", who) | {"snapshot": out.snapshot})
+    out.events += marked.events
+    out.ok = True
+    return _finish(out)
+
+
+def verify(prep: Prepared, on_event: OnEvent | None = None) -> tuple[DriftReport, list[str]]:
+    """Re-observe until the box shows no drift a converge acts on, or the mesh had its time.
+
+    Proxied roles come back only after a few mesh heartbeats, so a drift that is still there
+    right after the gateway's recreate is asked again, up to 6 heartbeats (at least 30 s).
+    """
+    box = prep.exp.box
+    deadline = time.monotonic() + max(30, 6 * box.mesh.heartbeat_s)
+    while True:
+        report = run_drift(prep.fleet, [prep.box]).report
+        result = report.boxes[0]
+        left = [f"{d.subject} {d.path}" for d in actionable(result.drifts)]
+        left += [f"error: {e}" for e in result.errors]
+        if not result.reachable:
+            left.append("not observed")
+        if not left or time.monotonic() >= deadline:
+            if on_event is not None:
+                on_event({"event": "note", "message": _verdict(left)})
+            return report, left
+        time.sleep(2)
+
+
+def _verdict(left: list[str]) -> str:
+    return "verified: no drift left" if not left else f"still differs: {'; '.join(left)}"
+
+
+def rollback(
+    fleet: Fleet,
+    box: str,
+    snapshot: str | None,
+    who: str,
+    on_event: OnEvent | None = None,
+    reason: str = "operator rollback",
+) -> BoxCall:
+    exp = expectations(fleet, [box])[box]
+    payload = base_payload(exp, "rollback", who) | {"snapshot": snapshot, "reason": reason}
+    return call_box(_target(fleet, box), payload, on_event)
+
+
+def snapshots(fleet: Fleet, box: str, who: str) -> BoxCall:
+    exp = expectations(fleet, [box])[box]
+    return call_box(_target(fleet, box), base_payload(exp, "snapshots", who))
+
+
+def _call(prep: Prepared, payload: dict[str, Any]) -> BoxCall:
+    return call_box(_target(prep.fleet, prep.box), payload)
+
+
+def _finish(out: Outcome) -> Outcome:
+    out.finished_at = now()
+    return out

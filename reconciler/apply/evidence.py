@@ -1,0 +1,62 @@
+"""The evidence record of one converge: drift before, actions, drift after, as JSON.
+
+Secrets are hashed twice over: the collector replaced them by keyed digests on the box, and the
+report layer shows only a digest of that digest. Box events carry names, never values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from reconciler.apply.engine import Outcome
+from reconciler.compare.drift import DriftReport
+from reconciler.report.json_report import to_document
+
+EVIDENCE_VERSION = 1
+
+
+def record(out: Outcome, inventory: str, who: str) -> dict[str, Any]:
+    return {
+        "evidence": "fleet-reconciler/converge",
+        "version": EVIDENCE_VERSION,
+        "box": out.box,
+        "inventory": inventory,
+        "holder": who,
+        "started_at": out.started_at,
+        "finished_at": out.finished_at,
+        "outcome": "converged" if out.ok and out.changed else "no-change" if out.ok else "failed",
+        "failed": out.failed,
+        "snapshot": out.snapshot,
+        "plan": [
+            {
+                "step": s.kind.value,
+                "subject": s.subject,
+                "title": s.title(),
+                "reasons": list(s.reasons),
+            }
+            for s in out.plan.steps
+        ],
+        "blocked": list(out.plan.blocked),
+        "actions": [e for e in out.events if e.get("event") != "wait"],
+        "rollback": out.rollback,
+        "drift_before": _doc(out.drift_before),
+        "drift_after": _doc(out.drift_after),
+    }
+
+
+def _doc(report: DriftReport | None) -> dict[str, Any] | None:
+    return None if report is None else to_document(report)
+
+
+def write(directory: Path, out: Outcome, inventory: str, who: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = out.started_at.replace("-", "").replace(":", "")
+    path = directory / f"{stamp}-{out.box}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = directory / f"{stamp}-{out.box}-{n}.json"
+    path.write_text(json.dumps(record(out, inventory, who), indent=1) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,43 @@
+"""The pyinfra operation: converge one box by the plan its deploy gathered.
+
+One operation per box, not one per step: the steps must run in one box-side process that holds
+the box's lock and can roll back what it did, which pyinfra's per-operation commands cannot.
+The operation is still honest about change: it is a no-op when the plan is empty (a second run
+reports no changes), and `--dry` stops after prepare with the plan printed by the deploy. Its
+only argument is the box name; the plan (names, never values) is in its `name=`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra import host as current_host
+from pyinfra.api import FunctionCommand, OperationError, operation
+
+from reconciler.apply import session
+from reconciler.apply.engine import execute, holder
+from reconciler.apply.progress import Reporter
+from reconciler.apply.summary import outcome_lines
+
+
+@operation(is_idempotent=False)
+def converge(box: str) -> Any:
+    prep = session.prepared(box)
+    if prep.plan.blocked:
+        raise OperationError(prep.plan.summary())
+    if prep.plan.empty:
+        current_host.noop(f"{box}: no drift to converge")
+        return
+    yield FunctionCommand(_execute, (box,), {})
+
+
+def _execute(state: Any, host: Any, box: str) -> bool:
+    reporter = Reporter(box)
+    try:
+        outcome = execute(session.prepared(box), holder(session.command[0]), reporter.on_event)
+    finally:
+        reporter.close()
+    session.outcomes[box] = outcome
+    for line in outcome_lines(outcome):
+        reporter.line(line)
+    return outcome.ok

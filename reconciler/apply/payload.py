@@ -1,0 +1,135 @@
+"""What the controller sends the box-side converge program (pure: values in, a dict out).
+
+Secrets: a box_file secret travels as its reference only (the box reads the value from its own
+file); a controller_env secret is read from the controller's environment here and goes to the
+box on stdin, never on a command line, never in a pyinfra operation argument.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.compare.context import GATEWAY, BoxExpectation
+from reconciler.desired.models import BoxFileSecret, ControllerEnvSecret
+from reconciler.plan import Plan, StepKind
+
+
+class MissingControllerSecret(Exception):
+    """A controller_env secret the converge needs is not set in this environment."""
+
+
+def base_payload(exp: BoxExpectation, action: str, holder: str) -> dict[str, Any]:
+    """What every action needs: where the deployment is, its lanes and gateway."""
+    box = exp.box
+    return {
+        "action": action,
+        "holder": holder,
+        "directory": box.deployment.directory,
+        "project": box.deployment.project,
+        "compose_files": list(box.deployment.compose_files),
+        "lane_specs": [
+            {
+                "service": service,
+                "timeout_s": box.lanes[lane.name].boot_timeout_s,
+                "util": lane.gpu_memory_utilization,
+            }
+            for service, lane in exp.lanes.items()
+        ],
+        "gateway": {"timeout_s": box.gateway.health_timeout_s},
+        "memory": {
+            "floor_gib": box.memory.mem_available_floor_gib,
+            "drop_caches": box.memory.drop_caches_before_boot,
+        },
+    }
+
+
+def managed_env(exp: BoxExpectation, environ: Mapping[str, str]) -> dict[str, Any]:
+    """Managed key -> value, or {"secret": name} (+ "value" for a controller_env secret)."""
+    out: dict[str, Any] = {}
+    for entry in exp.env:
+        if isinstance(entry.value, str):
+            out[entry.key] = entry.value
+            continue
+        name = entry.value.secret
+        source = exp.box.secrets.get(name)
+        if isinstance(source, ControllerEnvSecret):
+            if not environ.get(source.variable):
+                raise MissingControllerSecret(
+                    f"secret {name}: ${source.variable} is not set on this controller"
+                )
+            out[entry.key] = {"secret": name, "value": environ[source.variable]}
+        else:
+            out[entry.key] = {"secret": name}
+    return out
+
+
+def fingerprint(collected: Mapping[str, Any]) -> dict[str, Any]:
+    """What the plan was made from: file digests and container ids, checked under the lock."""
+    files = {name: fact.get("sha256") for name, fact in (collected.get("files") or {}).items()}
+    docker = collected.get("docker") or {}
+    containers = None
+    if "containers" in docker:
+        containers = {
+            c.get("service") or c["name"]: c.get("id") for c in docker["containers"] if c.get("id")
+        }
+    return {"files": files, "containers": containers}
+
+
+def converge_payload(
+    exp: BoxExpectation,
+    plan: Plan,
+    collected: Mapping[str, Any],
+    holder: str,
+    keep: int = 10,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    box = exp.box
+    payload = base_payload(exp, "converge", holder)
+    restore = [
+        {"name": f.name, "sha256": f.sha256}
+        for s in plan.steps
+        if s.kind is StepKind.RESTORE_FILES
+        for f in s.files
+    ]
+    images = {service: lane.image for service, lane in exp.lanes.items()}
+    images[GATEWAY] = exp.gateway_image
+    payload.update(
+        {
+            "titles": [s.title() for s in plan.steps],
+            "fingerprint": fingerprint(collected),
+            "managed_env": managed_env(exp, os.environ if environ is None else environ),
+            "box_secrets": {
+                name: {"path": src.path, "key": src.key}
+                for name, src in box.secrets.items()
+                if isinstance(src, BoxFileSecret)
+            },
+            # Every managed key, not only the ones the plan lists: the desired `.env` is the
+            # box's file with each managed key replaced or appended (what the collector renders
+            # drift from), and the box writes only those that differ in value or presence.
+            "env_keys": [e.key for e in exp.env],
+            "restore": restore,
+            "pulls": [s.subject for s in plan.steps if s.kind is StepKind.PULL],
+            "services": list(plan.services),
+            "removes": [s.subject for s in plan.steps if s.kind is StepKind.REMOVE],
+            "images": images,
+            "verify": verify_spec(exp),
+            "keep": keep,
+        }
+    )
+    return payload
+
+
+def verify_spec(exp: BoxExpectation) -> dict[str, Any]:
+    """What the gateway must show after its recreate (checked on the box, over loopback)."""
+    box = exp.box
+    windows = {lane.role: lane.max_model_len for lane in exp.lanes.values()}
+    infeasible = sorted(str(r) for r, c in box.contract.items() if not c.feasible)
+    return {
+        "port": box.gateway.port,
+        "version": box.lobes.version,
+        "auth": box.gateway.auth,
+        "windows": {r: w for r, w in sorted(windows.items()) if r not in infeasible},
+        "infeasible": infeasible,
+    }

@@ -1,0 +1,37 @@
+"""Plans and outcomes as lines for people: names and counts, never values."""
+
+from __future__ import annotations
+
+from reconciler.apply.engine import Outcome
+from reconciler.plan import Plan
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    if plan.blocked:
+        return [f"cannot converge: {reason}" for reason in plan.blocked]
+    lines = [f"{i}. {step.title()}" for i, step in enumerate(plan.steps, 1)] or ["no changes"]
+    for drift in plan.report_only:
+        where = f" ({drift.source})" if drift.source else ""
+        lines.append(f"not converged ({drift.action.value}): {drift.subject} {drift.path}{where}")
+    return lines
+
+
+def outcome_lines(out: Outcome) -> list[str]:
+    if out.ok and not out.changed:
+        return ["no changes"]
+    if out.ok:
+        return [f"converged, verified (snapshot {out.snapshot})"]
+    lines = [f"FAILED: {out.failed}"]
+    rb = out.rollback
+    if rb is not None:
+        if rb.get("ok"):
+            equal = (
+                "containers as before"
+                if rb.get("config_equal")
+                else ("containers NOT as before: " + ", ".join(rb.get("unequal") or []))
+            )
+            restored = ", ".join(rb.get("files") or []) or "nothing to restore"
+            lines.append(f"rolled back to snapshot {rb.get('snapshot')}: {restored}; {equal}")
+        else:
+            lines.append(f"ROLLBACK FAILED: {rb.get('failed')}")
+    return lines

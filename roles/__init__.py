@@ -1,0 +1,1 @@
+"""pyinfra roles (`@deploy()` functions) behind deploys/*.py."""
