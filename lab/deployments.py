@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from . import envfile, users
 from .config import (
@@ -59,7 +60,7 @@ def _manifest_path(box: Box) -> Path:
     return PRISTINE_DIR / box.name / "manifest.json"
 
 
-def manifest(box: Box) -> dict[str, object]:
+def manifest(box: Box) -> dict[str, Any]:
     return json.loads(_manifest_path(box).read_text())
 
 
@@ -191,8 +192,8 @@ def pristine_files(
 ) -> dict[str, tuple[bytes, int]]:
     """Home-relative path -> (content, mode) of everything `lab up` owns in the box home."""
     m = manifest(box)
-    services = list(m["services"])  # type: ignore[call-overload]
-    chain = [*m["base_chain"], OVERRIDE]  # type: ignore[misc]
+    services = list(m["services"])
+    chain = [*m["base_chain"], OVERRIDE]
     files: dict[str, tuple[bytes, int]] = {}
     for f in _top_files(_render_dir(box)):
         mode = 0o600 if f.name == ".env" else 0o644

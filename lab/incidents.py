@@ -281,8 +281,9 @@ def docker_run_argv(inspect: dict[str, Any], image: str) -> list[str]:
         argv += ["--health-cmd", cmd]
         for flag, key in (("--health-interval", "Interval"), ("--health-timeout", "Timeout"),
                           ("--health-start-period", "StartPeriod")):  # fmt: skip
-            if _seconds(hc.get(key)):
-                argv += [flag, _seconds(hc.get(key))]  # type: ignore[list-item]
+            duration = _seconds(hc.get(key))
+            if duration:
+                argv += [flag, duration]
         if hc.get("Retries"):
             argv += ["--health-retries", str(hc["Retries"])]
     entrypoint = cfg.get("Entrypoint") or []
@@ -359,7 +360,7 @@ def reset(box: str | None = None, *, timeout: float = 120) -> dict[str, Any]:
     targets = [_box(box)] if box else list(BOXES)
     with locked():
         changed = {b.name: _converge(b, images, secrets) for b in targets}
-    services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}  # type: ignore[call-overload]
+    services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}
     readiness.wait_all(services, timeout=timeout)
     return {"reset": [b.name for b in targets], "changed": changed}
 

@@ -170,7 +170,7 @@ def _up(timeout: float) -> dict[str, Any]:
         results = pool.map(lambda b: _converge(b, images, secrets), BOXES)
         changed = dict(zip([b.name for b in BOXES], results, strict=True))
     t.mark("compose up")
-    services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}  # type: ignore[call-overload]
+    services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}
     labfacts.write(labfacts.build(images, secrets, {"last_up_kind": kind}))
     readiness.wait_all(services, timeout=max(30.0, timeout - t.total))
     t.mark("ready")

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 VERBOSE = os.environ.get("FLEET_LAB_VERBOSE") == "1"
 
@@ -56,9 +57,9 @@ def run(
     return proc
 
 
-def ok(argv: Sequence[str | os.PathLike[str]], **kw: object) -> bool:
+def ok(argv: Sequence[str | os.PathLike[str]], **kw: Any) -> bool:
     """True when the command exits 0 (for idempotence probes: does the thing already exist?)."""
-    return run(argv, check=False, **kw).returncode == 0  # type: ignore[arg-type]
+    return run(argv, check=False, **kw).returncode == 0
 
 
 def read_pid(pidfile: Path) -> int | None:
@@ -126,11 +127,11 @@ def stop_pidfile(pidfile: Path, *, timeout: float = 20.0) -> bool:
 
 
 def wait_for(
-    predicate: object, *, timeout: float, interval: float = 0.1, what: str = "condition"
+    predicate: Callable[[], bool], *, timeout: float, interval: float = 0.1, what: str = "condition"
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         if time.monotonic() > deadline:
             raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
