@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare saved observations instead of connecting (offline)",
     )
     __import__("reconciler.audit.cli", fromlist=["register"]).register(sub)  # `audit`
+    __import__("reconciler.apply.cli", fromlist=["register"]).register(sub, _load)  # apply, ...
     lab_p = add(
         "lab",
         _cmd_lab,

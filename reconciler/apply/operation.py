@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra import host as current_host
-from pyinfra.api import FunctionCommand, OperationError, operation
+from pyinfra.api import FunctionCommand, operation
 
 from reconciler.apply import session
 from reconciler.apply.engine import execute, holder
@@ -24,7 +24,9 @@ from reconciler.apply.summary import outcome_lines
 def converge(box: str) -> Any:
     prep = session.prepared(box)
     if prep.plan.blocked:
-        raise OperationError(prep.plan.summary())
+        # Fails this host at execute time, with the reason; the other boxes go on.
+        yield FunctionCommand(_refuse, (box, prep.plan.summary()), {})
+        return
     if prep.plan.empty:
         current_host.noop(f"{box}: no drift to converge")
         return
@@ -41,3 +43,8 @@ def _execute(state: Any, host: Any, box: str) -> bool:
     for line in outcome_lines(outcome):
         reporter.line(line)
     return outcome.ok
+
+
+def _refuse(state: Any, host: Any, box: str, reason: str) -> bool:
+    Reporter(box).line(f"not converged: {reason}")
+    return False

@@ -1,0 +1,200 @@
+"""`reconcile apply | rollback | snapshots`: registered by reconciler/cli.py's build_parser().
+
+`apply` prints the drift, asks (unless --yes), converges through pyinfra's API with the same
+role `pyinfra inventory.py deploys/<box>.py` runs (roles.box.converge_box), and writes one
+evidence record per box. Exit codes: 0 converged (or nothing to do), 1 a box failed or could
+not be converged, 2 declined at the prompt (the drift stays).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reconciler.desired.load import Fleet
+
+EXIT_OK, EXIT_ERROR, EXIT_DECLINED = 0, 1, 2
+EVIDENCE_ENV = "FLEET_EVIDENCE_DIR"
+
+
+def register(sub: Any, load: Any) -> None:
+    """Add the commands to `reconcile`'s subparsers; `load(args)` returns the Fleet."""
+
+    def add(name: str, handler: Any, help_text: str, description: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description)
+        p.set_defaults(handler=lambda args: handler(args, load(args)))
+        return p
+
+    apply_p = add(
+        "apply",
+        _cmd_apply,
+        "converge boxes to the desired state (pyinfra), verify, roll back on failure",
+        "Observe each box, print its drift and the plan, ask unless --yes, then converge it "
+        "through pyinfra (the same role as `pyinfra inventory.py deploys/<box>.py`): lock, "
+        "snapshot, .env, compose files, images by digest, lanes one at a time, gateway last; "
+        "verify zero drift or roll back. Boxes go one at a time, a role's host first. "
+        "Writes an evidence record (JSON, secrets hashed) per box.",
+    )
+    apply_p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes (default: all)")
+    apply_p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    apply_p.add_argument("--dry", action="store_true", help="print drift and plan, change nothing")
+    apply_p.add_argument(
+        "--evidence",
+        metavar="DIR",
+        default=os.environ.get(EVIDENCE_ENV, "evidence"),
+        help=f"where evidence records go (default: ${EVIDENCE_ENV} or ./evidence)",
+    )
+    rollback_p = add(
+        "rollback",
+        _cmd_rollback,
+        "restore a box's snapshot (files, then the services whose config differs)",
+        "Restore the .env and compose files of a snapshot byte for byte, recreate every "
+        "service whose config then differs from its container (scrubbed environment), wait "
+        "for health, and report whether the containers match the snapshot again.",
+    )
+    rollback_p.add_argument("box", metavar="BOX")
+    rollback_p.add_argument("--to", metavar="SNAPSHOT", help="snapshot id (default: the latest)")
+    snaps_p = add(
+        "snapshots",
+        _cmd_snapshots,
+        "list a box's converge snapshots and who holds its lock",
+        "List the snapshots a converge took on BOX (~/.lobes/.fleet/snapshots), newest last, "
+        "with their outcome, and the current holder of the box's converge lock.",
+    )
+    snaps_p.add_argument("box", metavar="BOX")
+
+
+def _boxes(fleet: Fleet, wanted: list[str]) -> list[str] | None:
+    unknown = [b for b in wanted if b not in fleet.boxes]
+    if unknown:
+        print(
+            f"error: unknown box {unknown[0]!r} (boxes: {', '.join(fleet.boxes)})", file=sys.stderr
+        )
+        return None
+    return list(wanted) or list(fleet.boxes)
+
+
+def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
+    from reconciler.apply import session
+    from reconciler.apply.engine import holder, prepare
+    from reconciler.apply.evidence import write
+    from reconciler.apply.summary import plan_lines
+    from reconciler.drift import run_drift
+    from reconciler.report import render
+
+    boxes = _boxes(fleet, args.boxes)
+    if boxes is None:
+        return EXIT_ERROR
+    session.use(fleet)
+    order = [b for b in session.mesh_boxes() if b in boxes]
+    run = run_drift(fleet, order)
+    sys.stdout.write(render(run.report, "text", width=100))
+    prepared = {b: prepare(fleet, b, run) for b in order}
+    for box, prep in prepared.items():
+        for line in plan_lines(prep.plan):
+            print(f"{box}: plan: {line}")
+    todo = [b for b in order if not prepared[b].plan.empty or prepared[b].plan.blocked]
+    if not todo:
+        print("nothing to converge")
+        return EXIT_OK
+    if args.dry:
+        return EXIT_OK
+    if not args.yes and not _confirm(f"converge {', '.join(todo)}?"):
+        print("declined: nothing changed")
+        return EXIT_DECLINED
+    who = holder("reconcile apply")
+    session.use(fleet, prepared, cmd="reconcile apply")
+    _run_pyinfra(fleet, todo)
+    code = EXIT_OK
+    for box in todo:
+        out = session.outcomes.get(box)
+        if out is None:
+            print(f"{box}: not converged (pyinfra did not run it)", file=sys.stderr)
+            code = EXIT_ERROR
+            continue
+        path = write(Path(args.evidence), out, fleet.inventory_file, who)
+        state = "converged" if out.ok else "FAILED"
+        print(f"{box}: {state}; evidence {path}")
+        if not out.ok:
+            code = EXIT_ERROR
+    return code
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        print(f"{question} refusing without a terminal; pass --yes", file=sys.stderr)
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _run_pyinfra(fleet: Fleet, boxes: list[str]) -> None:
+    """The pyinfra API flow (docs/api): inventory from the fleet, connect, add the role, run."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.deploy import add_deploy
+    from pyinfra.api.operations import run_ops
+
+    from reconciler.desired.pyinfra_data import host_data
+    from roles.box import converge_box
+
+    hosts = [(f"@openssh/{b}", host_data(fleet, b)) for b in boxes]
+    inventory = Inventory((hosts, {}))
+    state = State(inventory, Config())
+    connect_all(state)
+    add_deploy(state, converge_box)
+    # Host by host in inventory order, which is mesh order: a role's host converges first.
+    run_ops(state, serial=True)
+
+
+def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
+    from reconciler.apply.engine import holder, rollback
+    from reconciler.apply.progress import Reporter
+
+    if _boxes(fleet, [args.box]) is None:
+        return EXIT_ERROR
+    reporter = Reporter(args.box)
+    try:
+        call = rollback(fleet, args.box, args.to, holder("reconcile rollback"), reporter.on_event)
+    finally:
+        reporter.close()
+    result = call.result
+    if not result.get("ok"):
+        print(f"{args.box}: rollback failed: {result.get('failed')}", file=sys.stderr)
+        return EXIT_ERROR
+    equal = (
+        "containers match the snapshot"
+        if result.get("config_equal")
+        else ("containers differ from the snapshot: " + ", ".join(result.get("unequal") or []))
+    )
+    files = ", ".join(result.get("files") or []) or "files already equal"
+    print(f"{args.box}: rolled back to {result.get('snapshot')}: {files}; {equal}")
+    return EXIT_OK if result.get("config_equal") else EXIT_ERROR
+
+
+def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
+    from reconciler.apply.engine import holder, snapshots
+
+    if _boxes(fleet, [args.box]) is None:
+        return EXIT_ERROR
+    result = snapshots(fleet, args.box, holder("reconcile snapshots")).result
+    if not result.get("ok"):
+        print(f"{args.box}: {result.get('failed')}", file=sys.stderr)
+        return EXIT_ERROR
+    lock = result.get("lock")
+    for snap in result.get("snapshots") or []:
+        services = ", ".join(snap.get("services") or []) or "-"
+        status = snap.get("status") or "?"
+        if status == "running" and not lock:
+            status = "interrupted"  # its converge died; the next converge completes the work
+        print(f"{snap['id']}  {status:<15} {services}  ({snap.get('holder')})")
+    if not result.get("snapshots"):
+        print(f"{args.box}: no snapshots")
+    if lock:
+        print(
+            f"lock held by {lock.get('holder')} (pid {lock.get('pid')}) since {lock.get('since')}"
+        )
+    return EXIT_OK
