@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import envfile, users
+from . import envfile, overlay, users
 from .config import (
     BOXES,
     DOCKER,
@@ -138,9 +138,11 @@ def render_override(box: Box, services: list[str], images: dict[str, str]) -> st
     for svc in services:
         lines.append(f"  {svc}:")
         if svc == "gateway":
+            # The fleet pins the gateway image by digest in .env (GATEWAY_IMAGE), like every
+            # lane image; lobes' template has no variable for it, so the override reads it.
             lines += [
                 "    build: !reset null",
-                f"    image: {images['gateway']}",
+                "    image: ${GATEWAY_IMAGE:?GATEWAY_IMAGE must pin the gateway image by digest}",
                 "    init: true",
             ]
         else:
@@ -170,6 +172,7 @@ def env_values(
     others = [b for b in BOXES if b.name != box.name]
     values = {
         "VLLM_NIGHTLY_IMAGE": images["vllm_nightly"],
+        "GATEWAY_IMAGE": images["gateway"],
         "LOBES_MESH_KEY": secrets["mesh_key"],
         "LOBES_MESH_NAME": box.name,
         "GATEWAY_SELF_ORIGIN": box.gateway_origin,
@@ -187,6 +190,16 @@ def env_values(
     return values
 
 
+def secrets_env(box: Box, secrets: dict[str, str]) -> str:
+    """The operator's secrets file: where the desired state's box_file secrets live."""
+    return (
+        "# secrets of this box (lab-generated); never committed, never copied off the box\n"
+        f"GATEWAY_API_KEY={secrets[f'{box.name}_gateway_key']}\n"
+        f"LOBES_MESH_KEY={secrets['mesh_key']}\n"
+        f"HF_TOKEN={secrets['hf_token']}\n"
+    )
+
+
 def pristine_files(
     box: Box, images: dict[str, str], secrets: dict[str, str]
 ) -> dict[str, tuple[bytes, int]]:
@@ -202,6 +215,7 @@ def pristine_files(
     env_text = envfile.set_keys(env_text, env_values(box, images, secrets, chain))
     files[".lobes/.env"] = (env_text.encode(), 0o600)
     files[f".lobes/{OVERRIDE}"] = (render_override(box, services, images).encode(), 0o644)
+    files[".lobes/.secrets.env"] = (secrets_env(box, secrets).encode(), 0o600)
     for name, text in users.login_files(box).items():
         files[name] = (text.encode(), 0o644)
     return files
@@ -211,6 +225,7 @@ def restore(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list[s
     """Make the box home match the pristine deployment. Returns what had to change."""
     uid, gid = users.uid_gid(box)
     files = pristine_files(box, images, secrets)
+    overlay.write(box, OVERRIDE, files[f".lobes/{OVERRIDE}"][0])
     changed = []
     for rel, (content, mode) in files.items():
         path = box.home / rel

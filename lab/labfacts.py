@@ -50,12 +50,17 @@ from .deployments import HEARTBEAT_S, OVERRIDE, manifest
 
 def lab_secrets() -> dict[str, str]:
     """Generated once per lab (until `lab down`), so a warm `lab up` leaves .env untouched."""
+    values: dict[str, str] = {}
     if SECRETS_FILE.exists():
-        return json.loads(SECRETS_FILE.read_text())
-    values = {
-        "mesh_key": _secrets.token_urlsafe(24),
-        "spark_gateway_key": _secrets.token_urlsafe(24),
-    }
+        values = json.loads(SECRETS_FILE.read_text())
+    # Each box has its own inbound gateway key in ~/.lobes/.secrets.env (the operator's), the
+    # mesh one shared key, and an HF token placeholder; spark is the one that arms its key.
+    wanted = ["mesh_key", "hf_token", *(f"{b.name}_gateway_key" for b in BOXES)]
+    missing = [name for name in wanted if name not in values]
+    if not missing:
+        return values
+    for name in missing:
+        values[name] = _secrets.token_urlsafe(24)
     SECRETS_FILE.parent.mkdir(parents=True, exist_ok=True)
     SECRETS_FILE.write_text(json.dumps(values, indent=1) + "\n")
     SECRETS_FILE.chmod(0o600)
