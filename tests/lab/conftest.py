@@ -6,6 +6,7 @@ starts on a lab someone left in an incident state still starts clean.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -19,10 +20,15 @@ from lab import config, ssh
 
 
 @pytest.fixture(scope="session")
-def lab() -> dict[str, Any]:
+def lab() -> Iterator[dict[str, Any]]:
     if os.geteuid() != 0:
         pytest.fail("the lab tests need root (network namespaces, users, daemons)")
-    return labpkg.up()
+    # One lab, many test sessions (developers, CI): tests break boxes on purpose and reset
+    # them, so two sessions at once would see each other's incidents. Serialise sessions.
+    config.LAB_DIR.mkdir(parents=True, exist_ok=True)
+    with open(config.LAB_DIR / "session.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield labpkg.up()
 
 
 @pytest.fixture(scope="session")
