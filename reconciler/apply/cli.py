@@ -97,19 +97,20 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     for box, prep in prepared.items():
         for line in plan_lines(prep.plan):
             print(f"{box}: plan: {line}")
-    todo = [b for b in order if not prepared[b].plan.empty or prepared[b].plan.blocked]
+    blocked = [b for b in order if prepared[b].plan.blocked]
+    todo = [b for b in order if not prepared[b].plan.empty]
     if not todo:
-        print("nothing to converge")
-        return EXIT_OK
+        print("nothing to converge" if not blocked else f"cannot converge {', '.join(blocked)}")
+        return EXIT_ERROR if blocked else EXIT_OK
     if args.dry:
-        return EXIT_OK
+        return EXIT_ERROR if blocked else EXIT_OK
     if not args.yes and not _confirm(f"converge {', '.join(todo)}?"):
         print("declined: nothing changed")
         return EXIT_DECLINED
     who = holder("reconcile apply")
     session.use(fleet, prepared, cmd="reconcile apply")
     _run_pyinfra(fleet, todo)
-    code = EXIT_OK
+    code = EXIT_ERROR if blocked else EXIT_OK
     for box in todo:
         out = session.outcomes.get(box)
         if out is None:
