@@ -50,12 +50,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     boxes = _boxes(fleet, args.boxes)
     if boxes is None:
         return EXIT_ERROR
-    report = run_audit(
-        fleet,
-        boxes,
-        save_to=Path(args.save_snapshot) if args.save_snapshot else None,
-        from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
-    )
+    try:
+        report = run_audit(
+            fleet,
+            boxes,
+            save_to=Path(args.save_snapshot) if args.save_snapshot else None,
+            from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+        )
+    except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     on_terminal = args.output is None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if on_terminal else 100
     text = render(report, args.format, color=on_terminal, width=max(80, width))

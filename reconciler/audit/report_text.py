@@ -151,7 +151,7 @@ def access_cells(row: BoxEvidence, verdict: Verdict) -> list[Text | str]:
         live,
         _codes(row.loopback),
         _codes(row.mesh_side),
-        phrases.status(row.keyed),
+        phrases.status(row.keyed) if row.posture in ("keyed", "mixed") else "-",
         _published(row),
         mesh,
         verdict_cell,
