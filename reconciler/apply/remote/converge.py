@@ -254,11 +254,24 @@ def config_hashes(box):
     return hashes
 
 
-def changed_services(box, wanted):
-    """Services of `wanted` whose container compose would now create differently."""
-    hashes = config_hashes(box)
-    running = containers(box)
-    return [s for s in wanted if s in running and hashes.get(s) != label_hash(running[s])]
+def changed_by_files(box, before, wanted):
+    """Services of `wanted` whose rendered config changed since the hashes `before`.
+
+    Compared render to render, never to the container's label: for a lane with env_file the
+    label compose writes at `up` differs from what `config --hash` prints for the same files,
+    so only two renders of the same kind tell what a file change did."""
+    try:
+        after = config_hashes(box)
+    except Failed:
+        after = {}
+    return [s for s in wanted if before.get(s) != after.get(s)]
+
+
+def hashes_or_empty(box):
+    try:
+        return config_hashes(box)
+    except Failed:
+        return {}  # files compose cannot read: every service counts as changed
 
 
 # -- .env ----------------------------------------------------------------------------------------
@@ -712,6 +725,7 @@ def converge(box, lock):
     touched = []  # services recreated, in order: what a rollback must put back
     created = []  # services that had no container before
     try:
+        hashes = hashes_or_empty(box)
         if p.get("env_keys"):
             emit("step", step="write-env", subject=".env", status="start")
             changed = write_env(box, p["env_keys"], desired)
@@ -725,7 +739,9 @@ def converge(box, lock):
         if p.get("env_keys") or p.get("restore"):
             # Safety net after the files changed: compose's own config hash finds any service
             # whose container would now differ (a variable the gateway reads, a restored file).
-            extra = [s for s in changed_services(box, list(lanes) + [GATEWAY]) if s not in todo]
+            present = containers(box)
+            wanted = [s for s in [*lanes, GATEWAY] if s in present and s not in todo]
+            extra = changed_by_files(box, hashes, wanted)
             if extra:
                 emit("note", message="config changed with the files: " + ", ".join(extra))
                 todo += extra
@@ -782,13 +798,14 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
     """Files back byte for byte, then every service whose config differs recreated from them."""
     emit("step", step="rollback", subject=sid, status="start", reason=reason)
     try:
+        hashes = hashes_or_empty(box)
         meta, restored = restore_snapshot_files(box, sid)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
         before = meta.get("containers") or {}
         for service in created or []:
             if service not in before:
                 box.compose("rm", "-s", "-f", service, timeout=300)
-        differ = changed_services(box, list(lanes) + [GATEWAY])
+        differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
         for service in order:
             if service in before:

@@ -1,0 +1,353 @@
+"""Converge in the lab, against the real engines: `pyinfra inventory.py deploys/<box>.py` and
+`reconcile apply` take a drifted box (pristine lab render, or a field incident reproduced by
+hand) to zero drift; a lane that never comes healthy is rolled back exactly; a second converge
+is a no-op; a concurrent one is refused; a login shell cannot leak into it; a converge killed
+mid-way is completed by the next; no secret value appears in any output.
+
+Every test touches one box and resets it (`pristine`). Box secrets (`~/.lobes/.secrets.env`)
+are provisioned by the test, as an operator would before a first converge: the lab's pristine
+deployment has none, and the desired state reads the gateway and mesh keys from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lab as labpkg
+from lab import config, ssh
+from reconciler.compare.drift import BoxResult, Kind
+from reconciler.desired.load import load_fleet
+from reconciler.desired.show import box_env
+from reconciler.drift import run_drift
+from reconciler.plan import actionable
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv" / "bin"
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+LAB_LOCK = Path("/run/lock/fleet-lab.lock")  # lab.lifecycle's: one lab operation at a time
+
+
+@contextlib.contextmanager
+def quiet_lab() -> Iterator[None]:
+    """Keep `lab up`/reset (of any session) off the lab while a converge runs and is checked;
+    never held around a reset of our own (the lab takes the same lock there)."""
+    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LAB_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def sh(box: str, command: str, *, input: str | None = None, check: bool = True) -> str:
+    return ssh.run(config.box(box), command, input=input, check=check).stdout
+
+
+def provision_secrets(box: str) -> dict[str, str]:
+    """What an operator puts in ~/.lobes/.secrets.env before the first converge."""
+    lab_secrets = json.loads((ROOT / ".lab" / "secrets.json").read_text())
+    values = {
+        "GATEWAY_API_KEY": lab_secrets["spark_gateway_key"]
+        if box == "spark"
+        else f"gk-{secrets.token_hex(12)}",
+        "LOBES_MESH_KEY": lab_secrets["mesh_key"],
+    }
+    text = "".join(f"{k}={v}\n" for k, v in values.items())
+    sh(box, "umask 077 && cat > ~/.lobes/.secrets.env", input=text)
+    return values
+
+
+def run(argv: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> Any:
+    full = {**os.environ, "FLEET_INVENTORY": "lab", **(env or {})}
+    return subprocess.run(
+        argv, cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def pyinfra(box: str, *flags: str) -> Any:
+    return run([str(VENV / "pyinfra"), *flags, "inventory.py", f"deploys/{box}.py"])
+
+
+def reconcile(*args: str, root: Path | None = None, env: dict[str, str] | None = None) -> Any:
+    extra = ["--root", str(root)] if root else []
+    return run([str(VENV / "reconcile"), *extra, "-i", "lab", *args], env=env)
+
+
+def drift(box: str, root: Path = ROOT) -> BoxResult:
+    return run_drift(load_fleet(root, "lab"), [box]).report.boxes[0]
+
+
+def left(box: str) -> list[str]:
+    result = drift(box)
+    return [f"{d.subject} {d.path}" for d in actionable(result.drifts)] + list(result.errors)
+
+
+def env_bytes(box: str) -> bytes:
+    return (config.box(box).home / ".lobes" / ".env").read_bytes()
+
+
+def config_hashes(box: str) -> dict[str, str]:
+    fmt = '{{index .Config.Labels "com.docker.compose.service"}} '
+    fmt += '{{index .Config.Labels "com.docker.compose.config-hash"}} {{.Id}}'
+    out = sh(box, f"docker ps -aq | xargs -r docker inspect --format '{fmt}'")
+    return {line.split()[0]: line.split()[1] for line in out.splitlines() if line.strip()}
+
+
+def container_ids(box: str) -> dict[str, str]:
+    out = sh(box, "docker ps -aq --no-trunc | xargs -r docker inspect --format "
+                  "'{{index .Config.Labels \"com.docker.compose.service\"}} {{.Id}}'")  # fmt: skip
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def assert_no_secrets(text: str, values: list[str]) -> None:
+    for value in values:
+        assert value not in text, "a secret value appeared in the output"
+
+
+def lab_secret_values(box_secrets: dict[str, str]) -> list[str]:
+    lab_secrets = json.loads((ROOT / ".lab" / "secrets.json").read_text())
+    return [*box_secrets.values(), *lab_secrets.values()]
+
+
+@pytest.fixture
+def box_ready(pristine: Callable[[str], None]) -> Iterator[Callable[[str], dict[str, str]]]:
+    """Register `box` for a reset at the end, keep other lab resets away until the test ends
+    (released before the reset), provision the box's secrets."""
+    held = contextlib.ExitStack()
+
+    def ready(box: str) -> dict[str, str]:
+        pristine(box)
+        held.enter_context(quiet_lab())
+        return provision_secrets(box)
+
+    with held:
+        yield ready
+
+
+def apply(box: str, *more: str, root: Path | None = None, env: dict[str, str] | None = None) -> Any:
+    """`reconcile apply BOX --yes`, evidence kept out of the repository."""
+    evidence = f"/tmp/fleet-evidence-{os.getpid()}"
+    return reconcile("apply", box, "--yes", "--evidence", evidence, *more, root=root, env=env)
+
+
+def converge(box: str) -> Any:
+    done = apply(box)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert left(box) == []
+    return done
+
+
+# -- desired state variants ------------------------------------------------------------------------
+@pytest.fixture
+def failing_hand_root(tmp_path: Path) -> Path:
+    """The lab's desired state, plus: thor's hand lane never comes healthy (the stand-in's
+    STANDIN_FAIL knob for that lane) and may take only 20 s to try."""
+    root = tmp_path / "fleet"
+    root.mkdir()
+    shutil.copytree(ROOT / "group_vars", root / "group_vars")
+    (root / "inventory").mkdir()
+    (root / ".lab").symlink_to(ROOT / ".lab")
+    inv = (ROOT / "inventory" / "lab.yaml").read_text().splitlines()
+    inv = [line for line in inv if not line.startswith("box_overlay:")]
+    inv.append("box_overlay: overlay/{box}.yaml")
+    (root / "inventory" / "lab.yaml").write_text("\n".join(inv) + "\n")
+    (root / "overlay").mkdir()
+    extra = {
+        "thor": "lanes:\n  hand:\n    boot_timeout_s: 20\n"
+        "    env:\n      STANDIN_FAIL_HAND: never-healthy\n"
+    }
+    for name in ("thor", "spark", "orin"):
+        lab_layer = ROOT / ".lab" / "overlay" / f"{name}.yaml"  # the lab's own last layer
+        text = lab_layer.read_text() if lab_layer.is_file() else "env: {}\n"
+        (root / "overlay" / f"{name}.yaml").write_text(text + extra.get(name, ""))
+    return root
+
+
+# -- tests -----------------------------------------------------------------------------------------
+def test_pyinfra_converges_a_drifted_box_and_a_second_run_changes_nothing(lab, box_ready):
+    values = box_ready("thor")
+    before_env, before_ids = env_bytes("thor"), container_ids("thor")
+    assert left("thor"), "the pristine lab box should differ from the desired state"
+
+    dry = pyinfra("thor", "--dry")
+    assert dry.returncode == 0, dry.stderr
+    assert "plan: 1. write .env" in dry.stderr + dry.stdout
+    assert env_bytes("thor") == before_env and container_ids("thor") == before_ids
+
+    first = pyinfra("thor", "-y", "-vv")
+    output = first.stdout + first.stderr
+    assert first.returncode == 0, output
+    assert "converged, verified" in output
+    assert left("thor") == []
+    assert_no_secrets(output, lab_secret_values(values))
+
+    # Only managed keys changed: every line of the pristine .env is still there, in order.
+    managed = {e.key for e in box_env(load_fleet(ROOT, "lab"), "thor")}
+    after = env_bytes("thor").decode().splitlines()
+    kept = [line for line in before_env.decode().splitlines() if line in after]
+    changed = [line for line in before_env.decode().splitlines() if line not in after]
+    assert changed and all(line.split("=", 1)[0] in managed for line in changed)
+    assert kept == [line for line in after if line in kept]
+    assert sh("thor", "stat -c %a ~/.lobes/.env").strip() == "600"
+
+    settled_env, settled_ids = env_bytes("thor"), container_ids("thor")
+    second = pyinfra("thor", "-y")
+    assert second.returncode == 0, second.stderr
+    assert "no drift to converge" in second.stdout + second.stderr
+    assert env_bytes("thor") == settled_env and container_ids("thor") == settled_ids
+
+
+INCIDENTS: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
+    (
+        "window_change_lane_only",
+        "spark",
+        lambda: labpkg.incidents.window_change_lane_only("spark", "PRIMARY_MAX_MODEL_LEN", 131072),
+    ),
+    ("shell_exported_key", "thor", lambda: labpkg.incidents.shell_exported_key("thor")),
+    (
+        "hardcoded_flag",
+        "thor",
+        lambda: labpkg.incidents.hardcoded_flag("thor", "vllm-worker", "--max-model-len=65536"),
+    ),
+    (
+        "other_image_digest",
+        "thor",
+        lambda: labpkg.incidents.other_image_digest("thor", "vllm-hand"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "box", "incident"), INCIDENTS, ids=[i[0] for i in INCIDENTS])
+def test_reconcile_apply_converges_a_field_incident_to_zero_drift(
+    lab, box_ready, tmp_path, name, box, incident
+):
+    values = box_ready(box)
+    converge(box)  # from the pristine render first: the incident starts from a converged box
+    did = incident()
+    assert left(box), f"{name} left no drift to converge"
+    evidence = tmp_path / "evidence"
+    env = {"GATEWAY_API_KEY": "controller-shell-leak"}  # the controller's env must not leak
+    done = reconcile("apply", box, "--yes", "--evidence", str(evidence), env=env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert left(box) == []
+    records = list(evidence.glob(f"*-{box}.json"))
+    assert len(records) == 1
+    record = json.loads(records[0].read_text())
+    assert record["outcome"] == "converged"
+    after = [d for b in record["drift_after"]["boxes"] for d in b["drifts"]]
+    assert all(d["action"].startswith("report-only") for d in after)
+    shell_value = [str(did["value"])] if did.get("value") else []
+    assert_no_secrets(output + records[0].read_text(), [*lab_secret_values(values), *shell_value])
+
+
+def test_a_login_shell_cannot_leak_into_a_converge(lab, box_ready):
+    box_ready("thor")
+    sh("thor", "printf '%s\\n' 'export GATEWAY_API_KEY=shell-leak' "
+               "'export WORKER_MAX_MODEL_LEN=1024' >> ~/.bashrc; "
+               "printf '%s\\n' 'export HAND_IMAGE=busybox:latest' >> ~/.profile")  # fmt: skip
+    done = apply("thor", env={"WORKER_MAX_MODEL_LEN": "2048"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = drift("thor")
+    assert actionable(result.drifts) == ()
+    leaks = {d.path for d in result.drifts if d.kind is Kind.SHELL_LEAK}
+    assert {"GATEWAY_API_KEY", "WORKER_MAX_MODEL_LEN", "HAND_IMAGE"} <= leaks  # still reported
+    env = sh("thor", "docker inspect model-gear-gateway --format '{{json .Config.Env}}'")
+    assert "shell-leak" not in env
+    cmd = sh("thor", "docker inspect model-gear-vllm-worker --format '{{json .Config.Cmd}}'")
+    assert "--max-model-len=262144" in cmd and "1024" not in cmd and "2048" not in cmd
+
+
+def test_a_lane_that_never_comes_healthy_is_rolled_back_exactly(lab, box_ready, failing_hand_root):
+    box_ready("thor")
+    converge("thor")
+    before_env, before_hashes = env_bytes("thor"), config_hashes("thor")
+
+    done = apply("thor", root=failing_hand_root)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "vllm-hand not healthy after 20s" in output
+    assert "rolled back to snapshot" in output and "containers as before" in output
+
+    assert env_bytes("thor") == before_env
+    assert config_hashes("thor") == before_hashes
+    assert left("thor") == []
+    snaps = reconcile("snapshots", "thor")
+    assert "rolled-back" in snaps.stdout
+
+
+def test_a_concurrent_converge_of_the_same_box_is_refused(lab, box_ready, failing_hand_root):
+    box_ready("thor")
+    converge("thor")
+    first = subprocess.Popen(
+        [str(VENV / "reconcile"), "--root", str(failing_hand_root), "-i", "lab", "apply", "thor",
+         "--yes", "--evidence", str(failing_hand_root / "evidence")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        holder = _wait_for_lock("thor")
+        second = pyinfra("thor", "-y")
+        output = second.stdout + second.stderr
+        assert second.returncode != 0
+        assert "locked: another converge of this box is running" in output
+        assert "(reconcile apply)" in output and holder["since"] in output
+    finally:
+        first.wait(timeout=600)
+    assert left("thor") == []
+
+
+def _wait_for_lock(box: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = sh(box, "cat ~/.lobes/.fleet/lock 2>/dev/null || true").strip()
+        if text:
+            return dict(json.loads(text))
+        time.sleep(0.5)
+    raise AssertionError(f"no converge took the lock on {box}")
+
+
+def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
+    box_ready("thor")
+    before_env = env_bytes("thor")
+    proc = subprocess.Popen(
+        [str(VENV / "reconcile"), "-i", "lab", "apply", "thor", "--yes", "--evidence",
+         f"/tmp/fleet-evidence-{os.getpid()}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "recreate vllm-rerank" in line:
+            break
+    holder = _wait_for_lock("thor")
+    os.killpg(proc.pid, signal.SIGKILL)
+    sh("thor", f"kill -9 {int(holder['pid'])} 2>/dev/null || true")
+    proc.wait(timeout=30)
+    assert env_bytes("thor") != before_env  # it got past the .env write
+    assert not [p for p in os.listdir(config.box("thor").home / ".lobes") if "fleet-tmp" in p]
+
+    done = apply("thor")
+    assert done.returncode == 0, "".join(seen) + done.stdout + done.stderr
+    assert left("thor") == []
+    snaps = reconcile("snapshots", "thor").stdout
+    assert "interrupted" in snaps and "verified" in snaps
