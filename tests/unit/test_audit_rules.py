@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -294,10 +295,9 @@ def test_mesh_keys_that_differ_fail():
 
 
 def test_proof_attempts_go_through_open_members_for_keyed_members_roles():
-    from lab.config import REPO
     from reconciler.desired.load import load_fleet
 
-    fleet = load_fleet(REPO, "hosts")
+    fleet = load_fleet(Path(__file__).resolve().parents[2], "hosts")
     rows = [
         row("thor", auth="open", live=200, key=None, env_key=None),
         row("spark", key=K2),
