@@ -4,9 +4,8 @@ hand) to zero drift; a lane that never comes healthy is rolled back exactly; a s
 is a no-op; a concurrent one is refused; a login shell cannot leak into it; a converge killed
 mid-way is completed by the next; no secret value appears in any output.
 
-Every test touches one box and resets it (`pristine`). Box secrets (`~/.lobes/.secrets.env`)
-are provisioned by the test, as an operator would before a first converge: the lab's pristine
-deployment has none, and the desired state reads the gateway and mesh keys from there.
+Every test touches one box and resets it (`pristine`). The box's secrets are the lab's
+`~/.lobes/.secrets.env`, where the desired state's box_file secrets point.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -61,18 +59,11 @@ def sh(box: str, command: str, *, input: str | None = None, check: bool = True) 
     return ssh.run(config.box(box), command, input=input, check=check).stdout
 
 
-def provision_secrets(box: str) -> dict[str, str]:
-    """What an operator puts in ~/.lobes/.secrets.env before the first converge."""
-    lab_secrets = json.loads((ROOT / ".lab" / "secrets.json").read_text())
-    values = {
-        "GATEWAY_API_KEY": lab_secrets["spark_gateway_key"]
-        if box == "spark"
-        else f"gk-{secrets.token_hex(12)}",
-        "LOBES_MESH_KEY": lab_secrets["mesh_key"],
-    }
-    text = "".join(f"{k}={v}\n" for k, v in values.items())
-    sh(box, "umask 077 && cat > ~/.lobes/.secrets.env", input=text)
-    return values
+def box_secrets(box: str) -> dict[str, str]:
+    """The box's own secrets (`lab up` writes ~/.lobes/.secrets.env as an operator would)."""
+    text = sh(box, "cat ~/.lobes/.secrets.env")
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and line[:1] != "#")
+    return {k: v for k, v in pairs if v}
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> Any:
@@ -130,13 +121,13 @@ def lab_secret_values(box_secrets: dict[str, str]) -> list[str]:
 @pytest.fixture
 def box_ready(pristine: Callable[[str], None]) -> Iterator[Callable[[str], dict[str, str]]]:
     """Register `box` for a reset at the end, keep other lab resets away until the test ends
-    (released before the reset), provision the box's secrets."""
+    (released before the reset); returns the box's secret values (for no-leak checks)."""
     held = contextlib.ExitStack()
 
     def ready(box: str) -> dict[str, str]:
         pristine(box)
         held.enter_context(quiet_lab())
-        return provision_secrets(box)
+        return box_secrets(box)
 
     with held:
         yield ready

@@ -621,7 +621,11 @@ def recreate(box, service, lane):
     """One service: stop it (its memory comes back first), gate, recreate scrubbed, wait."""
     emit("step", step="recreate", subject=service, status="start")
     if lane is not None:
-        box.compose("stop", service, timeout=300)
+        # `docker stop` of this one container, not `compose stop`, which would also stop the
+        # services that depend on it (the gateway, the worker) and leave them down.
+        running = containers(box).get(service)
+        if running is not None and (running.get("State") or {}).get("Running"):
+            box.run(["docker", "stop", running["Id"]], timeout=300)
         memory_gate(box, service, float(lane["util"]))
     box.must(
         ["docker", "compose", "up", "-d", "--no-deps", "--force-recreate", service],
