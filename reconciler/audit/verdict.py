@@ -358,6 +358,13 @@ def _box_reasons(row: BoxEvidence) -> list[str]:
             f"with the key from {row.keyed.key_from} ({phrases.digest(row.keyed.digest)}): "
             f"GET /v1/models {row.keyed.status}"
         )
+    mesh = row.mesh_keyed
+    if row.posture == "keyed" and mesh is not None and mesh.status == 200:
+        # lobes accepts the mesh key as a data-plane bearer: whoever holds it calls this box.
+        out.append(
+            f"with the mesh key ({phrases.digest(mesh.digest)}): GET /v1/models 200, as on "
+            "every member"
+        )
     inbound = row.inbound
     if inbound is not None:
         out.append(f"the gateway's {inbound.name}: {phrases.carried(inbound)}")
