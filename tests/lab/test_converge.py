@@ -195,7 +195,9 @@ def test_pyinfra_converges_a_drifted_box_and_a_second_run_changes_nothing(lab, b
     after = env_bytes("thor").decode().splitlines()
     kept = [line for line in before_env.decode().splitlines() if line in after]
     changed = [line for line in before_env.decode().splitlines() if line not in after]
-    assert changed and all(line.split("=", 1)[0] in managed for line in changed)
+    added = [line for line in after if line not in before_env.decode().splitlines()]
+    assert added, "the converge wrote no managed key"
+    assert all(line.split("=", 1)[0] in managed for line in changed + added)
     assert kept == [line for line in after if line in kept]
     assert sh("thor", "stat -c %a ~/.lobes/.env").strip() == "600"
 

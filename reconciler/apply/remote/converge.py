@@ -758,10 +758,13 @@ def converge(box, lock):
             if service not in before:
                 created.append(service)
             recreate(box, service, lanes.get(service))
+        strays = containers(box)
         for service in p.get("removes", []):
-            emit("step", step="remove", subject=service, status="start")
-            box.must(["docker", "compose", "rm", "-s", "-f", service], "remove " + service)
-            emit("step", step="remove", subject=service, status="done")
+            # By container: a stray is often a service no active profile renders any more.
+            if service in strays:
+                emit("step", step="remove", subject=service, status="start")
+                box.must(["docker", "rm", "-f", strays[service]["Id"]], "remove " + service)
+                emit("step", step="remove", subject=service, status="done")
         if GATEWAY in todo:
             touched.append(GATEWAY)
             recreate(box, GATEWAY, None)
