@@ -222,7 +222,7 @@ def test_audit_lane_port_published(lab, restore, tmp_path):
     ]
     probes = entry["evidence"]["published"]["lane_probes"]
     assert [(p["url"], p["status"]) for p in probes] == [("http://10.77.0.13:18001/v1/models", 200)]
-    assert "LANE vllm-embed 0.0.0.0:18001" in text
+    assert "LANE vllm-embed 0.0.0.0:18001" in " ".join(text.split())  # a cell may wrap
     assert rc == 2
 
 
