@@ -108,6 +108,10 @@ def container_ids(box: str) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def assert_no_secrets(text: str, values: list[str]) -> None:
     for value in values:
         assert value not in text, "a secret value appeared in the output"
@@ -204,7 +208,7 @@ def test_pyinfra_converges_a_drifted_box_and_a_second_run_changes_nothing(lab, b
     settled_env, settled_ids = env_bytes("thor"), container_ids("thor")
     second = pyinfra("thor", "-y")
     assert second.returncode == 0, second.stderr
-    assert "no drift to converge" in second.stdout + second.stderr
+    assert "[thor]  plan: no changes" in second.stdout + second.stderr
     assert env_bytes("thor") == settled_env and container_ids("thor") == settled_ids
 
 
@@ -290,13 +294,14 @@ def test_a_lane_that_never_comes_healthy_is_rolled_back_exactly(lab, box_ready, 
 def test_a_concurrent_converge_of_the_same_box_is_refused(lab, box_ready, failing_hand_root):
     box_ready("thor")
     converge("thor")
+    started = utc_now()
     first = subprocess.Popen(
         [str(VENV / "reconcile"), "--root", str(failing_hand_root), "-i", "lab", "apply", "thor",
          "--yes", "--evidence", str(failing_hand_root / "evidence")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        holder = _wait_for_lock("thor")
+        holder = _wait_for_lock("thor", started)
         second = pyinfra("thor", "-y")
         output = second.stdout + second.stderr
         assert second.returncode != 0
@@ -307,11 +312,13 @@ def test_a_concurrent_converge_of_the_same_box_is_refused(lab, box_ready, failin
     assert left("thor") == []
 
 
-def _wait_for_lock(box: str, timeout: float = 120) -> dict[str, Any]:
+def _wait_for_lock(box: str, since: str, timeout: float = 120) -> dict[str, Any]:
+    """The lock's holder once a converge started at or after `since` holds it (a killed
+    converge of an earlier test may have left its own record behind)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = sh(box, "cat ~/.lobes/.fleet/lock 2>/dev/null || true").strip()
-        if text:
+        if text and json.loads(text).get("since", "") >= since:
             return dict(json.loads(text))
         time.sleep(0.5)
     raise AssertionError(f"no converge took the lock on {box}")
@@ -320,6 +327,7 @@ def _wait_for_lock(box: str, timeout: float = 120) -> dict[str, Any]:
 def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
     box_ready("thor")
     before_env = env_bytes("thor")
+    started = utc_now()
     proc = subprocess.Popen(
         [str(VENV / "reconcile"), "-i", "lab", "apply", "thor", "--yes", "--evidence",
          f"/tmp/fleet-evidence-{os.getpid()}"],
@@ -332,7 +340,7 @@ def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
         seen.append(line)
         if "recreate vllm-rerank" in line:
             break
-    holder = _wait_for_lock("thor")
+    holder = _wait_for_lock("thor", started)
     os.killpg(proc.pid, signal.SIGKILL)
     sh("thor", f"kill -9 {int(holder['pid'])} 2>/dev/null || true")
     proc.wait(timeout=30)
