@@ -121,8 +121,10 @@ def test_key_exported_in_bashrc_and_gateway_recreated_from_a_login_shell(
     assert "model-gear-gateway carry the shell's value" in (leak.note or "")
     assert new == {
         ("shell-leak", "shell", "GATEWAY_API_KEY", None, "***", "report-only:shell"),
-        ("env", "gateway", "GATEWAY_API_KEY", "", "***", "recreate-gateway"),
+        # The desired key is the box's own (~/.lobes/.secrets.env); the gateway runs the shell's.
+        ("env", "gateway", "GATEWAY_API_KEY", "***", "***", "recreate-gateway"),
     }
+    assert by_path(after_result, "env", "GATEWAY_API_KEY").secret_changed is True
     # The gate is armed now, which is what the desired state wants: the auth drift is gone,
     # but the key is the shell's, not the box's (the env entry above says so).
     assert {e for e in before - after if e[0] == "auth"} == {
