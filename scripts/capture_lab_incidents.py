@@ -47,9 +47,10 @@ def main() -> int:
         try:
             done = []
             for name, box, args in INCIDENTS:
-                result = lab.incidents.INCIDENTS[name](box, *args)
+                lab.incidents.INCIDENTS[name](box, *args)
                 done.append(f"{box}: {name} {' '.join(map(str, args))}")
-                print(f"reproduced {done[-1]}: {'; '.join(result['commands'])}")
+                # Not the commands: the shell incident's carry the key it exported.
+                print(f"reproduced {done[-1]}")
             write_example(done)
         finally:
             lab.incidents.reset()

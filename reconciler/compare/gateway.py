@@ -68,7 +68,8 @@ def _local_role(
     path = f"capabilities.{role}.context"
     contract = exp.box.contract.get(role)  # type: ignore[call-overload]  # role is a str here
     if contract is not None and not contract.feasible:
-        if entry.get("feasible") or entry.get("ready"):
+        # Infeasible here; another member may still serve it through the mesh (ready, proxied).
+        if entry.get("feasible"):
             r = rule("contract.ready")
             state = f"ready={entry.get('ready')} feasible={entry.get('feasible')}"
             yield Drift(
