@@ -32,7 +32,9 @@ if ((${#need_apt[@]})); then
         apt-get update -q
         mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/fleet-lab-update-stamp
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+    install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"; }
+    # Stale package lists (an old stamp on a reused machine image): refresh once and retry.
+    install || { apt-get update -q && install; }
 fi
 
 # The Debian packages ship services for a host-wide dockerd/registry/sshd. The lab starts its

@@ -30,7 +30,7 @@ from .config import (
     SCRUBBED_PATH,
     Box,
 )
-from .proc import LabError, log, run
+from .proc import log, run
 
 OVERRIDE = "docker-compose.override.yml"
 GATEWAY_UID = 10001  # the `gateway` user of lobes' Dockerfile.gateway
@@ -253,14 +253,6 @@ def restore(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list[s
     if changed:
         log(f"{box.name}: restored {', '.join(changed)}")
     return changed
-
-
-def verify_chain(box: Box) -> None:
-    """COMPOSE_FILE must be what lobes itself would pass with -f (override last)."""
-    chain = _fleet_files(box)
-    env_chain = envfile.get((box.lobes_dir / ".env").read_text(), "COMPOSE_FILE")
-    if env_chain != ":".join(chain):
-        raise LabError(f"{box.name}: COMPOSE_FILE={env_chain} but lobes fleet files says {chain}")
 
 
 def expected_images(box: Box) -> dict[str, str]:

@@ -27,6 +27,7 @@ from . import (
     imageset,
     labfacts,
     network,
+    overlay,
     readiness,
     registry,
     sshd,
@@ -234,7 +235,7 @@ def _down(purge: bool) -> None:
         shutil.rmtree(d, ignore_errors=True)
     for p in (FACTS_FILE, IMAGES_FILE, imageset.FINGERPRINT_FILE, SECRETS_FILE):
         p.unlink(missing_ok=True)
-    for d in (SSH_DIR, PRISTINE_DIR, LOG_DIR):
+    for d in (SSH_DIR, PRISTINE_DIR, LOG_DIR, overlay.OVERLAY_DIR):
         shutil.rmtree(d, ignore_errors=True)
     if LAB_DIR.exists() and not any(LAB_DIR.iterdir()):
         LAB_DIR.rmdir()
