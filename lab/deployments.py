@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from .config import (
     SCRUBBED_PATH,
     Box,
 )
-from .proc import log, run
+from .proc import LabError, log, run
 
 OVERRIDE = "docker-compose.override.yml"
 GATEWAY_UID = 10001  # the `gateway` user of lobes' Dockerfile.gateway
@@ -262,8 +263,17 @@ def expected_images(box: Box) -> dict[str, str]:
 
 
 def up(box: Box) -> None:
-    """`docker compose up -d` as the box user, scrubbed env, in ~/.lobes (chain from .env)."""
-    compose(box, "--progress", "plain", "up", "-d", "--remove-orphans")
+    """`docker compose up -d` as the box user, scrubbed env, in ~/.lobes (chain from .env).
+
+    One retry: on a loaded machine a first pull or a dependency's health wait can fail
+    transiently; a second failure is real and raised.
+    """
+    try:
+        compose(box, "--progress", "plain", "up", "-d", "--remove-orphans")
+    except LabError as e:
+        log(f"{box.name}: compose up failed, retrying once: {str(e).splitlines()[-1]}")
+        time.sleep(2)
+        compose(box, "--progress", "plain", "up", "-d", "--remove-orphans")
 
 
 def force_recreate(box: Box, services: list[str]) -> None:
