@@ -137,7 +137,7 @@ def locked() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def up(*, timeout: float = 170) -> dict[str, Any]:
+def up(*, timeout: float = 300) -> dict[str, Any]:
     """Bring the lab up (or back to pristine) and return the lab facts once everything is ready."""
     with locked():
         return _up(timeout)
