@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from . import engines, readiness, registry
+from . import dns, engines, readiness, registry
 from .config import BOXES, BUILDER, REGISTRY
 from .proc import running
 
@@ -19,6 +19,7 @@ def status(console: Console | None = None) -> dict[str, readiness.BoxHealth]:
     console = console or Console()
     report: dict[str, readiness.BoxHealth] = {}
     table = Table(title=f"fleet lab  (registry {REGISTRY}: {_mark(registry.healthy())}, "
+                        f"dns: {_mark(running(dns.PIDFILE))}, "
                         f"builder: {_mark(running(BUILDER.dockerd_pidfile))})")  # fmt: skip
     for col in (
         "box",
