@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +37,13 @@ pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv" / "bin"
+EVIDENCE = Path(tempfile.mkdtemp(prefix="fleet-evidence-"))  # kept out of the repository
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_evidence() -> Iterator[None]:
+    yield
+    shutil.rmtree(EVIDENCE, ignore_errors=True)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -139,8 +147,7 @@ def box_ready(pristine: Callable[[str], None]) -> Iterator[Callable[[str], dict[
 
 def apply(box: str, *more: str, root: Path | None = None, env: dict[str, str] | None = None) -> Any:
     """`reconcile apply BOX --yes`, evidence kept out of the repository."""
-    evidence = f"/tmp/fleet-evidence-{os.getpid()}"
-    return reconcile("apply", box, "--yes", "--evidence", evidence, *more, root=root, env=env)
+    return reconcile("apply", box, "--yes", "--evidence", str(EVIDENCE), *more, root=root, env=env)
 
 
 def converge(box: str) -> Any:
@@ -330,7 +337,7 @@ def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
     started = utc_now()
     proc = subprocess.Popen(
         [str(VENV / "reconcile"), "-i", "lab", "apply", "thor", "--yes", "--evidence",
-         f"/tmp/fleet-evidence-{os.getpid()}"],
+         str(EVIDENCE)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip

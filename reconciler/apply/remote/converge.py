@@ -749,9 +749,10 @@ def converge(box, lock):
             if extra:
                 emit("note", message="config changed with the files: " + ", ".join(extra))
                 todo += extra
-        refs = list(p.get("pulls", []))
-        refs += [p["images"][s] for s in todo if p["images"].get(s) and p["images"][s] not in refs]
-        pull(box, refs)
+        # The planned pulls, then every image a service about to be recreated runs: by digest,
+        # pulled only when the engine does not have it.
+        refs = list(p.get("pulls", [])) + [p["images"][s] for s in todo if p["images"].get(s)]
+        pull(box, list(dict.fromkeys(refs)))
         before = containers(box)
         for service in lane_order(box, todo):
             touched.append(service)
