@@ -113,7 +113,7 @@ def test_committed_schema_is_current() -> None:
     )
 
 
-def test_lab_inventory_differs_only_in_connection_data_and_image_digests(tmp_path: Path) -> None:
+def test_lab_inventory_differs_only_in_connection_data_and_lab_facts(tmp_path: Path) -> None:
     root = tmp_path / "fleet"
     for part in ("inventory", "group_vars"):
         shutil.copytree(ROOT / part, root / part)
@@ -121,12 +121,22 @@ def test_lab_inventory_differs_only_in_connection_data_and_image_digests(tmp_pat
     overlay.parent.mkdir()
     lab_ref = "10.77.0.1:5000/vllm/vllm-openai@sha256:" + "ab" * 32
     overlay.write_text(f"vllm_nightly: {lab_ref}\n", encoding="utf-8")
+    (root / ".lab" / "overlay").mkdir()
+    override_digest = "cd" * 32
+    for name in ("thor", "spark", "orin"):
+        (root / ".lab" / "overlay" / f"{name}.yaml").write_text(
+            "deployment:\n  file_digests:\n"
+            f"    docker-compose.override.yml: {override_digest}\n",
+            encoding="utf-8",
+        )
     prod, lab = load_fleet(root, "hosts"), load_fleet(root, "lab")
     for name in prod.boxes:
         p = prod.boxes[name].model_dump()
         q = lab.boxes[name].model_dump()
         assert q["images"].pop("vllm_nightly") == lab_ref
         p["images"].pop("vllm_nightly")
+        lab_digests = q["deployment"]["file_digests"]
+        assert lab_digests.pop("docker-compose.override.yml") == override_digest
         assert p == q
         assert prod.connection(name).ssh_hostname != lab.connection(name).ssh_hostname
 

@@ -15,16 +15,19 @@ import contextlib
 import fnmatch
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 SCRUBBED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -435,7 +438,69 @@ def login_shell(run):
 
 
 # -- docker ------------------------------------------------------------------------------------
-def containers(run):
+def docker_socket(home):
+    """The Engine socket the docker CLI would use here: DOCKER_HOST, else the current context
+    of ~/.docker/config.json, else the default. None when it is not a unix socket."""
+    host = os.environ.get("DOCKER_HOST")
+    if not host:
+        try:
+            with open(os.path.join(home, ".docker", "config.json")) as handle:
+                context = json.load(handle).get("currentContext")
+        except (OSError, ValueError):
+            context = None
+        if context and context != "default":
+            meta = os.path.join(
+                home, ".docker", "contexts", "meta",
+                hashlib.sha256(context.encode()).hexdigest(), "meta.json",
+            )  # fmt: skip
+            try:
+                with open(meta) as handle:
+                    host = json.load(handle)["Endpoints"]["docker"]["Host"]
+            except (OSError, ValueError, KeyError):
+                return None
+    host = host or "unix:///var/run/docker.sock"
+    return host[len("unix://") :] if host.startswith("unix://") else None
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        http.client.HTTPConnection.__init__(self, "localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def engine_get(conn, path):
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    if resp.status != 200:
+        raise OSError("engine %s: HTTP %d %s" % (path, resp.status, body[:200]))
+    return json.loads(body)
+
+
+def engine_inspect(run):
+    """`docker ps` + `docker inspect` + `docker image inspect` through the Engine API on one
+    unix-socket connection: the same JSON, without starting the docker CLI three times."""
+    path = docker_socket(run.home)
+    if path is None:
+        return None
+    conn = _UnixHTTP(path, run.timeout)
+    try:
+        label = json.dumps({"label": ["com.docker.compose.project=" + run.p["project"]]})
+        listed = engine_get(conn, "/containers/json?all=1&filters=" + urllib.parse.quote(label))
+        found = [engine_get(conn, "/containers/%s/json" % c["Id"]) for c in listed]
+        image_ids = sorted({c.get("Image") for c in found if c.get("Image")})
+        images = [engine_get(conn, "/images/%s/json" % i) for i in image_ids]
+        return found, images
+    finally:
+        conn.close()
+
+
+def cli_inspect(run):
     project = run.p["project"]
     code, out, err = run.run(
         [
@@ -452,16 +517,37 @@ def containers(run):
         return {"error": _last_line(err) or "docker ps exited %d" % code}
     ids = out.split()
     if not ids:
-        return {"containers": [], "images": {}}
+        return [], []
     code, out, err = run.run(["docker", "inspect"] + ids, env=run.scrubbed_env())
     if code != 0:
         return {"error": _last_line(err)}
-    found, image_ids = [], set()
-    for c in json.loads(out):
+    inspected = json.loads(out)
+    image_ids = sorted({c.get("Image") for c in inspected if c.get("Image")})
+    images = []
+    if image_ids:
+        code, out, err = run.run(["docker", "image", "inspect"] + image_ids, env=run.scrubbed_env())
+        if code == 0:
+            images = json.loads(out)
+    return inspected, images
+
+
+def containers(run):
+    try:
+        raw = engine_inspect(run)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+            return {"error": "docker engine not reachable: %s" % exc}
+        raw = None  # anything odd: let the CLI try, it knows more about contexts than we do
+    if raw is None:
+        raw = cli_inspect(run)
+        if isinstance(raw, dict):
+            return raw
+    inspected, raw_images = raw
+    found = []
+    for c in inspected:
         cfg, state, host = c.get("Config") or {}, c.get("State") or {}, c.get("HostConfig") or {}
         labels = cfg.get("Labels") or {}
         nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
-        image_ids.add(c.get("Image"))
         found.append(
             {
                 "name": (c.get("Name") or "").lstrip("/"),
@@ -485,16 +571,12 @@ def containers(run):
             }
         )
     images = {}
-    ids = sorted(i for i in image_ids if i)
-    if ids:
-        code, out, err = run.run(["docker", "image", "inspect"] + ids, env=run.scrubbed_env())
-        if code == 0:
-            for img in json.loads(out):
-                images[img["Id"]] = {
-                    "repo_digests": img.get("RepoDigests") or [],
-                    "repo_tags": img.get("RepoTags") or [],
-                    "env": run.mask_env_list((img.get("Config") or {}).get("Env")),
-                }
+    for img in raw_images:
+        images[img["Id"]] = {
+            "repo_digests": img.get("RepoDigests") or [],
+            "repo_tags": img.get("RepoTags") or [],
+            "env": run.mask_env_list((img.get("Config") or {}).get("Env")),
+        }
     return {"containers": sorted(found, key=lambda c: c["name"]), "images": images}
 
 
@@ -533,31 +615,45 @@ def _json(body):
         return None
 
 
+def parallel_get(requests, timeout):
+    """GET several URLs at once: a slow gateway costs one timeout, not one per probe."""
+    results = {}
+
+    def fetch(name, url):
+        results[name] = http_get(url, timeout)
+
+    threads = [threading.Thread(target=fetch, args=item, daemon=True) for item in requests]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
 def gateway_probes(run):
     base = "http://127.0.0.1:%d" % run.p["gateway_port"]
     timeout = float(run.p.get("probe_timeout_s", 3))
-    out = {}
-    for name, path in (
-        ("health", "/health"),
-        ("capabilities", "/capabilities"),
-        ("models_noauth", "/v1/models"),
-    ):
-        result = http_get(base + path, timeout)
-        if name == "models_noauth":
-            result.pop("body", None)  # the posture is the status code; the list is elsewhere
-        out[name] = result
+    out = parallel_get(
+        [
+            ("health", base + "/health"),
+            ("capabilities", base + "/capabilities"),
+            ("models_noauth", base + "/v1/models"),
+        ],
+        timeout,
+    )
+    out["models_noauth"].pop("body", None)  # the posture is the status code
     return out
 
 
 def lane_probes(run, found):
-    out = {}
-    timeout = float(run.p.get("probe_timeout_s", 3))
-    for c in found:
-        service = c.get("service") or ""
-        if not service.startswith("vllm-") or c.get("status") != "running" or not c.get("ips"):
-            continue
-        out[service] = http_get("http://%s:8000/v1/models" % c["ips"][0], timeout)
-    return out
+    requests = [
+        (c["service"], "http://%s:8000/v1/models" % c["ips"][0])
+        for c in found
+        if (c.get("service") or "").startswith("vllm-")
+        and c.get("status") == "running"
+        and c.get("ips")
+    ]
+    return parallel_get(requests, float(run.p.get("probe_timeout_s", 3)))
 
 
 # -- audit (payload["audit"], `reconcile audit`) ---------------------------------------------------
