@@ -36,12 +36,11 @@ INSPECT = "docker inspect $(docker ps -aq --filter label=com.docker.compose.proj
 
 def floor_ssh(target: Target) -> list[str]:
     """Plain OpenSSH, a fresh connection each time: what an operator's loop would do."""
-    c = target.conn
     return [
-        "ssh", "-p", str(c.ssh_port), "-i", str(target.key_file), "-o", "BatchMode=yes",
+        "ssh", "-p", str(target.port), "-i", str(target.key_file), "-o", "BatchMode=yes",
         "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", "StrictHostKeyChecking=yes",
         "-o", "ControlMaster=no", "-o", "ControlPath=none",
-        f"{c.ssh_user}@{c.ssh_hostname}", INSPECT,
+        f"{target.user}@{target.hostname}", INSPECT,
     ]  # fmt: skip
 
 

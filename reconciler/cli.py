@@ -13,6 +13,7 @@ from reconciler import __version__
 
 if TYPE_CHECKING:
     from reconciler.desired.load import Fleet
+    from reconciler.observe.early import EarlyStart
 
 EXIT_OK, EXIT_ERROR, EXIT_FINDINGS = 0, 1, 2
 
@@ -65,19 +66,25 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
-    from reconciler.drift import run_drift
-    from reconciler.report import render
+    early = None if args.from_snapshot else _start_early(args)
+    try:
+        from reconciler.drift import run_drift
+        from reconciler.report import render
 
-    fleet = _load(args)
-    boxes = _boxes(fleet, args.boxes)
-    if boxes is None:
-        return EXIT_ERROR
-    run = run_drift(
-        fleet,
-        boxes,
-        save_to=Path(args.save_snapshot) if args.save_snapshot else None,
-        from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
-    )
+        fleet = _load(args)
+        boxes = _boxes(fleet, args.boxes)
+        if boxes is None:
+            return EXIT_ERROR
+        run = run_drift(
+            fleet,
+            boxes,
+            save_to=Path(args.save_snapshot) if args.save_snapshot else None,
+            from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+            early=early,
+        )
+    finally:
+        if early is not None:
+            early.cancel()  # no-op for collectors already finished
     on_terminal = args.output is None and sys.stdout.isatty()
     color = on_terminal and args.format == "text"
     width = shutil.get_terminal_size().columns if on_terminal else 100
@@ -88,6 +95,22 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return run.report.exit_code
+
+
+def _start_early(args: argparse.Namespace) -> EarlyStart | None:
+    """Send the boxes their collectors before importing and loading anything heavy."""
+    import secrets
+    from pathlib import Path
+
+    from reconciler.desired.locate import inventory_file, root_or_none
+    from reconciler.observe.early import start
+
+    root = Path(args.root).resolve() if args.root else root_or_none()
+    if root is None:
+        return None
+    return start(
+        root, inventory_file(root, args.inventory), args.boxes or None, secrets.token_hex(16)
+    )
 
 
 def _boxes(fleet: Fleet, wanted: list[str]) -> list[str] | None:

@@ -17,6 +17,7 @@ from reconciler.compare.context import BoxExpectation, expectation
 from reconciler.compare.drift import DriftReport
 from reconciler.desired.load import Fleet
 from reconciler.desired.show import box_env
+from reconciler.observe.early import EarlyStart
 from reconciler.observe.observe import (
     BoxObservation,
     load_snapshot,
@@ -47,6 +48,7 @@ def run_drift(
     boxes: list[str],
     save_to: Path | None = None,
     from_snapshot: Path | None = None,
+    early: EarlyStart | None = None,
 ) -> DriftRun:
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     if from_snapshot is not None:
@@ -58,7 +60,8 @@ def run_drift(
             observations[name] = BoxObservation(name, None, "not in the snapshot")
         boxes += missing
     else:
-        observations = observe(fleet, boxes, new_run_key())
+        run_key = early.run_key if early is not None else new_run_key()
+        observations = observe(fleet, boxes, run_key, early=early)
     if save_to is not None:
         meta = {"run_id": run_id, "inventory": fleet.inventory_file, "taken_at": _now()}
         save_snapshot(save_to, {b: observations[b] for b in boxes}, meta)

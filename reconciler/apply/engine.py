@@ -127,23 +127,31 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
 
 
 def verify(prep: Prepared, on_event: OnEvent | None = None) -> tuple[DriftReport, list[str]]:
-    """Re-observe until the box shows no drift a converge acts on, or the mesh had its time.
+    """Re-observe until the box shows no drift a converge acts on, or the mesh had its time."""
+    report, left = settle(prep.fleet, [prep.box])
+    if on_event is not None:
+        on_event({"event": "note", "message": _verdict(left)})
+    return report, left
+
+
+def settle(fleet: Fleet, boxes: list[str]) -> tuple[DriftReport, list[str]]:
+    """Observe `boxes` until none shows actionable drift, errors included, or time is up.
 
     Proxied roles come back only after a few mesh heartbeats, so a drift that is still there
-    right after the gateway's recreate is asked again, up to 6 heartbeats (at least 30 s).
+    right after a gateway's recreate is asked again, up to 6 heartbeats (at least 30 s).
     """
-    box = prep.exp.box
-    deadline = time.monotonic() + max(30, 6 * box.mesh.heartbeat_s)
+    beat = max(fleet.boxes[b].mesh.heartbeat_s for b in boxes)
+    deadline = time.monotonic() + max(30, 6 * beat)
     while True:
-        report = run_drift(prep.fleet, [prep.box]).report
-        result = report.boxes[0]
-        left = [f"{d.subject} {d.path}" for d in actionable(result.drifts)]
-        left += [f"error: {e}" for e in result.errors]
-        if not result.reachable:
-            left.append("not observed")
+        report = run_drift(fleet, boxes).report
+        left: list[str] = []
+        for result in report.boxes:
+            prefix = f"{result.box}: " if len(boxes) > 1 else ""
+            left += [f"{prefix}{d.subject} {d.path}" for d in actionable(result.drifts)]
+            left += [f"{prefix}error: {e}" for e in result.errors]
+            if not result.reachable:
+                left.append(f"{prefix}not observed")
         if not left or time.monotonic() >= deadline:
-            if on_event is not None:
-                on_event({"event": "note", "message": _verdict(left)})
             return report, left
         time.sleep(2)
 

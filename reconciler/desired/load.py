@@ -7,7 +7,6 @@ all; any problem raises DesiredStateError and the caller writes nothing.
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from pydantic import ValidationError
 
 from reconciler.desired.checks import check_box, check_fleet
 from reconciler.desired.explain import explain
+from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import merge_layers
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec, is_digest_ref
 from reconciler.desired.yaml_source import (
@@ -28,9 +28,6 @@ from reconciler.desired.yaml_source import (
     load_yaml,
 )
 
-INVENTORY_ENV = "FLEET_INVENTORY"
-ROOT_ENV = "FLEET_ROOT"
-
 
 @dataclass(frozen=True)
 class Fleet:
@@ -42,6 +39,7 @@ class Fleet:
     boxes: dict[str, BoxSpec]
     layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     positions: dict[str, dict[PathKey, Location]] = field(default_factory=dict, repr=False)
+    inputs: tuple[Path, ...] = ()  # every file that decided this state (inventory, layers)
 
     def connection(self, box: str) -> InventoryBox:
         return self.inventory.boxes[box]
@@ -57,30 +55,19 @@ class Fleet:
 
 def find_root(start: Path | None = None) -> Path:
     """The repository root: $FLEET_ROOT, else the nearest parent with inventory/ and group_vars/."""
-    if os.environ.get(ROOT_ENV):
-        return Path(os.environ[ROOT_ENV]).resolve()
-    here = (start or Path.cwd()).resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / "inventory").is_dir() and (candidate / "group_vars").is_dir():
-            return candidate
-    raise DesiredStateError(
-        [
-            Problem(
-                Location(str(here), 1, 1),
-                "",
-                "no fleet repository here (want inventory/ and group_vars/); set FLEET_ROOT",
-            )
-        ]
-    )
-
-
-def inventory_file(root: Path, selector: str | None = None) -> Path:
-    """`hosts` (default), `lab`, or a path: FLEET_INVENTORY or --inventory picks it."""
-    choice = selector or os.environ.get(INVENTORY_ENV) or "hosts"
-    if "/" in choice or choice.endswith((".yaml", ".yml")):
-        path = Path(choice)
-        return path if path.is_absolute() else root / path
-    return root / "inventory" / f"{choice}.yaml"
+    root = root_or_none(start)
+    if root is None:
+        here = str((start or Path.cwd()).resolve())
+        raise DesiredStateError(
+            [
+                Problem(
+                    Location(here, 1, 1),
+                    "",
+                    "no fleet repository here (want inventory/ and group_vars/); set FLEET_ROOT",
+                )
+            ]
+        )
+    return root
 
 
 def load_fleet(root: Path | None = None, inventory: str | None = None) -> Fleet:
@@ -129,7 +116,8 @@ def load_fleet(root: Path | None = None, inventory: str | None = None) -> Fleet:
         problems.append(_problem(positions[str(path[0])], path[1:], message))
     if problems:
         raise DesiredStateError(problems)
-    return Fleet(root, inv_doc.file, inv, boxes, layers, positions)
+    inputs = sorted({inv_path, *(root / f for chain in layers.values() for f in chain)})
+    return Fleet(root, inv_doc.file, inv, boxes, layers, positions, tuple(inputs))
 
 
 def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Problem:

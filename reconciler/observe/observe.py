@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.desired.load import Fleet
+from reconciler.desired.locate import inventory_file
 from reconciler.desired.show import box_env
+from reconciler.observe.early import EarlyStart, store
 from reconciler.observe.payload import collector_payload
-from reconciler.observe.transport import RemoteResult, Target, python_command, run_all
+from reconciler.observe.transport import RemoteResult, Target, finish_all, python_command, spawn
 
 COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
 
@@ -41,7 +43,9 @@ def targets(fleet: Fleet, boxes: list[str]) -> list[Target]:
         out.append(
             Target(
                 box=name,
-                conn=conn,
+                hostname=conn.ssh_hostname,
+                user=conn.ssh_user,
+                port=conn.ssh_port,
                 key_file=fleet.resolve_path(conn.ssh_key) if conn.ssh_key else None,
                 known_hosts=(
                     fleet.resolve_path(conn.ssh_known_hosts_file)
@@ -54,18 +58,34 @@ def targets(fleet: Fleet, boxes: list[str]) -> list[Target]:
 
 
 def observe(
-    fleet: Fleet, boxes: list[str], run_key: str, timeout: float = 60.0
+    fleet: Fleet,
+    boxes: list[str],
+    run_key: str,
+    timeout: float = 60.0,
+    early: EarlyStart | None = None,
 ) -> dict[str, BoxObservation]:
-    script = COLLECTOR.read_text(encoding="utf-8")
-    commands = {}
-    for name in boxes:
-        payload = collector_payload(fleet.boxes[name], box_env(fleet, name), run_key)
-        encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-        commands[name] = python_command(script, encoded)
+    """Observe `boxes`; `early` holds collectors started from cached payloads, used only if
+    they were sent exactly what this desired state asks for."""
+    payloads = {
+        name: collector_payload(fleet.boxes[name], box_env(fleet, name), run_key) for name in boxes
+    }
+    box_targets = {t.box: t for t in targets(fleet, boxes)}
+    inventory_path = inventory_file(fleet.root, fleet.inventory_file)
     started = time.monotonic()
+    if early is not None and early.payloads == payloads and early.run_key == run_key:
+        running = early.running
+    else:
+        if early is not None:
+            early.cancel()  # the desired state changed since the cache: ask again
+        script = COLLECTOR.read_text(encoding="utf-8")
+        running = {}
+        for name, payload in payloads.items():
+            encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
+            running[name] = spawn(box_targets[name], python_command(script, encoded))
+        store(fleet.root, inventory_path, list(fleet.inputs), box_targets, payloads)
     with ThreadPoolExecutor(max_workers=1) as pool:
         probes = pool.submit(_controller_probes, fleet, boxes)
-        results = run_all(targets(fleet, boxes), commands, timeout=timeout)
+        results = finish_all(list(running.values()), timeout)
         controller = probes.result()
     elapsed = time.monotonic() - started
     return {

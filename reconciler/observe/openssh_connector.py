@@ -24,7 +24,6 @@ from pyinfra.connectors.util import (
 )
 from typing_extensions import Unpack
 
-from reconciler.desired.models import InventoryBox
 from reconciler.observe.transport import Target, ssh_argv
 
 if TYPE_CHECKING:
@@ -50,12 +49,14 @@ class OpenSSHConnector(BaseConnector):
 
     def _target(self) -> Target:
         data = self.host.data
-        conn = InventoryBox(
-            ssh_hostname=str(data.get("ssh_hostname") or self.host.name),
-            ssh_user=str(data.get("ssh_user") or "root"),
-            ssh_port=int(data.get("ssh_port") or 22),
+        return Target(
+            box=self.host.name,
+            hostname=str(data.get("ssh_hostname") or self.host.name),
+            user=str(data.get("ssh_user") or "root"),
+            port=int(data.get("ssh_port") or 22),
+            key_file=data.get("ssh_key"),
+            known_hosts=data.get("ssh_known_hosts_file"),
         )
-        return Target(self.host.name, conn, data.get("ssh_key"), data.get("ssh_known_hosts_file"))
 
     def connect(self) -> None:
         # Open (or reuse) the master connection now, so an unreachable box fails here.

@@ -16,13 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.desired.models import InventoryBox
-
 
 @dataclass(frozen=True)
 class Target:
+    """Where a box's sshd is and how to trust it (plain values: this module imports nothing
+    heavy, so a drift run can start its SSH round trips before loading anything else)."""
+
     box: str
-    conn: InventoryBox
+    hostname: str
+    user: str
+    port: int
     key_file: str | None
     known_hosts: str | None
 
@@ -44,11 +47,10 @@ def control_dir() -> Path:
 
 
 def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> list[str]:
-    conn = target.conn
     argv = [
         "ssh",
         "-p",
-        str(conn.ssh_port),
+        str(target.port),
         "-o",
         "BatchMode=yes",
         "-o",
@@ -75,39 +77,70 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
             "-o",
             "StrictHostKeyChecking=yes",
         ]
-    argv += [f"{conn.ssh_user}@{conn.ssh_hostname}", "--", remote_command]
+    argv += [f"{target.user}@{target.hostname}", "--", remote_command]
     return argv
 
 
-def run_one(target: Target, remote_command: str, timeout: float) -> RemoteResult:
+@dataclass
+class Running:
+    """A remote command in flight; `finish()` waits for it."""
+
+    box: str
+    proc: subprocess.Popen[str] | None
+    error: str | None = None
+
+    def finish(self, timeout: float) -> RemoteResult:
+        if self.proc is None:
+            return RemoteResult(self.box, None, "", "", self.error)
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return RemoteResult(self.box, None, "", "", f"no answer within {timeout:g} s")
+        if self.proc.returncode == 255:
+            last = (err.strip().splitlines() or ["ssh failed"])[-1]
+            return RemoteResult(self.box, 255, out, err, f"unreachable: {last}")
+        return RemoteResult(self.box, self.proc.returncode, out, err, None)
+
+    def cancel(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def spawn(target: Target, remote_command: str) -> Running:
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             ssh_argv(target, remote_command),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
             stdin=subprocess.DEVNULL,
-            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    except subprocess.TimeoutExpired:
-        return RemoteResult(target.box, None, "", "", f"no answer within {timeout:g} s")
     except OSError as exc:
-        return RemoteResult(target.box, None, "", "", f"cannot run ssh: {exc}")
-    if proc.returncode == 255:
-        last = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
-        return RemoteResult(target.box, 255, proc.stdout, proc.stderr, f"unreachable: {last}")
-    return RemoteResult(target.box, proc.returncode, proc.stdout, proc.stderr, None)
+        return Running(target.box, None, f"cannot run ssh: {exc}")
+    return Running(target.box, proc)
+
+
+def finish_all(running: list[Running], timeout: float) -> dict[str, RemoteResult]:
+    """Wait for every box at once (pipes drained in parallel: a report is ~150 KB)."""
+    if not running:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(running)) as pool:
+        futures = {r.box: pool.submit(r.finish, timeout) for r in running}
+        return {box: future.result() for box, future in futures.items()}
+
+
+def run_one(target: Target, remote_command: str, timeout: float) -> RemoteResult:
+    return spawn(target, remote_command).finish(timeout)
 
 
 def run_all(
     targets: list[Target], commands: dict[str, str], timeout: float = 60.0
 ) -> dict[str, RemoteResult]:
     """Run commands[box] on every target at once; returns results by box."""
-    if not targets:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-        futures = {t.box: pool.submit(run_one, t, commands[t.box], timeout) for t in targets}
-        return {box: future.result() for box, future in futures.items()}
+    return finish_all([spawn(t, commands[t.box]) for t in targets], timeout)
 
 
 def python_command(script: str, argument: str) -> str:
