@@ -353,7 +353,8 @@ def _box_reasons(row: BoxEvidence) -> list[str]:
         f"desired {row.intent.auth}, live {row.posture} (loopback {_codes(row.loopback)}; "
         f"mesh side {_codes(row.mesh_side)})"
     ]
-    if row.keyed is not None and row.keyed.status is not None:
+    # On an open gateway a keyed request proves nothing: every request gets through.
+    if row.posture == "keyed" and row.keyed is not None and row.keyed.status is not None:
         out.append(
             f"with the key from {row.keyed.key_from} ({phrases.digest(row.keyed.digest)}): "
             f"GET /v1/models {row.keyed.status}"
