@@ -131,7 +131,10 @@ def _table(titles: tuple[str, ...], rows: list[list[Text | str]]) -> Table:
         header_style=STYLE["head"],
     )
     for title in titles:
-        table.add_column(title, overflow="fold")
+        # Short words read wrong when broken, and rich would rather drop a whole column than
+        # leave it narrow: a floor for every column, the probes and free text wrap below 100.
+        short = title in ("box", "want", "live", "key", "mesh", "verdict")
+        table.add_column(title, overflow="fold", no_wrap=short, min_width=None if short else 9)
     for row in rows:
         table.add_row(*row)
     return table

@@ -179,3 +179,12 @@ def test_collector_reads_env_line_states_as_digests(tmp_path):
     assert states["LOBES_MESH_KEY"]["digest"] == run.digest("mesh-secret-value")
     assert "secret-value" not in json.dumps(states)
     assert active == {"CULTURE_VLLM_API_KEY": "", "LOBES_MESH_KEY": "mesh-secret-value"}
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_no_matrix_column_is_dropped_on_a_narrow_terminal(width):
+    # rich drops a column it cannot fit rather than squeeze it: every header must survive.
+    text = render_text(judged("lane_port_published"), width=width)
+    for header in ("want", "live", "no key", "published", "verdict", ".env", "key use"):
+        assert header in text, (width, header)
+    assert "LANE" in text
