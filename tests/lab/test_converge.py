@@ -236,6 +236,11 @@ INCIDENTS: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
         "thor",
         lambda: labpkg.incidents.other_image_digest("thor", "vllm-hand"),
     ),
+    (
+        "gateway_published_on",
+        "thor",
+        lambda: labpkg.incidents.gateway_published_on("thor", "127.0.0.1"),
+    ),
 ]
 
 
