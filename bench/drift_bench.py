@@ -115,11 +115,13 @@ def main() -> int:
     args = parser.parse_args()
     fleet = load_fleet(ROOT, "lab")
     all_targets = targets(fleet, list(fleet.boxes))
+    n = args.runs
     rows = [
-        ("floor: 3 parallel OpenSSH `docker inspect`", median_of(run_floor, all_targets, args.runs)),
-        ("pyinfra 3.10 API: connect + the same command", median_of(run_pyinfra, all_targets, args.runs)),
-        ("reconcile drift, warm (ssh master + render cache)", median_of(drift_cli(), all_targets, args.runs)),
-        ("reconcile drift, new ssh connections", median_of(drift_cli(), all_targets, args.runs, close_masters)),
+        ("floor: 3 parallel OpenSSH `docker inspect`", median_of(run_floor, all_targets, n)),
+        ("pyinfra 3.10 API: connect + the same command", median_of(run_pyinfra, all_targets, n)),
+        ("reconcile drift, warm (ssh master, caches)", median_of(drift_cli(), all_targets, n)),
+        ("reconcile drift, new ssh connections",
+         median_of(drift_cli(), all_targets, n, close_masters)),
     ]  # fmt: skip
     floor = rows[0][1]
     load = os.getloadavg()[0]

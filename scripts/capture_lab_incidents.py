@@ -3,7 +3,8 @@
 Writes examples/lab-incidents/: a self-contained fleet root (the inventory, group_vars and lab
 facts used at capture time) plus the snapshot, so that
 
-    reconcile --root examples/lab-incidents -i lab drift --from-snapshot examples/lab-incidents/snapshot
+    reconcile --root examples/lab-incidents -i lab drift \
+        --from-snapshot examples/lab-incidents/snapshot
 
 shows the incidents' drift on a machine with no access to the boxes. The unit tests of the
 compare rules run on this captured data. Secrets were hashed on the boxes before they left.

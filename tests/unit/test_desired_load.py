@@ -125,8 +125,7 @@ def test_lab_inventory_differs_only_in_connection_data_and_lab_facts(tmp_path: P
     override_digest = "cd" * 32
     for name in ("thor", "spark", "orin"):
         (root / ".lab" / "overlay" / f"{name}.yaml").write_text(
-            "deployment:\n  file_digests:\n"
-            f"    docker-compose.override.yml: {override_digest}\n",
+            f"deployment:\n  file_digests:\n    docker-compose.override.yml: {override_digest}\n",
             encoding="utf-8",
         )
     prod, lab = load_fleet(root, "hosts"), load_fleet(root, "lab")

@@ -15,7 +15,6 @@ Compose always runs as `env -i PATH=... HOME=$HOME docker compose ...` in the de
 directory, so nothing in the deploy user's environment can change what it renders.
 """
 # Runs under the box's python3 (>= 3.8): %-formatting and list concatenation stay.
-# ruff: noqa: UP031, RUF005
 
 import errno
 import fcntl
