@@ -150,6 +150,18 @@ def desired_state(directory: Path, auth: dict[str, Literal["keyed", "open"]]) ->
     return path
 
 
+def unreachable(inventory: Path, box: str, port: int = 2) -> Path:
+    """The same inventory with `box` reached on an SSH port nothing listens on: the box cannot
+    be observed (its gateway still answers the controller)."""
+    yaml = YAML()
+    data = yaml.load(inventory.read_text())
+    data["boxes"][box]["ssh_port"] = port
+    path = inventory.with_name(f"unreachable-{box}.yaml")
+    with path.open("w") as handle:
+        yaml.dump(data, handle)
+    return path
+
+
 # -- fixtures for the unit tests -----------------------------------------------------------------
 _KEEP_ENV = ("GATEWAY_API_KEY", "CULTURE_VLLM_API_KEY", "LOBES_MESH_KEY", "LOBES_MESH_NAME")
 

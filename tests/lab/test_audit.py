@@ -246,3 +246,16 @@ def test_audit_never_prints_a_canary(lab, restore, tmp_path):
     assert ev["probes"]["keyed"]["status"] == 401
     assert {"key.not-desired", "key.right-key-refused"} <= codes(box(doc, "thor"))
     assert rc == 2
+
+
+def test_audit_exits_1_when_a_box_cannot_be_audited(lab, restore, tmp_path):
+    """Nothing changes on the boxes: thor is only looked for on a port nobody listens on."""
+    inventory = sc.unreachable(sc.desired_state(tmp_path / "desired", {}), "thor")
+    rc, doc, text = audit(inventory, tmp_path)
+    thor = box(doc, "thor")
+    assert (thor["audited"], thor["verdict"], thor["evidence"]) == (False, "fail", None)
+    assert codes(thor) == {"audit.unobserved"} and "ssh" in thor["errors"][0].lower()
+    assert all(box(doc, b)["audited"] for b in ("spark", "orin"))
+    assert "mesh.incomplete" in codes(doc["mesh"])
+    assert rc == 1 and doc["summary"]["exit_code"] == 1
+    assert "thor: FAIL (not audited)" in text
