@@ -17,23 +17,27 @@ import base64
 import hashlib
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import Running, Target, python_command, spawn
 
 COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
 class EarlyStart:
-    """Collectors already running, and exactly what they were sent."""
+    """Collectors and gateway probes already running, and exactly what they were sent."""
 
     running: dict[str, Running]
     payloads: dict[str, dict[str, Any]]
     run_key: str
+    bases: dict[str, str]
+    probes: Future[dict[str, dict[str, Any]]] | None = None
 
     def cancel(self) -> None:
         for handle in self.running.values():
@@ -67,6 +71,7 @@ def store(
     inputs: list[Path],
     targets: dict[str, Target],
     payloads: dict[str, dict[str, Any]],
+    bases: dict[str, str],
 ) -> None:
     """Remember what this run sent, keyed by the content of every file that decided it."""
     without_key = {
@@ -80,6 +85,7 @@ def store(
         "inputs": {str(p): _digest(p) for p in inputs},
         "targets": {box: t.__dict__ for box, t in targets.items()},
         "payloads": without_key,
+        "bases": bases,
     }
     path = _entry_path(root, inventory)
     try:
@@ -114,4 +120,10 @@ def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) ->
         encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
         running[box] = spawn(Target(**entry["targets"][box]), python_command(script, encoded))
         sent[box] = payload
-    return EarlyStart(running, sent, run_key)
+    bases = {box: entry["bases"][box] for box in wanted if box in entry.get("bases", {})}
+    # The mesh-side probes need nothing but the URLs: start them too (httpx is imported in
+    # that thread, while this one goes on to load the desired state).
+    pool = ThreadPoolExecutor(max_workers=1)
+    probes = pool.submit(probe_gateways, bases)
+    pool.shutdown(wait=False)
+    return EarlyStart(running, sent, run_key, bases, probes)

@@ -18,6 +18,7 @@ from reconciler.desired.locate import inventory_file
 from reconciler.desired.show import box_env
 from reconciler.observe.early import EarlyStart, store
 from reconciler.observe.payload import collector_payload
+from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import RemoteResult, Target, finish_all, python_command, spawn
 
 COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
@@ -70,6 +71,7 @@ def observe(
         name: collector_payload(fleet.boxes[name], box_env(fleet, name), run_key) for name in boxes
     }
     box_targets = {t.box: t for t in targets(fleet, boxes)}
+    bases = gateway_bases(fleet, boxes)
     inventory_path = inventory_file(fleet.root, fleet.inventory_file)
     started = time.monotonic()
     if early is not None and early.payloads == payloads and early.run_key == run_key:
@@ -82,9 +84,12 @@ def observe(
         for name, payload in payloads.items():
             encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
             running[name] = spawn(box_targets[name], python_command(script, encoded))
-        store(fleet.root, inventory_path, list(fleet.inputs), box_targets, payloads)
+        store(fleet.root, inventory_path, list(fleet.inputs), box_targets, payloads, bases)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        probes = pool.submit(_controller_probes, fleet, boxes)
+        if early is not None and early.probes is not None and early.bases == bases:
+            probes = early.probes
+        else:
+            probes = pool.submit(probe_gateways, bases)
         results = finish_all(list(running.values()), timeout)
         controller = probes.result()
     elapsed = time.monotonic() - started
@@ -108,44 +113,11 @@ def _observation(
     return BoxObservation(box, doc, None, controller, elapsed)
 
 
-def _controller_probes(fleet: Fleet, boxes: list[str]) -> dict[str, dict[str, Any]]:
-    """The mesh side: what a caller on the network gets from each gateway, without a key."""
-    import httpx  # imported here: only commands that probe pay for it
-
-    out: dict[str, dict[str, Any]] = {}
-    timeout = httpx.Timeout(3.0, connect=2.0)
-    with httpx.Client(timeout=timeout, trust_env=False) as client:
-        for name in boxes:
-            conn = fleet.connection(name)
-            port = fleet.boxes[name].gateway.port
-            base = f"http://{conn.ssh_hostname}:{port}"
-            probes: dict[str, Any] = {"base": base}
-            for probe, path in (
-                ("health", "/health"),
-                ("capabilities", "/capabilities"),
-                ("models_noauth", "/v1/models"),
-            ):
-                probes[probe] = _get(client, base + path, keep_body=probe != "models_noauth")
-            out[name] = probes
-    return out
-
-
-def _get(client: Any, url: str, keep_body: bool) -> dict[str, Any]:
-    import httpx
-
-    started = time.monotonic()
-    try:
-        resp = client.get(url)
-    except httpx.HTTPError as exc:
-        return {"status": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    elapsed_ms = int((time.monotonic() - started) * 1000)
-    result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
-    if keep_body:
-        try:
-            result["body"] = resp.json()
-        except ValueError:
-            result["body"] = None
-    return result
+def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
+    return {
+        name: f"http://{fleet.connection(name).ssh_hostname}:{fleet.boxes[name].gateway.port}"
+        for name in boxes
+    }
 
 
 # -- snapshots -------------------------------------------------------------------------------------

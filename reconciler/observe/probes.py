@@ -1,0 +1,52 @@
+"""The mesh side of an observation: what a caller on the network gets from each gateway,
+without a key. All gateways and paths at once (a hanging gateway costs one timeout), with httpx
+imported only when a command probes. Takes plain base URLs so a drift run can start it before
+the desired state is loaded (observe/early.py)."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+PATHS = (("health", "/health"), ("capabilities", "/capabilities"), ("models_noauth", "/v1/models"))
+
+
+def probe_gateways(bases: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """{box: base URL} -> {box: {"base", "health", "capabilities", "models_noauth"}}."""
+    import httpx
+
+    timeout = httpx.Timeout(3.0, connect=2.0)
+    out: dict[str, dict[str, Any]] = {box: {"base": base} for box, base in bases.items()}
+    jobs = [(box, probe, base + path) for box, base in bases.items() for probe, path in PATHS]
+    if not jobs:
+        return out
+    with (
+        httpx.Client(timeout=timeout, trust_env=False) as client,
+        ThreadPoolExecutor(max_workers=len(jobs)) as pool,
+    ):
+        futures = [
+            (box, probe, pool.submit(_get, client, url, probe != "models_noauth"))
+            for box, probe, url in jobs
+        ]
+        for box, probe, future in futures:
+            out[box][probe] = future.result()
+    return out
+
+
+def _get(client: Any, url: str, keep_body: bool) -> dict[str, Any]:
+    import httpx
+
+    started = time.monotonic()
+    try:
+        resp = client.get(url)
+    except httpx.HTTPError as exc:
+        return {"status": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    elapsed_ms = int((time.monotonic() - started) * 1000)
+    result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
+    if keep_body:
+        try:
+            result["body"] = resp.json()
+        except ValueError:
+            result["body"] = None
+    return result
