@@ -14,8 +14,8 @@ if str(_root) not in _sys.path:
     _sys.path.insert(0, str(_root))
 
 from reconciler.desired.load import load_fleet as _load_fleet  # noqa: E402
+from reconciler.desired.problems import DesiredStateError as _DesiredStateError  # noqa: E402
 from reconciler.desired.pyinfra_data import pyinfra_groups as _pyinfra_groups  # noqa: E402
-from reconciler.desired.yaml_source import DesiredStateError as _DesiredStateError  # noqa: E402
 
 try:
     _fleet = _load_fleet(_root)

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -95,17 +96,29 @@ def close_masters() -> None:
         )
 
 
-def median_of(fn: Callable[[list[Target]], None], all_targets: list[Target], runs: int,
-              before: Callable[[], None] | None = None) -> float:  # fmt: skip
-    samples = []
-    fn(all_targets)  # warm-up: page cache, the box's render cache, the ssh master
-    for _ in range(runs):
-        if before:
-            before()
-        started = time.perf_counter()
-        fn(all_targets)
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
+@dataclass(frozen=True)
+class Method:
+    name: str
+    run: Callable[[list[Target]], None]
+    before: Callable[[], None] | None = None  # untimed set-up before each timed run
+
+
+def medians(methods: list[Method], all_targets: list[Target], runs: int) -> list[float]:
+    """Interleaved rounds: every round times each method once, in a rotating order, so a
+    change in the machine's load during the benchmark touches every method alike."""
+    for m in methods:  # warm-up: page cache, the box's render cache, the ssh master
+        m.run(all_targets)
+    samples: list[list[float]] = [[] for _ in methods]
+    for round_no in range(runs):
+        shift = round_no % len(methods)
+        for index in [*range(shift, len(methods)), *range(shift)]:
+            m = methods[index]
+            if m.before:
+                m.before()
+            started = time.perf_counter()
+            m.run(all_targets)
+            samples[index].append(time.perf_counter() - started)
+    return [statistics.median(s) for s in samples]
 
 
 def main() -> int:
@@ -116,20 +129,20 @@ def main() -> int:
     fleet = load_fleet(ROOT, "lab")
     all_targets = targets(fleet, list(fleet.boxes))
     n = args.runs
-    rows = [
-        ("floor: 3 parallel OpenSSH `docker inspect`", median_of(run_floor, all_targets, n)),
-        ("pyinfra 3.10 API: connect + the same command", median_of(run_pyinfra, all_targets, n)),
-        ("reconcile drift, warm (ssh master, caches)", median_of(drift_cli(), all_targets, n)),
-        ("reconcile drift, new ssh connections",
-         median_of(drift_cli(), all_targets, n, close_masters)),
-    ]  # fmt: skip
+    methods = [
+        Method("floor: 3 parallel OpenSSH `docker inspect`", run_floor),
+        Method("pyinfra 3.10 API: connect + the same command", run_pyinfra),
+        Method("reconcile drift, warm (ssh master, caches)", drift_cli()),
+        Method("reconcile drift, new ssh connections", drift_cli(), close_masters),
+    ]
+    rows = list(zip([m.name for m in methods], medians(methods, all_targets, n), strict=True))
     floor = rows[0][1]
     load = os.getloadavg()[0]
     lines = [
         "# Benchmarks",
         "",
         f"`bench/drift_bench.py`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, the three-box lab, "
-        f"median of {args.runs} runs each, load average {load:.1f} at the end, "
+        f"median of {args.runs} interleaved runs each, load average {load:.1f} at the end, "
         f"{os.cpu_count()} cores. Ratios are to the floor measured in the same run.",
         "",
         "| what | median s | × floor |",

@@ -130,7 +130,7 @@ def render_override(box: Box, services: list[str], images: dict[str, str]) -> st
         "# - no CAP_SYS_RESOURCE: runc cannot raise memlock to unlimited, so clamp it;",
         "# - mg-logwrap's boot delay, start counter and memory gate hold lanes for minutes and",
         "#   freeze a lane the lab recreates often: switched off for every lane;",
-        "# - the stand-in loads in a second: health is probed every 2 s instead of every 30 s,",
+        "# - the stand-in loads in a second: health is probed every 5 s instead of every 30 s,",
         "#   so depends_on (worker -> embed, rerank) and readiness do not wait for nothing;",
         "# - images come from the lab registry by digest: no `build:` (gateway, gemma lanes);",
         "# - the gateway needs an init to reap its children (it stops in 10 s without one).",
@@ -159,8 +159,11 @@ def render_override(box: Box, services: list[str], images: dict[str, str]) -> st
             '      LOBES_BOOT_DELAY_S: "0"',
             '      LOBES_START_MAX: "0"',
             '      LOBES_MEM_GATE: "0"',
+            # 5 s, not lobes' 30 s: the stand-in is ready in a second and the gateway waits for
+            # its lanes. Not 2 s either: every check is a `runc exec`, and 15 containers
+            # checked every 2 s kept most of a core of this 2-core machine busy.
             "    healthcheck:",
-            "      interval: 2s",
+            "      interval: 5s",
             "      timeout: 5s",
             "      start_period: 60s",
         ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from reconciler import __version__
 
 if TYPE_CHECKING:
-    from reconciler.desired.load import Fleet
+    from reconciler.desired.fleet import Fleet
     from reconciler.observe.early import EarlyStart
 
 EXIT_OK, EXIT_ERROR, EXIT_FINDINGS = 0, 1, 2
@@ -71,7 +71,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         from reconciler.drift import run_drift
         from reconciler.report import render
 
-        fleet = _load(args)
+        fleet = _load(args, cached=True)
         boxes = _boxes(fleet, args.boxes)
         if boxes is None:
             return EXIT_ERROR
@@ -131,12 +131,18 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     return int(lab_main(args.lab_args) or 0)
 
 
-def _load(args: argparse.Namespace) -> Fleet:
+def _load(args: argparse.Namespace, *, cached: bool = False) -> Fleet:
+    """The validated desired state. `cached`: reuse the last valid load of byte-identical
+    inputs (desired/cache.py); read-only commands take it, `validate` and `apply` never do."""
     from pathlib import Path
 
+    root = Path(args.root).resolve() if args.root else None
+    if cached:
+        from reconciler.desired.cache import load_fleet_cached
+
+        return load_fleet_cached(root, args.inventory)
     from reconciler.desired.load import load_fleet
 
-    root = Path(args.root).resolve() if args.root else None
     return load_fleet(root, args.inventory)
 
 
@@ -241,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from reconciler.desired.yaml_source import DesiredStateError
+    from reconciler.desired.problems import DesiredStateError
 
     try:
         return int(args.handler(args))

@@ -15,8 +15,8 @@ from pathlib import Path
 from reconciler.compare.box import compare_box
 from reconciler.compare.context import BoxExpectation, expectation
 from reconciler.compare.drift import DriftReport
-from reconciler.desired.load import Fleet
-from reconciler.desired.show import box_env
+from reconciler.desired.envfile import box_env
+from reconciler.desired.fleet import Fleet
 from reconciler.observe.early import EarlyStart
 from reconciler.observe.observe import (
     BoxObservation,

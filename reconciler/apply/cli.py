@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reconciler.desired.load import Fleet
+    from reconciler.desired.fleet import Fleet
 
 EXIT_OK, EXIT_ERROR, EXIT_DECLINED = 0, 1, 2
 EVIDENCE_ENV = "FLEET_EVIDENCE_DIR"

@@ -25,7 +25,7 @@ from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
 from reconciler.apply.payload import base_payload, converge_payload
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxResult, DriftReport
-from reconciler.desired.load import Fleet
+from reconciler.desired.fleet import Fleet
 from reconciler.drift import DriftRun, expectations, run_drift
 from reconciler.observe.observe import targets
 from reconciler.plan import Plan, actionable, plan_box

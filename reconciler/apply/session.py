@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 
 from reconciler.apply.engine import Outcome, Prepared, prepare
-from reconciler.desired.load import Fleet, find_root, load_fleet
+from reconciler.desired.fleet import Fleet
+from reconciler.desired.load import find_root, load_fleet
 from reconciler.plan import mesh_order
 
 _fleet: list[Fleet] = []

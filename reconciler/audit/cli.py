@@ -46,7 +46,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from reconciler.audit.run import run_audit
     from reconciler.cli import _boxes, _load
 
-    fleet = _load(args)
+    fleet = _load(args, cached=True)
     boxes = _boxes(fleet, args.boxes)
     if boxes is None:
         return EXIT_ERROR

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reconciler.audit.probes import Endpoint, LanePort, ProofAttempt, mesh_side, prove
-from reconciler.desired.load import Fleet
-from reconciler.desired.show import box_env
+from reconciler.desired.envfile import box_env
+from reconciler.desired.fleet import Fleet
 from reconciler.observe.observe import COLLECTOR, BoxObservation, _observation, targets
 from reconciler.observe.payload import collector_payload, local_chat_role
 from reconciler.observe.transport import python_command, run_all

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.observe.probes import skip_httpx_cli
+
 # The response headers that prove a request crossed the mesh (lobes stamps them on every
 # auto-proxied answer, contracts §3.5), and why the gateway routed it where it did.
 MESH_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Reason")
@@ -52,6 +54,7 @@ def chat_body(model: str | None) -> dict[str, Any]:
 def mesh_side(endpoints: list[Endpoint]) -> dict[str, dict[str, Any]]:
     """Per box, in the shape observe's controller probes have (`health`, `capabilities`,
     `models_noauth`), plus `audit`: the unauthenticated chat and `/mesh/detect`."""
+    skip_httpx_cli()
     import httpx  # imported here: only commands that probe pay for it
 
     out: dict[str, dict[str, Any]] = {}
@@ -75,6 +78,7 @@ def mesh_side(endpoints: list[Endpoint]) -> dict[str, dict[str, Any]]:
 
 def prove(attempts: list[ProofAttempt], lanes: list[LanePort]) -> dict[str, Any]:
     """Phase 2: the weakest-link requests and unauthenticated calls to published lane ports."""
+    skip_httpx_cli()
     import httpx
 
     proofs, ports = [], []

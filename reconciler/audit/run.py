@@ -13,7 +13,7 @@ from reconciler.audit.mesh import lane_port_targets, mesh_evidence, proof_attemp
 from reconciler.audit.observe import attach_proofs, gateway_base, observe_audit
 from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import box_verdict, mesh_verdict
-from reconciler.desired.load import Fleet
+from reconciler.desired.fleet import Fleet
 from reconciler.observe.observe import BoxObservation, load_snapshot, save_snapshot
 from reconciler.observe.payload import new_run_key
 

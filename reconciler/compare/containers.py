@@ -6,12 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from deepdiff import DeepDiff
-
 from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.compare.drift import Action, Drift
 from reconciler.compare.rules import Rule, rule
-from reconciler.compare.values import parse_argv, same, value
+from reconciler.compare.values import changed_keys, parse_argv, same, value
 from reconciler.desired.models import is_digest_ref
 
 
@@ -203,17 +201,7 @@ def _env(
     # Docker starts from the image's ENV and lays the service's environment over it.
     expected = {**image_env, **(spec.get("environment") or {})}
     observed = dict(c.get("env") or {})
-    diff = DeepDiff(expected, observed, view="tree")
-    changed: dict[str, tuple[Any, Any]] = {}
-    for item in [*diff.get("values_changed", []), *diff.get("type_changes", [])]:
-        key = item.path(output_format="list")[0]
-        changed[key] = (expected.get(key), observed.get(key))
-    for item in diff.get("dictionary_item_removed", []):
-        key = item.path(output_format="list")[0]
-        changed[key] = (expected.get(key), None)
-    for item in diff.get("dictionary_item_added", []):
-        key = item.path(output_format="list")[0]
-        changed[key] = (None, observed.get(key))
+    changed = changed_keys(expected, observed)
     for key in sorted(changed):
         w, g = changed[key]
         if same(w, g):

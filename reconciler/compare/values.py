@@ -32,6 +32,17 @@ def same(a: Any, b: Any) -> bool:
     return False
 
 
+def changed_keys(expected: dict[str, Any], observed: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Two flat mappings (a container's environment) -> {key: (expected, observed)} for every
+    key added, removed or changed, absent as None. Environments are flat str -> str maps, so a
+    set of keys is the whole diff; deepdiff's tree walk cost ~0.2 s CPU per drift run here."""
+    return {
+        key: (expected.get(key), observed.get(key))
+        for key in sorted(expected.keys() | observed.keys())
+        if key not in expected or key not in observed or expected[key] != observed[key]
+    }
+
+
 def parse_argv(argv: list[Any] | None) -> tuple[list[Any], dict[str, list[Any]]]:
     """Split a vLLM-style argv into positionals and {flag: [values...]}.
 

@@ -20,7 +20,7 @@ from reconciler.desired.models import (
     is_digest_ref,
     looks_like_image_ref,
 )
-from reconciler.desired.yaml_source import PathKey
+from reconciler.desired.problems import PathKey
 
 Finding = tuple[PathKey, str]
 

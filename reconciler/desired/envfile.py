@@ -8,9 +8,13 @@ drift report can say where a desired value came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from reconciler.desired import roles
 from reconciler.desired.models import BoxSpec, EnvValue, InventoryBox, SecretRef
+
+if TYPE_CHECKING:
+    from reconciler.desired.fleet import Fleet
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,8 @@ def desired_env(
     for key, value in box.env.items():
         put(key, value, f"env.{key}")
     return out
+
+
+def box_env(fleet: Fleet, box: str) -> list[EnvEntry]:
+    """The managed `.env` of one box of the fleet."""
+    return desired_env(fleet.boxes[box], fleet.inventory.boxes, fleet.mesh_members())

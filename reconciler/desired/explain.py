@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from reconciler.desired.yaml_source import Location, PathKey, Problem, dotted
+from reconciler.desired.problems import Location, PathKey, Problem, dotted
 
 
 def explain(

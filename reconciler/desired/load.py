@@ -7,7 +7,6 @@ all; any problem raises DesiredStateError and the caller writes nothing.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,42 +14,12 @@ from pydantic import ValidationError
 
 from reconciler.desired.checks import check_box, check_fleet
 from reconciler.desired.explain import explain
+from reconciler.desired.fleet import Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import merge_layers
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec, is_digest_ref
-from reconciler.desired.yaml_source import (
-    DesiredStateError,
-    Location,
-    PathKey,
-    Problem,
-    SourceDoc,
-    dotted,
-    load_yaml,
-)
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """The validated desired state of the whole mesh."""
-
-    root: Path
-    inventory_file: str
-    inventory: InventorySpec
-    boxes: dict[str, BoxSpec]
-    layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    positions: dict[str, dict[PathKey, Location]] = field(default_factory=dict, repr=False)
-    inputs: tuple[Path, ...] = ()  # every file that decided this state (inventory, layers)
-
-    def connection(self, box: str) -> InventoryBox:
-        return self.inventory.boxes[box]
-
-    def mesh_members(self) -> list[BoxSpec]:
-        return [b for b in self.boxes.values() if b.mesh.enabled]
-
-    def resolve_path(self, value: str) -> str:
-        """Inventory paths (keys, known_hosts) are relative to the repository root."""
-        path = Path(value).expanduser()
-        return str(path if path.is_absolute() else self.root / path)
+from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
+from reconciler.desired.yaml_source import SourceDoc, load_yaml
 
 
 def find_root(start: Path | None = None) -> Path:

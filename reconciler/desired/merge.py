@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.desired.yaml_source import Location, PathKey, SourceDoc
+from reconciler.desired.problems import Location, PathKey
+from reconciler.desired.yaml_source import SourceDoc
 
 
 def merge_layers(layers: list[SourceDoc]) -> tuple[dict[str, Any], dict[PathKey, Location]]:

@@ -37,7 +37,7 @@ def _require_digest(ref: str) -> str:
 class Strict(BaseModel):
     """Every desired-state model: no coercion, no unknown keys, immutable once loaded."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True)
 
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_\-]*$")]

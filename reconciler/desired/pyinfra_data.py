@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.desired.load import Fleet
-from reconciler.desired.show import box_env
+from reconciler.desired.envfile import box_env
+from reconciler.desired.fleet import Fleet
 
 
 def host_data(fleet: Fleet, box: str) -> dict[str, Any]:

@@ -10,15 +10,11 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from reconciler.desired.envfile import EnvEntry, desired_env
-from reconciler.desired.load import Fleet
-from reconciler.desired.yaml_source import Location, PathKey
+from reconciler.desired.envfile import EnvEntry, box_env
+from reconciler.desired.fleet import Fleet
+from reconciler.desired.problems import Location, PathKey
 
 MASK = "***"
-
-
-def box_env(fleet: Fleet, box: str) -> list[EnvEntry]:
-    return desired_env(fleet.boxes[box], fleet.inventory.boxes, fleet.mesh_members())
 
 
 def env_lines(entries: list[EnvEntry]) -> list[str]:

@@ -16,38 +16,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-PathKey = tuple[str | int, ...]
-
-
-@dataclass(frozen=True, order=True)
-class Location:
-    file: str
-    line: int
-    column: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the desired state, with where to fix it."""
-
-    location: Location
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        return f"{self.location}: {where}{self.message}"
-
-
-class DesiredStateError(Exception):
-    """Raised with every problem found; nothing has been written anywhere."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = sorted(set(problems), key=lambda p: (p.location, p.path, p.message))
-        super().__init__("\n".join(str(p) for p in self.problems))
+from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem
 
 
 @dataclass(frozen=True)
@@ -57,13 +26,6 @@ class SourceDoc:
     file: str
     data: dict[str, Any]
     positions: dict[PathKey, Location]
-
-
-def dotted(path: PathKey) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def load_yaml(path: Path, display: str) -> SourceDoc:

@@ -14,14 +14,19 @@ controller user's cache directory.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.desired.fingerprint import (
+    entry_name,
+    file_digest,
+    fingerprint,
+    unchanged,
+    write_private,
+)
 from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import Running, Target, python_command, spawn
 
@@ -44,27 +49,6 @@ class EarlyStart:
             handle.cancel()
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fleet-reconciler"
-
-
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _entry_path(root: Path, inventory: Path) -> Path:
-    name = hashlib.sha256(f"{root.resolve()}\0{inventory.resolve()}".encode()).hexdigest()[:24]
-    return cache_dir() / f"payloads-{name}.json"
-
-
-def _inputs_listing(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "group_vars").glob("*.y*ml"))
-
-
 def store(
     root: Path,
     inventory: Path,
@@ -80,21 +64,17 @@ def store(
     }
     entry = {
         "version": CACHE_VERSION,
-        "collector": _digest(COLLECTOR),
-        "listing": _inputs_listing(root),
-        "inputs": {str(p): _digest(p) for p in inputs},
+        "collector": file_digest(COLLECTOR),
+        **fingerprint(root, inputs),
         "targets": {box: t.__dict__ for box, t in targets.items()},
         "payloads": without_key,
         "bases": bases,
     }
-    path = _entry_path(root, inventory)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entry, sort_keys=True), encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    write_private(_entry_path(root, inventory), json.dumps(entry, sort_keys=True).encode())
+
+
+def _entry_path(root: Path, inventory: Path) -> Path:
+    return entry_name("payloads", root, inventory).with_suffix(".json")
 
 
 def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) -> EarlyStart | None:
@@ -105,9 +85,8 @@ def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) ->
         return None
     if (
         entry.get("version") != CACHE_VERSION
-        or entry.get("collector") != _digest(COLLECTOR)
-        or entry.get("listing") != _inputs_listing(root)
-        or any(_digest(Path(p)) != d for p, d in entry.get("inputs", {}).items())
+        or entry.get("collector") != file_digest(COLLECTOR)
+        or not unchanged(root, entry)
     ):
         return None
     wanted = boxes or list(entry["payloads"])

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.desired.load import Fleet
+from reconciler.desired.envfile import box_env
+from reconciler.desired.fleet import Fleet
 from reconciler.desired.locate import inventory_file
-from reconciler.desired.show import box_env
 from reconciler.observe.early import EarlyStart, store
 from reconciler.observe.payload import collector_payload
 from reconciler.observe.probes import probe_gateways

@@ -28,8 +28,8 @@ import pytest
 import lab as labpkg
 from lab import config, ssh
 from reconciler.compare.drift import BoxResult, Kind
+from reconciler.desired.envfile import box_env
 from reconciler.desired.load import load_fleet
-from reconciler.desired.show import box_env
 from reconciler.drift import run_drift
 from reconciler.plan import actionable
 

@@ -21,7 +21,8 @@ from reconciler.audit.report_json import SCHEMA_ID, VERSION, render_json
 from reconciler.audit.report_md import render_markdown
 from reconciler.audit.report_text import render_text
 from reconciler.audit.run import audit_report
-from reconciler.desired.load import Fleet, load_fleet
+from reconciler.desired.fleet import Fleet
+from reconciler.desired.load import load_fleet
 from reconciler.observe.observe import load_snapshot
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import Action, BoxResult, Drift, Kind, SecretValue
-from reconciler.compare.values import knob_tokens, parse_argv, value
+from reconciler.compare.values import changed_keys, knob_tokens, parse_argv, value
 from reconciler.desired.load import load_fleet
 from reconciler.drift import expectations, run_drift
 from reconciler.observe.observe import load_snapshot
@@ -247,6 +247,14 @@ def test_parse_argv(argv: list[Any], positionals: list[Any], flags: dict[str, An
 )  # fmt: skip
 def test_knob_tokens(flag: str, knob: str, tokens: list[str]) -> None:
     assert knob_tokens(flag, knob) == tokens
+
+
+def test_changed_keys_of_an_environment() -> None:
+    want = {"A": "1", "B": "2", "SAME": "x", "EMPTY": ""}
+    got = {"A": "1", "B": "3", "SAME": "x", "NEW": "n"}
+    assert changed_keys(want, got) == {"B": ("2", "3"), "EMPTY": ("", None), "NEW": (None, "n")}
+    assert list(changed_keys(want, got)) == ["B", "EMPTY", "NEW"]  # stable order for the report
+    assert changed_keys(want, dict(want)) == {}
 
 
 def test_value_turns_collector_digests_into_secret_values() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.desired.load import load_fleet
-from reconciler.desired.yaml_source import DesiredStateError
+from reconciler.desired.problems import DesiredStateError
 
 from .bad_inputs_table import BAD_INPUTS
 

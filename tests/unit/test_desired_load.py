@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from reconciler.cli import main
+from reconciler.desired.envfile import box_env
 from reconciler.desired.load import load_fleet
 from reconciler.desired.merge import merge_layers
+from reconciler.desired.problems import Location
 from reconciler.desired.schema import layer_schema_json
-from reconciler.desired.show import box_env
-from reconciler.desired.yaml_source import Location, SourceDoc
+from reconciler.desired.yaml_source import SourceDoc
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -882,8 +883,17 @@ def collect(payload):
     if payload.get("audit"):
         doc["audit"] = results.get("audit")
     timings["total"] = int((time.monotonic() - started) * 1000)
+    timings["cpu"] = _cpu_ms()  # what one observation costs the box (this program + children)
     doc["timings_ms"] = timings
     return doc
+
+
+def _cpu_ms():
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return int(total * 1000)
 
 
 def main():

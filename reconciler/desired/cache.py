@@ -1,0 +1,82 @@
+"""The validated desired state, remembered while no input and no loader code changed.
+
+Loading the desired state is most of a drift run's own CPU: ruamel.yaml parsing every layer
+with line numbers, merging, pydantic validating each box, the fleet-wide checks. The result is
+a pure function of the input files and of the code under reconciler/desired/, so a valid
+state is pickled in the controller user's cache directory (0700, files 0600) with the
+fingerprint of both, and a run whose inputs are byte-identical unpickles it in a millisecond
+(the models are `defer_build`, so unpickling builds no validator either).
+
+Any change misses: a layer edited, added or removed, another inventory, another version of
+this package, of pydantic or of Python. An invalid state is never stored, so its problems are
+always reported from the files. A cache file owned by another user is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reconciler.desired.fingerprint import entry_name, fingerprint, unchanged, write_private
+from reconciler.desired.locate import inventory_file
+
+if TYPE_CHECKING:
+    from reconciler.desired.fleet import Fleet
+
+CACHE_VERSION = 1
+LOADER_DIR = Path(__file__).parent
+
+
+def _code_version() -> str:
+    """This package's loader code and the versions that shape a pickled model."""
+    import pydantic  # already imported by the models a hit unpickles
+
+    digest = hashlib.sha256(f"{CACHE_VERSION}\0{sys.version}\0{pydantic.VERSION}".encode())
+    for source in sorted(LOADER_DIR.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
+def _entry_path(root: Path, inventory: Path) -> Path:
+    return entry_name("fleet", root, inventory).with_suffix(".pickle")
+
+
+def cached_fleet(root: Path, inventory: Path) -> Fleet | None:
+    """The remembered state if nothing that decided it changed, else None."""
+    path = _entry_path(root, inventory)
+    try:
+        if path.stat().st_uid != os.getuid():
+            return None
+        entry: dict[str, Any] = pickle.loads(path.read_bytes())
+    except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
+        return None
+    if entry.get("code") != _code_version() or not unchanged(root, entry):
+        return None
+    fleet = entry.get("fleet")
+    return fleet if type(fleet).__name__ == "Fleet" else None
+
+
+def remember(fleet: Fleet, inventory: Path) -> None:
+    entry = {"code": _code_version(), **fingerprint(fleet.root, fleet.inputs), "fleet": fleet}
+    write_private(_entry_path(fleet.root, inventory), pickle.dumps(entry))
+
+
+def load_fleet_cached(root: Path | None = None, inventory: str | None = None) -> Fleet:
+    """`load_fleet`, skipped when the same inputs were already loaded and found valid."""
+    from reconciler.desired.locate import root_or_none
+
+    found = root or root_or_none()
+    if found is not None:
+        inv_path = inventory_file(found, inventory)
+        hit = cached_fleet(found, inv_path)
+        if hit is not None:
+            return hit
+    from reconciler.desired.load import load_fleet
+
+    fleet = load_fleet(root, inventory)
+    remember(fleet, inventory_file(fleet.root, inventory))
+    return fleet

@@ -1,0 +1,69 @@
+"""Has any input of the desired state changed since a run remembered it? (stdlib only)
+
+A loaded desired state is a pure function of its input files (the inventory, the group_vars
+layers, the overlays the inventory names) and of which layers exist at all. The caches that
+skip work on a repeated run (the validated state, the collector payloads) record this
+fingerprint and trust what they stored only while it still matches, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def cache_dir() -> Path:
+    """The controller user's cache directory (never on a box, never shared between users)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fleet-reconciler"
+
+
+def file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def layer_listing(root: Path) -> list[str]:
+    """A layer added or removed changes the state even when no recorded file changed."""
+    return sorted(p.name for p in (root / "group_vars").glob("*.y*ml"))
+
+
+def entry_name(kind: str, root: Path, inventory: Path) -> Path:
+    """One cache file per (kind, repository, inventory)."""
+    key = hashlib.sha256(f"{root.resolve()}\0{inventory.resolve()}".encode()).hexdigest()[:24]
+    return cache_dir() / f"{kind}-{key}"
+
+
+def fingerprint(root: Path, inputs: Iterable[Path]) -> dict[str, Any]:
+    return {
+        "listing": layer_listing(root),
+        "inputs": {str(p): file_digest(Path(p)) for p in inputs},
+    }
+
+
+def unchanged(root: Path, recorded: dict[str, Any]) -> bool:
+    """True if the layer listing and every recorded input still have the recorded content."""
+    inputs = recorded.get("inputs")
+    if not isinstance(inputs, dict) or not inputs:
+        return False
+    if recorded.get("listing") != layer_listing(root):
+        return False
+    return all(file_digest(Path(p)) == d for p, d in inputs.items())
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically, readable by this user only; a cache that cannot be written only costs time."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        tmp.replace(path)
+    except OSError:
+        pass

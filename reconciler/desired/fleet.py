@@ -1,0 +1,38 @@
+"""The validated desired state of the whole mesh, as every command receives it.
+
+Its own module (stdlib at import) so a cached state can be unpickled without the loader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
+    from reconciler.desired.problems import Location, PathKey
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The validated desired state of the whole mesh."""
+
+    root: Path
+    inventory_file: str
+    inventory: InventorySpec
+    boxes: dict[str, BoxSpec]
+    layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    positions: dict[str, dict[PathKey, Location]] = field(default_factory=dict, repr=False)
+    inputs: tuple[Path, ...] = ()  # every file that decided this state (inventory, layers)
+
+    def connection(self, box: str) -> InventoryBox:
+        return self.inventory.boxes[box]
+
+    def mesh_members(self) -> list[BoxSpec]:
+        return [b for b in self.boxes.values() if b.mesh.enabled]
+
+    def resolve_path(self, value: str) -> str:
+        """Inventory paths (keys, known_hosts) are relative to the repository root."""
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else self.root / path)
