@@ -10,3 +10,6 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+# An editable install compiles nothing: compile the package now (as pip does for a normal
+# install) so `reconcile` starts from bytecode even where PYTHONDONTWRITEBYTECODE is set.
+.venv/bin/python -m compileall -q -j 0 reconciler lab roles deploys >/dev/null

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.observe.probes import skip_httpx_cli
+from reconciler.observe.probes import needs_tls, skip_httpx_cli
 
 # The response headers that prove a request crossed the mesh (lobes stamps them on every
 # auto-proxied answer, contracts §3.5), and why the gateway routed it where it did.
@@ -58,7 +58,9 @@ def mesh_side(endpoints: list[Endpoint]) -> dict[str, dict[str, Any]]:
     import httpx  # imported here: only commands that probe pay for it
 
     out: dict[str, dict[str, Any]] = {}
-    with httpx.Client(timeout=httpx.Timeout(READ_S, connect=CONNECT_S), trust_env=False) as c:
+    timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
+    verify = needs_tls([ep.base for ep in endpoints])
+    with httpx.Client(timeout=timeout, trust_env=False, verify=verify) as c:
         for ep in endpoints:
             probes: dict[str, Any] = {"base": ep.base}
             probes["health"] = _request(c, "GET", ep.base + "/health", keep_body=True)
@@ -82,7 +84,9 @@ def prove(attempts: list[ProofAttempt], lanes: list[LanePort]) -> dict[str, Any]
     import httpx
 
     proofs, ports = [], []
-    with httpx.Client(timeout=httpx.Timeout(READ_S, connect=CONNECT_S), trust_env=False) as c:
+    timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
+    verify = needs_tls([a.base for a in attempts] + [lane.url for lane in lanes])
+    with httpx.Client(timeout=timeout, trust_env=False, verify=verify) as c:
         for a in attempts:
             url = a.base + "/v1/chat/completions"
             result = _request(c, "POST", url, json=chat_body(a.role))
