@@ -32,7 +32,7 @@ class BoxCall:
 
 
 def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None = None) -> BoxCall:
-    command = python_command(PROGRAM.read_text(encoding="utf-8"), "-")
+    command = python_command(PROGRAM, "-")
     argv = ssh_argv(target, command, connect_timeout=10)
     proc = subprocess.Popen(
         argv,

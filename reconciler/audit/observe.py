@@ -31,12 +31,11 @@ def gateway_base(fleet: Fleet, box: str) -> str:
 def observe_audit(
     fleet: Fleet, boxes: list[str], run_key: str, timeout: float = 60.0
 ) -> dict[str, BoxObservation]:
-    script = COLLECTOR.read_text(encoding="utf-8")
     commands = {}
     for name in boxes:
         payload = collector_payload(fleet.boxes[name], box_env(fleet, name), run_key, audit=True)
         encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-        commands[name] = python_command(script, encoded)
+        commands[name] = python_command(COLLECTOR, encoded)
     endpoints = [
         Endpoint(b, gateway_base(fleet, b), local_chat_role(fleet.boxes[b])) for b in boxes
     ]

@@ -92,12 +92,11 @@ def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) ->
     wanted = boxes or list(entry["payloads"])
     if any(box not in entry["payloads"] for box in wanted):
         return None
-    script = COLLECTOR.read_text(encoding="utf-8")
     running, sent = {}, {}
     for box in wanted:
         payload = {**entry["payloads"][box], "run_key": run_key}
         encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-        running[box] = spawn(Target(**entry["targets"][box]), python_command(script, encoded))
+        running[box] = spawn(Target(**entry["targets"][box]), python_command(COLLECTOR, encoded))
         sent[box] = payload
     bases = {box: entry["bases"][box] for box in wanted if box in entry.get("bases", {})}
     # The mesh-side probes need nothing but the URLs: start them too (httpx is imported in

@@ -79,11 +79,10 @@ def observe(
     else:
         if early is not None:
             early.cancel()  # the desired state changed since the cache: ask again
-        script = COLLECTOR.read_text(encoding="utf-8")
         running = {}
         for name, payload in payloads.items():
             encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-            running[name] = spawn(box_targets[name], python_command(script, encoded))
+            running[name] = spawn(box_targets[name], python_command(COLLECTOR, encoded))
         store(fleet.root, inventory_path, list(fleet.inputs), box_targets, payloads, bases)
     with ThreadPoolExecutor(max_workers=1) as pool:
         if early is not None and early.probes is not None and early.bases == bases:
