@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reconciler.desired.load import load_fleet  # noqa: E402
-from reconciler.observe.observe import targets  # noqa: E402
+from reconciler.drift_inputs import targets  # noqa: E402
 from reconciler.observe.transport import Target, control_dir  # noqa: E402
 
 INSPECT = "docker inspect $(docker ps -aq --filter label=com.docker.compose.project=lobes)"
@@ -130,7 +130,7 @@ def main() -> int:
     # after an edit, whatever PYTHONDONTWRITEBYTECODE says.
     subprocess.run([sys.executable, "-m", "compileall", "-q", "reconciler"], cwd=ROOT, check=True)
     fleet = load_fleet(ROOT, "lab")
-    all_targets = targets(fleet, list(fleet.boxes))
+    all_targets = list(targets(fleet, list(fleet.boxes)).values())
     n = args.runs
     methods = [
         Method("floor: 3 parallel OpenSSH `docker inspect`", run_floor),

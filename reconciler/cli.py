@@ -13,6 +13,7 @@ from reconciler import __version__
 
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
+    from reconciler.drift_inputs import DriftInputs
     from reconciler.observe.early import EarlyStart
 
 EXIT_OK, EXIT_ERROR, EXIT_FINDINGS = 0, 1, 2
@@ -68,15 +69,17 @@ def _cmd_drift(args: argparse.Namespace) -> int:
 
     early = None if args.from_snapshot else _start_early(args)
     try:
-        from reconciler.drift import run_drift
+        from reconciler.drift import run_drift_on
         from reconciler.report import render
 
-        fleet = _load(args, cached=True)
-        boxes = _boxes(fleet, args.boxes)
+        # With the collectors already started, their inputs are the remembered ones: the
+        # desired state is neither parsed nor imported in this run at all.
+        inputs = early.inputs if early is not None else _drift_inputs(args)
+        boxes = _boxes(inputs.boxes, args.boxes)
         if boxes is None:
             return EXIT_ERROR
-        run = run_drift(
-            fleet,
+        run = run_drift_on(
+            inputs,
             boxes,
             save_to=Path(args.save_snapshot) if args.save_snapshot else None,
             from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
@@ -98,7 +101,8 @@ def _cmd_drift(args: argparse.Namespace) -> int:
 
 
 def _start_early(args: argparse.Namespace) -> EarlyStart | None:
-    """Send the boxes their collectors before importing and loading anything heavy."""
+    """Send the boxes their collectors before importing anything heavy, if the remembered
+    drift inputs still hold (reconciler/drift_inputs.py)."""
     import secrets
     from pathlib import Path
 
@@ -113,13 +117,22 @@ def _start_early(args: argparse.Namespace) -> EarlyStart | None:
     )
 
 
-def _boxes(fleet: Fleet, wanted: list[str]) -> list[str] | None:
-    unknown = [b for b in wanted if b not in fleet.boxes]
+def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
+    """The desired state loaded and validated (or its remembered valid load), flattened for a
+    drift run, and remembered for the next one."""
+    from reconciler.desired.locate import inventory_file
+    from reconciler.drift_inputs import remembered_inputs
+
+    fleet = _load(args, cached=True)
+    return remembered_inputs(fleet, inventory_file(fleet.root, args.inventory))
+
+
+def _boxes(known: Sequence[str], wanted: list[str]) -> list[str] | None:
+    unknown = [b for b in wanted if b not in known]
     if unknown:
-        known = ", ".join(fleet.boxes)
-        print(f"error: unknown box {unknown[0]!r} (boxes: {known})", file=sys.stderr)
+        print(f"error: unknown box {unknown[0]!r} (boxes: {', '.join(known)})", file=sys.stderr)
         return None
-    return list(wanted) or list(fleet.boxes)
+    return list(wanted) or list(known)
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """`reconcile drift`: desired -> observe -> compare -> report, changing nothing anywhere.
 
 The one-way flow in one place: the desired state is loaded and validated first (an invalid
-state stops the run before any connection), each box is observed once, every comparison is
-pure, and the report is rendered from values.
+state stops the run before any connection) and flattened into plain drift inputs, each box is
+observed once, every comparison is pure, and the report is rendered from values.
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.compare.box import compare_box
-from reconciler.compare.context import BoxExpectation, expectation
 from reconciler.compare.drift import DriftReport
-from reconciler.desired.envfile import box_env
-from reconciler.desired.fleet import Fleet
-from reconciler.observe.early import EarlyStart
+from reconciler.drift_inputs import DriftInputs, drift_inputs
 from reconciler.observe.observe import (
     BoxObservation,
     load_snapshot,
@@ -26,6 +24,10 @@ from reconciler.observe.observe import (
 )
 from reconciler.observe.payload import new_run_key
 
+if TYPE_CHECKING:
+    from reconciler.desired.fleet import Fleet
+    from reconciler.observe.early import EarlyStart
+
 
 @dataclass(frozen=True)
 class DriftRun:
@@ -33,18 +35,18 @@ class DriftRun:
     observations: dict[str, BoxObservation]
 
 
-def expectations(fleet: Fleet, boxes: list[str]) -> dict[str, BoxExpectation]:
-    hosts: dict[str, str] = {
-        str(role): name
-        for name, spec in fleet.boxes.items()
-        for role, contract in spec.contract.items()
-        if contract.context is not None
-    }
-    return {name: expectation(fleet.boxes[name], box_env(fleet, name), hosts) for name in boxes}
-
-
 def run_drift(
     fleet: Fleet,
+    boxes: list[str],
+    save_to: Path | None = None,
+    from_snapshot: Path | None = None,
+) -> DriftRun:
+    """Drift of `boxes` of a loaded, validated fleet."""
+    return run_drift_on(drift_inputs(fleet), boxes, save_to, from_snapshot)
+
+
+def run_drift_on(
+    inputs: DriftInputs,
     boxes: list[str],
     save_to: Path | None = None,
     from_snapshot: Path | None = None,
@@ -61,14 +63,13 @@ def run_drift(
         boxes += missing
     else:
         run_key = early.run_key if early is not None else new_run_key()
-        observations = observe(fleet, boxes, run_key, early=early)
+        observations = observe(inputs, boxes, run_key, early=early)
     if save_to is not None:
-        meta = {"run_id": run_id, "inventory": fleet.inventory_file, "taken_at": _now()}
+        meta = {"run_id": run_id, "inventory": inputs.inventory_file, "taken_at": _now()}
         save_snapshot(save_to, {b: observations[b] for b in boxes}, meta)
-    exp = expectations(fleet, boxes)
     results = tuple(
         compare_box(
-            exp[name],
+            inputs.expectations[name],
             observations[name].collected,
             observations[name].controller,
             observations[name].error,
@@ -76,7 +77,7 @@ def run_drift(
         for name in boxes
     )
     report = DriftReport(
-        boxes=results, inventory=fleet.inventory_file, generated_at=_now(), run_id=run_id
+        boxes=results, inventory=inputs.inventory_file, generated_at=_now(), run_id=run_id
     )
     return DriftRun(report, observations)
 

@@ -164,7 +164,7 @@ def _collect(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
 
 
 def _restore(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
-    pinned = exp.box.deployment.file_digests
+    pinned = exp.file_digests
     if drift.subject.startswith("file:"):
         name = drift.subject.removeprefix("file:")
         acc.files[name] = FileRestore(name, pinned.get(name))
@@ -175,7 +175,7 @@ def _restore(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
     # and the lane is recreated from them.
     # compare/composefiles.py names the changed pinned files "a, b", or the chain "a / b / c".
     source = drift.source or ""
-    chain = exp.box.deployment.compose_files
+    chain = exp.compose_files
     named = [] if " / " in source else [n.strip() for n in source.split(",") if n.strip() in pinned]
     files = named or [n for n in chain if n not in pinned]
     for name in files:
@@ -197,13 +197,12 @@ def _steps(acc: _Acc, exp: BoxExpectation) -> Iterable[Step]:
     # before the worker that depends on them), one at a time.
     for service, lane in exp.lanes.items():
         if service in acc.lanes:
-            spec = exp.box.lanes[lane.name]
             yield Step(
                 StepKind.RECREATE_LANE,
                 service,
                 reasons=tuple(acc.lanes[service]),
-                timeout_s=spec.boot_timeout_s,
-                gpu_memory_utilization=spec.gpu_memory_utilization,
+                timeout_s=lane.boot_timeout_s,
+                gpu_memory_utilization=lane.gpu_memory_utilization,
             )
     for service, reasons in sorted(acc.removes.items()):
         yield Step(StepKind.REMOVE, service, reasons=tuple(reasons))
@@ -212,7 +211,7 @@ def _steps(acc: _Acc, exp: BoxExpectation) -> Iterable[Step]:
             StepKind.RECREATE_GATEWAY,
             GATEWAY,
             reasons=tuple(dict.fromkeys(acc.gateway)),
-            timeout_s=exp.box.gateway.health_timeout_s,
+            timeout_s=exp.gateway.health_timeout_s,
         )
 
 

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reconciler.cli import _boxes
+
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
 
@@ -68,16 +70,6 @@ def register(sub: Any, load: Any) -> None:
     snaps_p.add_argument("box", metavar="BOX")
 
 
-def _boxes(fleet: Fleet, wanted: list[str]) -> list[str] | None:
-    unknown = [b for b in wanted if b not in fleet.boxes]
-    if unknown:
-        print(
-            f"error: unknown box {unknown[0]!r} (boxes: {', '.join(fleet.boxes)})", file=sys.stderr
-        )
-        return None
-    return list(wanted) or list(fleet.boxes)
-
-
 def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply import session
     from reconciler.apply.engine import holder, prepare
@@ -86,7 +78,7 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.drift import run_drift
     from reconciler.report import render
 
-    boxes = _boxes(fleet, args.boxes)
+    boxes = _boxes(list(fleet.boxes), args.boxes)
     if boxes is None:
         return EXIT_ERROR
     session.use(fleet)
@@ -155,7 +147,7 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply.engine import holder, rollback
     from reconciler.apply.progress import Reporter
 
-    if _boxes(fleet, [args.box]) is None:
+    if _boxes(list(fleet.boxes), [args.box]) is None:
         return EXIT_ERROR
     reporter = Reporter(args.box)
     try:
@@ -179,7 +171,7 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
 def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply.engine import holder, snapshots
 
-    if _boxes(fleet, [args.box]) is None:
+    if _boxes(list(fleet.boxes), [args.box]) is None:
         return EXIT_ERROR
     result = snapshots(fleet, args.box, holder("reconcile snapshots")).result
     if not result.get("ok"):

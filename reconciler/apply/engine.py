@@ -26,8 +26,9 @@ from reconciler.apply.payload import base_payload, converge_payload
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxResult, DriftReport
 from reconciler.desired.fleet import Fleet
-from reconciler.drift import DriftRun, expectations, run_drift
-from reconciler.observe.observe import targets
+from reconciler.desired.models import BoxSpec
+from reconciler.drift import DriftRun, run_drift
+from reconciler.drift_inputs import expectations, targets
 from reconciler.plan import Plan, actionable, plan_box
 
 
@@ -42,6 +43,10 @@ class Prepared:
     @property
     def result(self) -> BoxResult:
         return self.run.report.boxes[0]
+
+    @property
+    def spec(self) -> BoxSpec:
+        return self.fleet.boxes[self.box]
 
 
 @dataclass
@@ -86,7 +91,7 @@ def _single(run: DriftRun, box: str) -> DriftRun:
 
 
 def _target(fleet: Fleet, box: str) -> Any:
-    return targets(fleet, [box])[0]
+    return targets(fleet, [box])[box]
 
 
 def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcome:
@@ -101,7 +106,7 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         out.drift_after = prep.run.report
         return _finish(out)
     collected = prep.run.observations[prep.box].collected or {}
-    payload = converge_payload(prep.exp, prep.plan, collected, who)
+    payload = converge_payload(prep.exp, prep.spec, prep.plan, collected, who)
     call = call_box(_target(prep.fleet, prep.box), payload, on_event)
     out.events += call.events
     out.snapshot = call.result.get("snapshot")
@@ -120,7 +125,8 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         out.rollback = rolled.result
         out.drift_after = run_drift(prep.fleet, [prep.box]).report
         return _finish(out)
-    marked = _call(prep, base_payload(prep.exp, "mark-good", who) | {"snapshot": out.snapshot})
+    mark = base_payload(prep.exp, prep.spec, "mark-good", who) | {"snapshot": out.snapshot}
+    marked = _call(prep, mark)
     out.events += marked.events
     out.ok = True
     return _finish(out)
@@ -169,13 +175,16 @@ def rollback(
     reason: str = "operator rollback",
 ) -> BoxCall:
     exp = expectations(fleet, [box])[box]
-    payload = base_payload(exp, "rollback", who) | {"snapshot": snapshot, "reason": reason}
+    payload = base_payload(exp, fleet.boxes[box], "rollback", who) | {
+        "snapshot": snapshot,
+        "reason": reason,
+    }
     return call_box(_target(fleet, box), payload, on_event)
 
 
 def snapshots(fleet: Fleet, box: str, who: str) -> BoxCall:
     exp = expectations(fleet, [box])[box]
-    return call_box(_target(fleet, box), base_payload(exp, "snapshots", who))
+    return call_box(_target(fleet, box), base_payload(exp, fleet.boxes[box], "snapshots", who))
 
 
 def _call(prep: Prepared, payload: dict[str, Any]) -> BoxCall:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
-from reconciler.desired.models import BoxFileSecret, ControllerEnvSecret
+from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
 from reconciler.plan import Plan, StepKind
 
 
@@ -20,24 +20,23 @@ class MissingControllerSecret(Exception):
     """A controller_env secret the converge needs is not set in this environment."""
 
 
-def base_payload(exp: BoxExpectation, action: str, holder: str) -> dict[str, Any]:
+def base_payload(exp: BoxExpectation, box: BoxSpec, action: str, holder: str) -> dict[str, Any]:
     """What every action needs: where the deployment is, its lanes and gateway."""
-    box = exp.box
     return {
         "action": action,
         "holder": holder,
         "directory": box.deployment.directory,
         "project": box.deployment.project,
-        "compose_files": list(box.deployment.compose_files),
+        "compose_files": list(exp.compose_files),
         "lane_specs": [
             {
                 "service": service,
-                "timeout_s": box.lanes[lane.name].boot_timeout_s,
+                "timeout_s": lane.boot_timeout_s,
                 "util": lane.gpu_memory_utilization,
             }
             for service, lane in exp.lanes.items()
         ],
-        "gateway": {"timeout_s": box.gateway.health_timeout_s},
+        "gateway": {"timeout_s": exp.gateway.health_timeout_s},
         "memory": {
             "floor_gib": box.memory.mem_available_floor_gib,
             "drop_caches": box.memory.drop_caches_before_boot,
@@ -45,7 +44,7 @@ def base_payload(exp: BoxExpectation, action: str, holder: str) -> dict[str, Any
     }
 
 
-def managed_env(exp: BoxExpectation, environ: Mapping[str, str]) -> dict[str, Any]:
+def managed_env(exp: BoxExpectation, box: BoxSpec, environ: Mapping[str, str]) -> dict[str, Any]:
     """Managed key -> value, or {"secret": name} (+ "value" for a controller_env secret)."""
     out: dict[str, Any] = {}
     for entry in exp.env:
@@ -53,7 +52,7 @@ def managed_env(exp: BoxExpectation, environ: Mapping[str, str]) -> dict[str, An
             out[entry.key] = entry.value
             continue
         name = entry.value.secret
-        source = exp.box.secrets.get(name)
+        source = box.secrets.get(name)
         if isinstance(source, ControllerEnvSecret):
             if not environ.get(source.variable):
                 raise MissingControllerSecret(
@@ -79,14 +78,14 @@ def fingerprint(collected: Mapping[str, Any]) -> dict[str, Any]:
 
 def converge_payload(
     exp: BoxExpectation,
+    box: BoxSpec,
     plan: Plan,
     collected: Mapping[str, Any],
     holder: str,
     keep: int = 10,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    box = exp.box
-    payload = base_payload(exp, "converge", holder)
+    payload = base_payload(exp, box, "converge", holder)
     restore = [
         {"name": f.name, "sha256": f.sha256}
         for s in plan.steps
@@ -99,7 +98,7 @@ def converge_payload(
         {
             "titles": [s.title() for s in plan.steps],
             "fingerprint": fingerprint(collected),
-            "managed_env": managed_env(exp, os.environ if environ is None else environ),
+            "managed_env": managed_env(exp, box, os.environ if environ is None else environ),
             "box_secrets": {
                 name: {"path": src.path, "key": src.key}
                 for name, src in box.secrets.items()
@@ -123,13 +122,12 @@ def converge_payload(
 
 def verify_spec(exp: BoxExpectation) -> dict[str, Any]:
     """What the gateway must show after its recreate (checked on the box, over loopback)."""
-    box = exp.box
     windows = {lane.role: lane.max_model_len for lane in exp.lanes.values()}
-    infeasible = sorted(str(r) for r, c in box.contract.items() if not c.feasible)
+    infeasible = sorted(r for r, c in exp.contract.items() if not c.feasible)
     return {
-        "port": box.gateway.port,
-        "version": box.lobes.version,
-        "auth": box.gateway.auth,
+        "port": exp.gateway.port,
+        "version": exp.lobes_version,
+        "auth": exp.gateway.auth,
         "windows": {r: w for r, w in sorted(windows.items()) if r not in infeasible},
         "infeasible": infeasible,
     }

@@ -47,7 +47,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from reconciler.cli import _boxes, _load
 
     fleet = _load(args, cached=True)
-    boxes = _boxes(fleet, args.boxes)
+    boxes = _boxes(list(fleet.boxes), args.boxes)
     if boxes is None:
         return EXIT_ERROR
     try:

@@ -18,7 +18,9 @@ from typing import Any
 from reconciler.audit.probes import Endpoint, LanePort, ProofAttempt, mesh_side, prove
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
-from reconciler.observe.observe import COLLECTOR, BoxObservation, _observation, targets
+from reconciler.drift_inputs import targets
+from reconciler.observe.early import COLLECTOR
+from reconciler.observe.observe import BoxObservation, _observation
 from reconciler.observe.payload import collector_payload, local_chat_role
 from reconciler.observe.transport import python_command, run_all
 
@@ -42,7 +44,7 @@ def observe_audit(
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=1) as pool:
         probes = pool.submit(mesh_side, endpoints)
-        results = run_all(targets(fleet, boxes), commands, timeout=timeout)
+        results = run_all(list(targets(fleet, boxes).values()), commands, timeout=timeout)
         controller = probes.result()
     elapsed = time.monotonic() - started
     return {

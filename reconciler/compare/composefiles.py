@@ -20,9 +20,9 @@ from reconciler.compare.values import knob_tokens, parse_argv, same
 def compare_compose_files(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
     files = doc.get("files") or {}
     r = rule("compose.file")
-    pinned = exp.box.deployment.file_digests
+    pinned = exp.file_digests
     changed_files = []
-    for name in exp.box.deployment.compose_files:
+    for name in exp.compose_files:
         fact = files.get(name) or {}
         if not fact.get("exists"):
             yield Drift(
@@ -59,7 +59,7 @@ def _short(digest: str | None) -> str | None:
 def _dead_knobs(exp: BoxExpectation, doc: dict[str, Any], changed: list[str]) -> Iterator[Drift]:
     rendered = (doc.get("render") or {}).get("services") or {}
     r = rule("compose.dead-knob")
-    where = ", ".join(changed) if changed else " / ".join(exp.box.deployment.compose_files)
+    where = ", ".join(changed) if changed else " / ".join(exp.compose_files)
     for service, lane in sorted(exp.lanes.items()):
         spec = rendered.get(service)
         if spec is None:

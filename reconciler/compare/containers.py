@@ -10,7 +10,7 @@ from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.compare.drift import Action, Drift
 from reconciler.compare.rules import Rule, rule
 from reconciler.compare.values import changed_keys, parse_argv, same, value
-from reconciler.desired.models import is_digest_ref
+from reconciler.desired.refs import is_digest_ref
 
 
 def _action(r: Rule, service: str) -> Action:
@@ -225,7 +225,7 @@ def _ports(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Dri
     r = rule("container.ports")
     want: dict[str, list[str]] = {}
     if service == GATEWAY:
-        want["8000/tcp"] = [f"{_ip(exp.box.gateway.bind)}:{exp.box.gateway.port}"]
+        want["8000/tcp"] = [f"{_ip(exp.gateway.bind)}:{exp.gateway.port}"]
     got: dict[str, list[str]] = {}
     for key, bindings in (c.get("ports") or {}).items():
         for b in bindings or []:

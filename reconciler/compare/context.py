@@ -6,10 +6,13 @@ Built by the caller from a Fleet; compare/ never loads files or opens connection
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from reconciler.desired import roles
-from reconciler.desired.envfile import EnvEntry
-from reconciler.desired.models import BoxSpec, SecretRef
+from reconciler.desired.entries import EnvEntry, SecretName
+
+if TYPE_CHECKING:
+    from reconciler.desired.models import BoxSpec
 
 # `.env` knobs that end up as a flag of their lane's command (lobes' template), by suffix.
 KNOB_FLAGS: dict[str, str] = {
@@ -32,20 +35,44 @@ class LaneExpectation:
     image: str  # resolved repo@sha256 reference
     max_model_len: int
     gpu_memory_utilization: float
+    boot_timeout_s: int
     knobs: dict[str, tuple[str, str]]  # .env key -> (flag, desired value) for dead-knob checks
 
 
 @dataclass(frozen=True)
+class GatewayExpectation:
+    bind: str
+    port: int
+    auth: str  # keyed | open
+    health_timeout_s: int
+
+
+@dataclass(frozen=True)
+class ContractExpectation:
+    """What the gateway must advertise for one role (desired/models.py RoleContract)."""
+
+    context: int | None
+    proxied_to: str | None
+    feasible: bool
+
+
+@dataclass(frozen=True)
 class BoxExpectation:
-    box: BoxSpec
+    """Plain values only (no validation models): compare needs nothing else, and a drift run
+    reuses these between runs without importing pydantic (reconciler/drift_inputs.py)."""
+
+    name: str
+    lobes_version: str
+    compose_files: tuple[str, ...]
+    file_digests: dict[str, str]  # compose file -> sha256 the desired state pins
+    gateway: GatewayExpectation
+    contract: dict[str, ContractExpectation]  # by role
+    forbidden_exports: tuple[str, ...]  # login_shell.forbidden
+    mem_floor_gib: float
     env: tuple[EnvEntry, ...]
     lanes: dict[str, LaneExpectation]  # by service
     gateway_image: str
     mesh_members: dict[str, str] = field(default_factory=dict)  # role -> box expected to host it
-
-    @property
-    def name(self) -> str:
-        return self.box.name
 
 
 def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> BoxExpectation:
@@ -65,19 +92,31 @@ def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> Box
             image=box.image_ref(lane.image),
             max_model_len=lane.max_model_len,
             gpu_memory_utilization=lane.gpu_memory_utilization,
+            boot_timeout_s=lane.boot_timeout_s,
             knobs=knobs,
         )
+    gw = box.gateway
     return BoxExpectation(
-        box=box,
+        name=box.name,
+        lobes_version=box.lobes.version,
+        compose_files=tuple(box.deployment.compose_files),
+        file_digests=dict(box.deployment.file_digests),
+        gateway=GatewayExpectation(gw.bind, gw.port, gw.auth, gw.health_timeout_s),
+        contract={
+            str(role): ContractExpectation(c.context, c.proxied_to, c.feasible)
+            for role, c in box.contract.items()
+        },
+        forbidden_exports=tuple(box.login_shell.forbidden),
+        mem_floor_gib=box.memory.mem_available_floor_gib,
         env=tuple(env),
         lanes=lanes,
-        gateway_image=box.image_ref(box.gateway.image),
+        gateway_image=box.image_ref(gw.image),
         mesh_members=dict(hosts),
     )
 
 
 def secret_of(entry: EnvEntry) -> str | None:
-    return entry.value.secret if isinstance(entry.value, SecretRef) else None
+    return entry.value.secret if isinstance(entry.value, SecretName) else None
 
 
 GATEWAY = roles.GATEWAY_SERVICE

@@ -104,7 +104,7 @@ def compare_host(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
     if not total or available is None or not exp.lanes:
         return
     biggest = max(exp.lanes.values(), key=lambda lane: lane.gpu_memory_utilization)
-    floor = exp.box.memory.mem_available_floor_gib
+    floor = exp.mem_floor_gib
     need_kib = int(biggest.gpu_memory_utilization * total + floor * GIB_KIB)
     if available < need_kib:
         host_rule = rule("host.memory")

@@ -37,14 +37,14 @@ def compare_contract(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift
     health, caps_probe = gateway.get("health") or {}, gateway.get("capabilities") or {}
     if health.get("status") == 200:
         version = (health.get("body") or {}).get("version")
-        if version != exp.box.lobes.version:
+        if version != exp.lobes_version:
             r = rule("contract.version")
             yield Drift(
                 exp.name,
                 r.kind,
                 "gateway",
                 "health.version",
-                exp.box.lobes.version,
+                exp.lobes_version,
                 version,
                 r.action,
                 source="GET /health",
@@ -56,7 +56,7 @@ def compare_contract(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift
     windows = lane_windows(exp, doc)
     for role, window in sorted(windows.items()):
         yield from _local_role(exp, doc, role, window, caps.get(role) or {})
-    for role, contract in sorted(exp.box.contract.items()):
+    for role, contract in sorted(exp.contract.items()):
         if contract.proxied_to is not None:
             yield from _proxied_role(exp, role, contract.proxied_to, caps.get(role) or {})
 
@@ -66,7 +66,7 @@ def _local_role(
 ) -> Iterator[Drift]:
     advertised = entry.get("context")
     path = f"capabilities.{role}.context"
-    contract = exp.box.contract.get(role)  # type: ignore[call-overload]  # role is a str here
+    contract = exp.contract.get(role)
     if contract is not None and not contract.feasible:
         # Infeasible here; another member may still serve it through the mesh (ready, proxied).
         if entry.get("feasible"):
@@ -175,7 +175,7 @@ def compare_auth(
     exp: BoxExpectation, doc: dict[str, Any], controller: dict[str, Any]
 ) -> Iterator[Drift]:
     r = rule("auth.posture")
-    want = 401 if exp.box.gateway.auth == "keyed" else 200
+    want = 401 if exp.gateway.auth == "keyed" else 200
     sides = (
         ("loopback", ((doc.get("gateway") or {}).get("models_noauth") or {}).get("status")),
         ("controller", (controller.get("models_noauth") or {}).get("status")),

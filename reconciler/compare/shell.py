@@ -26,7 +26,7 @@ def compare_shell(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
     if not exports:
         return
     interpolated = set((doc.get("variables") or {}).get("names") or [])
-    forbidden = exp.box.login_shell.forbidden
+    forbidden = exp.forbidden_exports
     envfile = {e["key"]: e for e in doc.get("envfile") or []}
     scrubbed = (doc.get("render") or {}).get("services") or {}
     login_render = (doc.get("render_login") or {}).get("services") or {}

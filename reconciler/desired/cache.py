@@ -14,14 +14,18 @@ always reported from the files. A cache file owned by another user is ignored.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler.desired.fingerprint import entry_name, fingerprint, unchanged, write_private
+from reconciler.desired.fingerprint import (
+    code_version,
+    entry_name,
+    fingerprint,
+    unchanged,
+    write_private,
+)
 from reconciler.desired.locate import inventory_file
 
 if TYPE_CHECKING:
@@ -32,13 +36,10 @@ LOADER_DIR = Path(__file__).parent
 
 
 def _code_version() -> str:
-    """This package's loader code and the versions that shape a pickled model."""
+    """This package's loader code, and pydantic's version (it shapes a pickled model)."""
     import pydantic  # already imported by the models a hit unpickles
 
-    digest = hashlib.sha256(f"{CACHE_VERSION}\0{sys.version}\0{pydantic.VERSION}".encode())
-    for source in sorted(LOADER_DIR.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    return digest.hexdigest()
+    return code_version(LOADER_DIR, f"{CACHE_VERSION}/{pydantic.VERSION}")
 
 
 def _entry_path(root: Path, inventory: Path) -> Path:

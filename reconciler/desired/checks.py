@@ -10,17 +10,17 @@ import fnmatch
 from collections.abc import Iterator
 
 from reconciler.desired import roles
-from reconciler.desired.envfile import EnvEntry, desired_env
+from reconciler.desired.entries import EnvEntry
+from reconciler.desired.envfile import desired_env
 from reconciler.desired.models import (
     BoxSpec,
     EnvValue,
     InventoryBox,
     SecretRef,
     TaggedImage,
-    is_digest_ref,
-    looks_like_image_ref,
 )
 from reconciler.desired.problems import PathKey
+from reconciler.desired.refs import is_digest_ref, looks_like_image_ref
 
 Finding = tuple[PathKey, str]
 

@@ -7,31 +7,20 @@ drift report can say where a desired value came from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reconciler.desired import roles
+from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.models import BoxSpec, EnvValue, InventoryBox, SecretRef
 
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
 
 
-@dataclass(frozen=True)
-class EnvEntry:
-    key: str
-    value: str | SecretRef
-    origin: str  # dotted YAML path that decided the value
-
-    @property
-    def is_secret(self) -> bool:
-        return isinstance(self.value, SecretRef)
-
-
-def env_text(value: EnvValue) -> str | SecretRef:
+def env_text(value: EnvValue) -> str | SecretName:
     """How compose will see a YAML scalar: booleans as lobes writes them (true/false)."""
     if isinstance(value, SecretRef):
-        return value
+        return SecretName(value.secret)
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

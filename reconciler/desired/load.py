@@ -17,8 +17,9 @@ from reconciler.desired.explain import explain
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import merge_layers
-from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec, is_digest_ref
+from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
 from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
+from reconciler.desired.refs import is_digest_ref
 from reconciler.desired.yaml_source import SourceDoc, load_yaml
 
 

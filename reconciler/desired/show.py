@@ -10,7 +10,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from reconciler.desired.envfile import EnvEntry, box_env
+from reconciler.desired.entries import EnvEntry
+from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.problems import Location, PathKey
 

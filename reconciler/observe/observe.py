@@ -5,23 +5,15 @@ what `--save-snapshot` writes and `--from-snapshot` reads back for an offline co
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.desired.envfile import box_env
-from reconciler.desired.fleet import Fleet
-from reconciler.desired.locate import inventory_file
-from reconciler.observe.early import EarlyStart, store
-from reconciler.observe.payload import collector_payload
-from reconciler.observe.probes import probe_gateways
-from reconciler.observe.transport import RemoteResult, Target, finish_all, python_command, spawn
-
-COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
+from reconciler.drift_inputs import DriftInputs
+from reconciler.observe.early import COLLECTOR, EarlyStart, encoded_payload, start_probes
+from reconciler.observe.transport import RemoteResult, finish_all, python_command, spawn
 
 
 @dataclass
@@ -37,60 +29,30 @@ class BoxObservation:
         return self.collected is not None
 
 
-def targets(fleet: Fleet, boxes: list[str]) -> list[Target]:
-    out = []
-    for name in boxes:
-        conn = fleet.connection(name)
-        out.append(
-            Target(
-                box=name,
-                hostname=conn.ssh_hostname,
-                user=conn.ssh_user,
-                port=conn.ssh_port,
-                key_file=fleet.resolve_path(conn.ssh_key) if conn.ssh_key else None,
-                known_hosts=(
-                    fleet.resolve_path(conn.ssh_known_hosts_file)
-                    if conn.ssh_known_hosts_file
-                    else None
-                ),
-            )
-        )
-    return out
-
-
 def observe(
-    fleet: Fleet,
+    inputs: DriftInputs,
     boxes: list[str],
     run_key: str,
     timeout: float = 60.0,
     early: EarlyStart | None = None,
 ) -> dict[str, BoxObservation]:
-    """Observe `boxes`; `early` holds collectors started from cached payloads, used only if
-    they were sent exactly what this desired state asks for."""
-    payloads = {
-        name: collector_payload(fleet.boxes[name], box_env(fleet, name), run_key) for name in boxes
-    }
-    box_targets = {t.box: t for t in targets(fleet, boxes)}
-    bases = gateway_bases(fleet, boxes)
-    inventory_path = inventory_file(fleet.root, fleet.inventory_file)
+    """Observe `boxes`; `early` holds collectors already started from these same inputs."""
     started = time.monotonic()
-    if early is not None and early.payloads == payloads and early.run_key == run_key:
-        running = early.running
+    if early is not None and early.run_key == run_key and set(early.running) == set(boxes):
+        running, probes = early.running, early.probes
     else:
         if early is not None:
-            early.cancel()  # the desired state changed since the cache: ask again
-        running = {}
-        for name, payload in payloads.items():
-            encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-            running[name] = spawn(box_targets[name], python_command(COLLECTOR, encoded))
-        store(fleet.root, inventory_path, list(fleet.inputs), box_targets, payloads, bases)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        if early is not None and early.probes is not None and early.bases == bases:
-            probes = early.probes
-        else:
-            probes = pool.submit(probe_gateways, bases)
-        results = finish_all(list(running.values()), timeout)
-        controller = probes.result()
+            early.cancel()
+        running = {
+            name: spawn(
+                inputs.targets[name],
+                python_command(COLLECTOR, encoded_payload(inputs.payload(name, run_key))),
+            )
+            for name in boxes
+        }
+        probes = start_probes({name: inputs.bases[name] for name in boxes})
+    results = finish_all(list(running.values()), timeout)
+    controller = probes.result()
     elapsed = time.monotonic() - started
     return {
         name: _observation(name, results[name], controller.get(name, {}), elapsed) for name in boxes
@@ -110,13 +72,6 @@ def _observation(
     except ValueError:
         return BoxObservation(box, None, "collector printed no JSON", controller, elapsed)
     return BoxObservation(box, doc, None, controller, elapsed)
-
-
-def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
-    return {
-        name: f"http://{fleet.connection(name).ssh_hostname}:{fleet.boxes[name].gateway.port}"
-        for name in boxes
-    }
 
 
 # -- snapshots -------------------------------------------------------------------------------------

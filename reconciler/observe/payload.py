@@ -7,10 +7,12 @@ only their source. The run key makes the box-side digests comparable within one 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconciler.desired.envfile import EnvEntry
-from reconciler.desired.models import BoxFileSecret, BoxSpec
+from reconciler.desired.entries import EnvEntry
+
+if TYPE_CHECKING:  # values arrive validated; nothing here needs the models at run time
+    from reconciler.desired.models import BoxSpec
 
 
 def new_run_key() -> str:
@@ -28,7 +30,7 @@ def collector_payload(
     box_secrets = {
         name: {"path": src.path, "key": src.key}
         for name, src in box.secrets.items()
-        if isinstance(src, BoxFileSecret)
+        if src.source == "box_file"
     }
     return {
         "run_key": run_key,

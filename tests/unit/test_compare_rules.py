@@ -16,7 +16,8 @@ from reconciler.compare.box import compare_box
 from reconciler.compare.drift import Action, BoxResult, Drift, Kind, SecretValue
 from reconciler.compare.values import changed_keys, knob_tokens, parse_argv, value
 from reconciler.desired.load import load_fleet
-from reconciler.drift import expectations, run_drift
+from reconciler.drift import run_drift
+from reconciler.drift_inputs import expectations
 from reconciler.observe.observe import load_snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"

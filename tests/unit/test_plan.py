@@ -12,7 +12,7 @@ import pytest
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Action, BoxResult, Drift, Kind, SecretValue
 from reconciler.desired.load import load_fleet
-from reconciler.drift import expectations
+from reconciler.drift_inputs import expectations
 from reconciler.plan import FileRestore, StepKind, actionable, mesh_order, plan_box
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_pristine_thor_writes_env_then_lanes_one_by_one_then_the_gateway(exps):
     assert plan.steps[0].keys == ("GATEWAY_IMAGE", "HAND_IMAGE", "VLLM_GDN_DECODE_KERNEL")
     assert plan.services == ("vllm-embed", "vllm-rerank", "vllm-hand", "vllm-worker", "gateway")
     gateway = plan.steps[-1]
-    assert gateway.timeout_s == exps["thor"].box.gateway.health_timeout_s
+    assert gateway.timeout_s == exps["thor"].gateway.health_timeout_s
     assert "GET /v1/models without key (loopback)" in gateway.reasons
     worker = plan.steps[4]
     assert worker.timeout_s == 900 and worker.gpu_memory_utilization == 0.45
@@ -150,10 +150,8 @@ def test_a_window_change_recreates_the_lane_and_the_gateway_last(exps):
 
 def test_an_edited_pinned_file_is_restored_by_its_digest(exps):
     exp = exps["thor"]
-    pinned = dict(exp.box.deployment.file_digests)
-    name = next(iter(pinned), None)
-    if name is None:
-        pytest.skip("the desired state pins no compose file digest")
+    pinned = dict(exp.file_digests)
+    name = next(iter(pinned))  # thor pins its shape file (group_vars/thor.yaml)
     edited = drift(f"file:{name}", "sha256", Action.RESTORE_FILE, Kind.COMPOSE_FILE)
     plan = plan_box(BoxResult("thor", True, (edited,)), exp)
     assert plan.steps[0].files == (FileRestore(name, pinned[name]),)
@@ -161,14 +159,12 @@ def test_an_edited_pinned_file_is_restored_by_its_digest(exps):
 
 def test_a_dead_knob_restores_the_unpinned_files_and_recreates_its_lane(exps):
     exp = exps["thor"]
-    chain = " / ".join(exp.box.deployment.compose_files)
+    chain = " / ".join(exp.compose_files)
     knob = drift(
         "lane:vllm-worker", "--max-model-len", Action.RESTORE_FILE, Kind.COMPOSE_FILE, source=chain
     )
     plan = plan_box(BoxResult("thor", True, (knob,)), exp)
-    unpinned = [
-        n for n in exp.box.deployment.compose_files if n not in exp.box.deployment.file_digests
-    ]
+    unpinned = [n for n in exp.compose_files if n not in exp.file_digests]
     assert plan.steps[0].kind is StepKind.RESTORE_FILES
     assert [f.name for f in plan.steps[0].files] == sorted(unpinned)
     assert all(f.sha256 is None for f in plan.steps[0].files)

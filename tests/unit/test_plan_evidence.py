@@ -14,7 +14,7 @@ from reconciler.apply.payload import MissingControllerSecret, converge_payload, 
 from reconciler.apply.summary import outcome_lines, plan_lines
 from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport, Kind, SecretValue
 from reconciler.desired.load import load_fleet
-from reconciler.drift import expectations
+from reconciler.drift_inputs import expectations
 from reconciler.plan import plan_box
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +23,12 @@ OTHER = SecretValue("hmac:" + "cd" * 32)  # as the collector masks a secret-name
 
 
 @pytest.fixture(scope="module")
-def exp():
-    fleet = load_fleet(ROOT, "hosts")
+def fleet():
+    return load_fleet(ROOT, "hosts")
+
+
+@pytest.fixture(scope="module")
+def exp(fleet):
     return expectations(fleet, ["thor"])["thor"]
 
 
@@ -84,23 +88,24 @@ def test_outcome_lines_say_what_was_rolled_back(exp):
     ]
 
 
-def test_the_payload_carries_secret_references_not_values(exp):
-    payload = converge_payload(exp, plan_box(_result(), exp), {}, "me", environ={})
+def test_the_payload_carries_secret_references_not_values(exp, fleet):
+    spec = fleet.boxes["thor"]
+    payload = converge_payload(exp, spec, plan_box(_result(), exp), {}, "me", environ={})
     assert payload["managed_env"]["GATEWAY_API_KEY"] == {"secret": "gateway_api_key"}
     assert payload["box_secrets"]["gateway_api_key"]["key"] == "GATEWAY_API_KEY"
     assert payload["services"] == ["gateway"]
     assert set(payload["env_keys"]) == {e.key for e in exp.env}
 
 
-def test_a_controller_env_secret_must_be_set_and_travels_in_the_payload(exp):
+def test_a_controller_env_secret_must_be_set_and_travels_in_the_payload(exp, fleet):
     from reconciler.desired.models import ControllerEnvSecret
 
-    box = exp.box.model_copy(
-        update={"secrets": {**exp.box.secrets, "mesh_key": ControllerEnvSecret(
+    spec = fleet.boxes["thor"]
+    box = spec.model_copy(
+        update={"secrets": {**spec.secrets, "mesh_key": ControllerEnvSecret(
             source="controller_env", variable="FLEET_MESH_KEY")}}
     )  # fmt: skip
-    controller = type(exp)(box=box, env=exp.env, lanes=exp.lanes, gateway_image=exp.gateway_image)
     with pytest.raises(MissingControllerSecret, match=r"\$FLEET_MESH_KEY"):
-        managed_env(controller, {})
-    env = managed_env(controller, {"FLEET_MESH_KEY": "from-the-controller"})
+        managed_env(exp, box, {})
+    env = managed_env(exp, box, {"FLEET_MESH_KEY": "from-the-controller"})
     assert env["LOBES_MESH_KEY"] == {"secret": "mesh_key", "value": "from-the-controller"}

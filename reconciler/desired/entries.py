@@ -1,0 +1,27 @@
+"""The managed `.env` entries of a box as plain values, for everything downstream of loading.
+
+Stdlib only: a drift run compares against these (and pickles them between runs) without the
+validation models. A secret is only ever its name here; its value is read where it lives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SecretName:
+    """A reference to a declared secret (`secrets.<name>` in group_vars), never its value."""
+
+    secret: str
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    key: str
+    value: str | SecretName
+    origin: str  # dotted YAML path that decided the value
+
+    @property
+    def is_secret(self) -> bool:
+        return isinstance(self.value, SecretName)

@@ -1,0 +1,139 @@
+"""What a drift run derives from the desired state, as plain values, remembered between runs.
+
+Per box a drift run needs four things from the desired state: the flattened expectation that
+compare/ works against, the collector's payload, the SSH target and the gateway URL the
+controller probes. All four are a pure function of the desired-state files and of this
+package's code, and none holds a validation model, so a valid state's inputs are pickled in
+the controller user's cache directory (0700, files 0600) with the fingerprint of both. A run
+whose files and code are byte-identical loads them before importing pydantic or the YAML
+parser, starts the boxes' collectors at once (observe/early.py), and never loads the desired
+state at all; any change misses, and the state is loaded and validated as before.
+
+The entry holds no secret: payloads and expectations name secret sources, never values.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reconciler.compare.context import BoxExpectation
+from reconciler.desired.fingerprint import (
+    code_version,
+    entry_name,
+    fingerprint,
+    unchanged,
+    write_private,
+)
+from reconciler.observe.transport import Target
+
+if TYPE_CHECKING:
+    from reconciler.desired.fleet import Fleet
+
+CACHE_VERSION = 1
+PACKAGE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class DriftInputs:
+    inventory_file: str  # as reports name it (inventory/lab.yaml)
+    boxes: tuple[str, ...]  # every box of the inventory, in its order
+    expectations: dict[str, BoxExpectation]
+    payloads: dict[str, dict[str, Any]]  # collector payload per box, without the run key
+    targets: dict[str, Target]
+    bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
+
+    def payload(self, box: str, run_key: str) -> dict[str, Any]:
+        return {**self.payloads[box], "run_key": run_key}
+
+
+def expectations(fleet: Fleet, boxes: list[str]) -> dict[str, BoxExpectation]:
+    from reconciler.compare.context import expectation
+    from reconciler.desired.envfile import box_env
+
+    hosts: dict[str, str] = {
+        str(role): name
+        for name, spec in fleet.boxes.items()
+        for role, contract in spec.contract.items()
+        if contract.context is not None
+    }
+    return {name: expectation(fleet.boxes[name], box_env(fleet, name), hosts) for name in boxes}
+
+
+def targets(fleet: Fleet, boxes: list[str]) -> dict[str, Target]:
+    out = {}
+    for name in boxes:
+        conn = fleet.connection(name)
+        out[name] = Target(
+            box=name,
+            hostname=conn.ssh_hostname,
+            user=conn.ssh_user,
+            port=conn.ssh_port,
+            key_file=fleet.resolve_path(conn.ssh_key) if conn.ssh_key else None,
+            known_hosts=(
+                fleet.resolve_path(conn.ssh_known_hosts_file) if conn.ssh_known_hosts_file else None
+            ),
+        )
+    return out
+
+
+def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
+    return {
+        name: f"http://{fleet.connection(name).ssh_hostname}:{fleet.boxes[name].gateway.port}"
+        for name in boxes
+    }
+
+
+def drift_inputs(fleet: Fleet) -> DriftInputs:
+    """Everything a drift run of any of the fleet's boxes needs (pure)."""
+    from reconciler.desired.envfile import box_env
+    from reconciler.observe.payload import collector_payload
+
+    boxes = list(fleet.boxes)
+    payloads = {}
+    for name in boxes:
+        payload = collector_payload(fleet.boxes[name], box_env(fleet, name), run_key="")
+        payloads[name] = {k: v for k, v in payload.items() if k != "run_key"}
+    return DriftInputs(
+        inventory_file=fleet.inventory_file,
+        boxes=tuple(boxes),
+        expectations=expectations(fleet, boxes),
+        payloads=payloads,
+        targets=targets(fleet, boxes),
+        bases=gateway_bases(fleet, boxes),
+    )
+
+
+# -- the cache ---------------------------------------------------------------------------------
+def _entry_path(root: Path, inventory: Path) -> Path:
+    return entry_name("drift-inputs", root, inventory).with_suffix(".pickle")
+
+
+def _code() -> str:
+    return code_version(PACKAGE, CACHE_VERSION)
+
+
+def cached_inputs(root: Path, inventory: Path) -> DriftInputs | None:
+    """The remembered inputs if no desired-state file and no code changed, else None."""
+    path = _entry_path(root, inventory)
+    try:
+        if path.stat().st_uid != os.getuid():
+            return None
+        entry: dict[str, Any] = pickle.loads(path.read_bytes())
+    except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
+        return None
+    if entry.get("code") != _code() or not unchanged(root, entry):
+        return None
+    inputs = entry.get("drift_inputs")
+    return inputs if isinstance(inputs, DriftInputs) else None
+
+
+def remembered_inputs(fleet: Fleet, inventory: Path) -> DriftInputs:
+    """The inputs of a freshly validated state, stored for the next run."""
+    inputs = drift_inputs(fleet)
+    entry = {"code": _code(), **fingerprint(fleet.root, fleet.inputs), "drift_inputs": inputs}
+    write_private(_entry_path(fleet.root, inventory), pickle.dumps(entry))
+    return inputs

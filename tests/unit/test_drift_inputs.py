@@ -1,0 +1,88 @@
+"""Drift inputs: everything a drift run takes from the desired state, as plain values, and
+remembered only while neither the files nor the code that derived them changed."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler import drift_inputs as module
+from reconciler.desired.load import load_fleet
+from reconciler.drift_inputs import cached_inputs, drift_inputs, remembered_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "fleet"
+    for part in ("inventory", "group_vars"):
+        shutil.copytree(ROOT / part, root / part)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return root
+
+
+def _inventory(root: Path) -> Path:
+    return root / "inventory" / "hosts.yaml"
+
+
+def test_inputs_are_plain_values_equal_to_a_fresh_derivation(repo: Path) -> None:
+    fleet = load_fleet(repo, "hosts")
+    inputs = drift_inputs(fleet)
+    assert inputs.boxes == ("thor", "spark", "orin")
+    assert inputs.payload("thor", "k" * 32)["run_key"] == "k" * 32
+    assert "run_key" not in inputs.payloads["thor"]  # a run key is never remembered
+    assert inputs.targets["spark"].hostname == fleet.connection("spark").ssh_hostname
+    assert inputs.bases["orin"].endswith(f":{fleet.boxes['orin'].gateway.port}")
+    thor = inputs.expectations["thor"]
+    assert thor.contract["hand"].feasible is False  # group_vars/thor.yaml
+    assert (
+        thor.lanes["vllm-worker"].boot_timeout_s
+        == fleet.boxes["thor"].lanes["worker"].boot_timeout_s
+    )
+    # No validation model anywhere inside: a hit must not need pydantic to unpickle.
+    assert b"pydantic" not in pickle.dumps(inputs)
+    assert pickle.loads(pickle.dumps(inputs)) == inputs
+
+
+def test_remembered_inputs_hit_until_a_file_changes(repo: Path) -> None:
+    assert cached_inputs(repo, _inventory(repo)) is None
+    stored = remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    assert cached_inputs(repo, _inventory(repo)) == stored
+    spark = repo / "group_vars" / "spark.yaml"
+    spark.write_text(spark.read_text(encoding="utf-8") + "\n# a comment is a change too\n", "utf-8")
+    assert cached_inputs(repo, _inventory(repo)) is None
+
+
+def test_other_code_misses(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    monkeypatch.setattr(module, "CACHE_VERSION", module.CACHE_VERSION + 1)
+    assert cached_inputs(repo, _inventory(repo)) is None
+
+
+def test_a_hit_runs_without_pydantic_or_yaml(repo: Path, tmp_path: Path) -> None:
+    """The point of the cache: a repeated drift run imports neither (see BENCHMARKS.md)."""
+    remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from reconciler.drift_inputs import cached_inputs\n"
+        "import reconciler.drift, reconciler.report.json_report, reconciler.observe.early\n"
+        f"inputs = cached_inputs(Path({str(repo)!r}), Path({str(_inventory(repo))!r}))\n"
+        "assert inputs is not None and inputs.boxes == ('thor', 'spark', 'orin')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'ruamel'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
