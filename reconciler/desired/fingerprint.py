@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+KEEP = 16  # entries per kind: each repository checkout and inventory has its own
+
 
 def cache_dir() -> Path:
     """The controller user's cache directory (never on a box, never shared between users)."""
@@ -66,8 +68,9 @@ def unchanged(root: Path, recorded: dict[str, Any]) -> bool:
     return all(file_digest(Path(p)) == d for p, d in inputs.items())
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Atomically, readable by this user only; a cache that cannot be written only costs time."""
+def write_private(path: Path, data: bytes, keep: int = KEEP) -> None:
+    """Atomically, readable by this user only, keeping the `keep` newest entries of its kind
+    (one per repository and inventory); a cache that cannot be written only costs time."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -75,5 +78,11 @@ def write_private(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
         tmp.replace(path)
+        kind = path.name.rsplit("-", 1)[0]
+        siblings = sorted(
+            path.parent.glob(f"{kind}-*{path.suffix}"), key=lambda p: p.stat().st_mtime
+        )
+        for old in siblings[:-keep]:
+            old.unlink(missing_ok=True)
     except OSError:
         pass

@@ -106,3 +106,21 @@ def test_a_damaged_or_foreign_cache_file_is_a_miss(repo: Path) -> None:
     if os.getuid() == 0:  # only root can give the file away
         os.chown(entry, 65534, 65534)
         assert cached_fleet(repo, _inventory(repo)) is None
+
+
+def test_each_kind_keeps_only_its_newest_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconciler.desired.fingerprint import cache_dir, entry_name, write_private
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    paths = []
+    for index in range(5):
+        path = entry_name("fleet", tmp_path / f"checkout{index}", tmp_path / "hosts.yaml")
+        write_private(path.with_suffix(".pickle"), b"x", keep=3)
+        os.utime(path.with_suffix(".pickle"), (index, index))  # a clear age order
+        paths.append(path.with_suffix(".pickle"))
+    other = entry_name("drift-inputs", tmp_path, tmp_path / "hosts.yaml").with_suffix(".pickle")
+    write_private(other, b"y", keep=3)
+    left = sorted(p.name for p in cache_dir().iterdir())
+    assert left == sorted([*(p.name for p in paths[-3:]), other.name])  # the other kind stays
