@@ -46,6 +46,7 @@ def fingerprint(root: Path, inputs: Iterable[Path]) -> dict[str, Any]:
     return {
         "listing": layer_listing(root),
         "inputs": {str(p): file_digest(Path(p)) for p in inputs},
+        "home": os.path.expanduser("~"),  # `~/` in inventory key paths expands against it
     }
 
 
@@ -64,6 +65,8 @@ def unchanged(root: Path, recorded: dict[str, Any]) -> bool:
     if not isinstance(inputs, dict) or not inputs:
         return False
     if recorded.get("listing") != layer_listing(root):
+        return False
+    if recorded.get("home") != os.path.expanduser("~"):
         return False
     return all(file_digest(Path(p)) == d for p, d in inputs.items())
 

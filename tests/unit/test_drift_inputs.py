@@ -86,3 +86,10 @@ def test_a_hit_runs_without_pydantic_or_yaml(repo: Path, tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_another_home_misses(repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Inventory key paths may start with ~/: remembered targets hold them expanded."""
+    remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+    assert cached_inputs(repo, _inventory(repo)) is None
