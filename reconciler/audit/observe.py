@@ -1,55 +1,40 @@
 """Observe boxes for an audit: the drift collector (with its audit section) over SSH, the mesh
 side's probes from the controller at the same time, then the live proofs phase 2 asks for.
 
-`observe.observe()` builds its payloads itself and takes no audit flag, so this mirrors its
-few lines of orchestration with `collector_payload(..., audit=True)`; the per-box results are
-the same `BoxObservation`s (snapshots included), with the controller's audit probes under
-`controller["audit"]`.
+The per-box results are the same `BoxObservation`s a drift run makes (snapshots included),
+with the controller's audit probes under `controller["audit"]`.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reconciler.audit.probes import Endpoint, LanePort, ProofAttempt, mesh_side, prove
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
-from reconciler.drift_inputs import targets
-from reconciler.observe.early import COLLECTOR
-from reconciler.observe.observe import BoxObservation, _observation
+from reconciler.drift_inputs import gateway_bases, targets
+from reconciler.observe.collectors import in_background, start_collectors
+from reconciler.observe.observe import BoxObservation, gather
 from reconciler.observe.payload import collector_payload, local_chat_role
-from reconciler.observe.transport import python_command, run_all
 
 
 def gateway_base(fleet: Fleet, box: str) -> str:
     """Where a mesh member (and the controller) reaches the box's gateway: as drift probes it."""
-    return f"http://{fleet.connection(box).ssh_hostname}:{fleet.boxes[box].gateway.port}"
+    return gateway_bases(fleet, [box])[box]
 
 
 def observe_audit(
     fleet: Fleet, boxes: list[str], run_key: str, timeout: float = 60.0
 ) -> dict[str, BoxObservation]:
-    commands = {}
-    for name in boxes:
-        payload = collector_payload(fleet.boxes[name], box_env(fleet, name), run_key, audit=True)
-        encoded = base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-        commands[name] = python_command(COLLECTOR, encoded)
+    payloads = {
+        name: collector_payload(fleet.boxes[name], box_env(fleet, name), run_key, audit=True)
+        for name in boxes
+    }
     endpoints = [
         Endpoint(b, gateway_base(fleet, b), local_chat_role(fleet.boxes[b])) for b in boxes
     ]
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        probes = pool.submit(mesh_side, endpoints)
-        results = run_all(list(targets(fleet, boxes).values()), commands, timeout=timeout)
-        controller = probes.result()
-    elapsed = time.monotonic() - started
-    return {
-        name: _observation(name, results[name], controller.get(name, {}), elapsed) for name in boxes
-    }
+    running = start_collectors(targets(fleet, boxes), payloads)
+    return gather(running, in_background(mesh_side, endpoints), timeout)
 
 
 def attach_proofs(

@@ -10,18 +10,15 @@ is loaded and validated first, and the boxes are asked after.
 
 from __future__ import annotations
 
-import base64
-import json
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
+from reconciler.observe.collectors import in_background, start_collectors
 from reconciler.observe.probes import probe_gateways
-from reconciler.observe.transport import Running, python_command, spawn
-
-COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
+from reconciler.observe.transport import Running
 
 
 @dataclass
@@ -38,10 +35,6 @@ class EarlyStart:
             handle.cancel()
 
 
-def encoded_payload(payload: dict[str, Any]) -> str:
-    return base64.b64encode(json.dumps(payload).encode("utf-8")).decode("ascii")
-
-
 def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) -> EarlyStart | None:
     """Spawn the collectors from the remembered inputs, or None if anything may have changed."""
     inputs = cached_inputs(root, inventory)
@@ -50,22 +43,9 @@ def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) ->
     wanted = boxes or list(inputs.boxes)
     if any(box not in inputs.boxes for box in wanted):
         return None  # an unknown box is reported by the normal path
-    running = {
-        box: spawn(
-            inputs.targets[box],
-            python_command(COLLECTOR, encoded_payload(inputs.payload(box, run_key))),
-        )
-        for box in wanted
-    }
+    payloads = {box: inputs.payload(box, run_key) for box in wanted}
+    running = start_collectors(inputs.targets, payloads)
     # The mesh-side probes need nothing but the URLs: start them too (httpx is imported in
     # that thread, while this one goes on to import the comparison).
-    probes = start_probes({box: inputs.bases[box] for box in wanted})
+    probes = in_background(probe_gateways, {box: inputs.bases[box] for box in wanted})
     return EarlyStart(inputs, running, run_key, probes)
-
-
-def start_probes(bases: dict[str, str]) -> Future[dict[str, dict[str, Any]]]:
-    """The controller's gateway probes, running in a thread of their own."""
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(probe_gateways, bases)
-    pool.shutdown(wait=False)  # the thread ends with the probes; nobody waits for the pool
-    return future

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reconciler.drift_inputs import DriftInputs
-from reconciler.observe.early import COLLECTOR, EarlyStart, encoded_payload, start_probes
-from reconciler.observe.transport import RemoteResult, finish_all, python_command, spawn
+from reconciler.observe.collectors import in_background, start_collectors
+from reconciler.observe.early import EarlyStart
+from reconciler.observe.probes import probe_gateways
+from reconciler.observe.transport import RemoteResult, Running, finish_all
 
 
 @dataclass
@@ -37,25 +40,26 @@ def observe(
     early: EarlyStart | None = None,
 ) -> dict[str, BoxObservation]:
     """Observe `boxes`; `early` holds collectors already started from these same inputs."""
-    started = time.monotonic()
     if early is not None and early.run_key == run_key and set(early.running) == set(boxes):
-        running, probes = early.running, early.probes
-    else:
-        if early is not None:
-            early.cancel()
-        running = {
-            name: spawn(
-                inputs.targets[name],
-                python_command(COLLECTOR, encoded_payload(inputs.payload(name, run_key))),
-            )
-            for name in boxes
-        }
-        probes = start_probes({name: inputs.bases[name] for name in boxes})
+        return gather(early.running, early.probes, timeout)
+    if early is not None:
+        early.cancel()
+    running = start_collectors(inputs.targets, {b: inputs.payload(b, run_key) for b in boxes})
+    probes = in_background(probe_gateways, {b: inputs.bases[b] for b in boxes})
+    return gather(running, probes, timeout)
+
+
+def gather(
+    running: dict[str, Running], probes: Future[dict[str, dict[str, Any]]], timeout: float
+) -> dict[str, BoxObservation]:
+    """Wait for every box's collector and for the controller's probes: one observation each."""
+    started = time.monotonic()
     results = finish_all(list(running.values()), timeout)
     controller = probes.result()
     elapsed = time.monotonic() - started
     return {
-        name: _observation(name, results[name], controller.get(name, {}), elapsed) for name in boxes
+        box: _observation(box, result, controller.get(box, {}), elapsed)
+        for box, result in results.items()
     }
 
 
