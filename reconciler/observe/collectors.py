@@ -25,9 +25,13 @@ def start_collectors(
 ) -> dict[str, Running]:
     """The collector on every box of `payloads` (each with its run key), not waited for."""
     return {
-        box: spawn(targets[box], python_command(COLLECTOR, _encoded(payload)))
-        for box, payload in payloads.items()
+        box: spawn(targets[box], collector_command(payload)) for box, payload in payloads.items()
     }
+
+
+def collector_command(payload: dict[str, Any]) -> str:
+    """The remote command line of one collector run (also what the pyinfra fact runs)."""
+    return python_command(COLLECTOR, _encoded(payload))
 
 
 def in_background(fn: Callable[..., T], *args: Any) -> Future[T]:

@@ -1,0 +1,59 @@
+"""The collector as a pyinfra fact: one box's observation through pyinfra's own machinery.
+
+`reconcile drift` runs the collector over the OpenSSH transport directly: importing pyinfra
+alone would cost a drift run a large share of its budget (BENCHMARKS.md). Inside pyinfra (a
+deploy's `host.get_fact(Collected)`, or `pyinfra inventory.py fact
+reconciler.observe.fact.Collected` from a shell) the same program with the same payload runs
+through the host's connector, `@openssh`, which is that same transport. Secrets are hashed on
+the box with a key that lives only in this process: digests compare across the hosts of one
+pyinfra run, never across runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from pyinfra.api import FactBase
+
+from reconciler.observe.collectors import collector_command
+
+if TYPE_CHECKING:
+    from pyinfra.api.host import Host
+    from pyinfra.api.state import State
+
+    from reconciler.drift_inputs import DriftInputs
+
+RUN_KEY = secrets.token_hex(16)
+
+
+class Collected(FactBase[dict[str, Any]]):
+    """The collector's document for this host's box (what `drift --save-snapshot` keeps)."""
+
+    _box = ""
+    _inventory: str | None = None
+
+    def check_preconditions(self, state: State, host: Host) -> str | None:
+        # The one hook that sees the host before `command` runs: which box, which inventory.
+        self._box = str(host.data.get("fleet_box") or host.name)
+        self._inventory = host.data.get("fleet_inventory")
+        return None
+
+    def command(self) -> str:
+        return collector_command(_inputs(self._inventory).payload(self._box, RUN_KEY))
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads("\n".join(output))
+        return doc
+
+
+@functools.lru_cache(maxsize=2)
+def _inputs(inventory: str | None) -> DriftInputs:
+    from reconciler.desired.cache import load_fleet_cached
+    from reconciler.desired.locate import inventory_file
+    from reconciler.drift_inputs import remembered_inputs
+
+    fleet = load_fleet_cached(None, inventory)
+    return remembered_inputs(fleet, inventory_file(fleet.root, inventory))
