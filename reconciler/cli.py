@@ -69,15 +69,21 @@ def _cmd_drift(args: argparse.Namespace) -> int:
 
     early = None if args.from_snapshot else _start_early(args)
     try:
+        if early is not None:
+            # Started from the remembered inputs: the desired state is neither parsed nor
+            # imported in this run at all.
+            inputs, boxes = early.inputs, list(early.running)
+        else:
+            inputs = _drift_inputs(args)
+            found = _boxes(inputs.boxes, args.boxes)
+            if found is None:
+                return EXIT_ERROR
+            boxes = found
+            if not args.from_snapshot:  # send the boxes their work before importing ours
+                early = _launch(inputs, boxes)
         from reconciler.drift import run_drift_on
         from reconciler.report import render
 
-        # With the collectors already started, their inputs are the remembered ones: the
-        # desired state is neither parsed nor imported in this run at all.
-        inputs = early.inputs if early is not None else _drift_inputs(args)
-        boxes = _boxes(inputs.boxes, args.boxes)
-        if boxes is None:
-            return EXIT_ERROR
         run = run_drift_on(
             inputs,
             boxes,
@@ -115,6 +121,14 @@ def _start_early(args: argparse.Namespace) -> EarlyStart | None:
     return start(
         root, inventory_file(root, args.inventory), args.boxes or None, secrets.token_hex(16)
     )
+
+
+def _launch(inputs: DriftInputs, boxes: list[str]) -> EarlyStart:
+    import secrets
+
+    from reconciler.observe.early import launch
+
+    return launch(inputs, boxes, secrets.token_hex(16))
 
 
 def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
