@@ -14,20 +14,12 @@ The entry holds no secret: payloads and expectations name secret sources, never 
 
 from __future__ import annotations
 
-import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reconciler.compare.context import BoxExpectation
-from reconciler.desired.fingerprint import (
-    code_version,
-    entry_name,
-    fingerprint,
-    unchanged,
-    write_private,
-)
+from reconciler.desired.fingerprint import code_version, remember, remembered
 from reconciler.observe.transport import Target
 
 if TYPE_CHECKING:
@@ -108,8 +100,7 @@ def drift_inputs(fleet: Fleet) -> DriftInputs:
 
 
 # -- the cache ---------------------------------------------------------------------------------
-def _entry_path(root: Path, inventory: Path) -> Path:
-    return entry_name("drift-inputs", root, inventory).with_suffix(".pickle")
+KIND = "drift-inputs"
 
 
 def _code() -> str:
@@ -118,22 +109,12 @@ def _code() -> str:
 
 def cached_inputs(root: Path, inventory: Path) -> DriftInputs | None:
     """The remembered inputs if no desired-state file and no code changed, else None."""
-    path = _entry_path(root, inventory)
-    try:
-        if path.stat().st_uid != os.getuid():
-            return None
-        entry: dict[str, Any] = pickle.loads(path.read_bytes())
-    except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
-        return None
-    if entry.get("code") != _code() or not unchanged(root, entry):
-        return None
-    inputs = entry.get("drift_inputs")
+    inputs = remembered(KIND, root, inventory, _code())
     return inputs if isinstance(inputs, DriftInputs) else None
 
 
 def remembered_inputs(fleet: Fleet, inventory: Path) -> DriftInputs:
     """The inputs of a freshly validated state, stored for the next run."""
     inputs = drift_inputs(fleet)
-    entry = {"code": _code(), **fingerprint(fleet.root, fleet.inputs), "drift_inputs": inputs}
-    write_private(_entry_path(fleet.root, inventory), pickle.dumps(entry))
+    remember(KIND, fleet.root, inventory, _code(), fleet.inputs, inputs)
     return inputs

@@ -14,18 +14,10 @@ always reported from the files. A cache file owned by another user is ignored.
 
 from __future__ import annotations
 
-import os
-import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from reconciler.desired.fingerprint import (
-    code_version,
-    entry_name,
-    fingerprint,
-    unchanged,
-    write_private,
-)
+from reconciler.desired.fingerprint import code_version, remember, remembered
 from reconciler.desired.locate import inventory_file
 
 if TYPE_CHECKING:
@@ -33,6 +25,7 @@ if TYPE_CHECKING:
 
 CACHE_VERSION = 1
 LOADER_DIR = Path(__file__).parent
+KIND = "fleet"
 
 
 def _code_version() -> str:
@@ -42,28 +35,10 @@ def _code_version() -> str:
     return code_version(LOADER_DIR, f"{CACHE_VERSION}/{pydantic.VERSION}")
 
 
-def _entry_path(root: Path, inventory: Path) -> Path:
-    return entry_name("fleet", root, inventory).with_suffix(".pickle")
-
-
 def cached_fleet(root: Path, inventory: Path) -> Fleet | None:
     """The remembered state if nothing that decided it changed, else None."""
-    path = _entry_path(root, inventory)
-    try:
-        if path.stat().st_uid != os.getuid():
-            return None
-        entry: dict[str, Any] = pickle.loads(path.read_bytes())
-    except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
-        return None
-    if entry.get("code") != _code_version() or not unchanged(root, entry):
-        return None
-    fleet = entry.get("fleet")
+    fleet = remembered(KIND, root, inventory, _code_version())
     return fleet if type(fleet).__name__ == "Fleet" else None
-
-
-def remember(fleet: Fleet, inventory: Path) -> None:
-    entry = {"code": _code_version(), **fingerprint(fleet.root, fleet.inputs), "fleet": fleet}
-    write_private(_entry_path(fleet.root, inventory), pickle.dumps(entry))
 
 
 def load_fleet_cached(root: Path | None = None, inventory: str | None = None) -> Fleet:
@@ -79,5 +54,6 @@ def load_fleet_cached(root: Path | None = None, inventory: str | None = None) ->
     from reconciler.desired.load import load_fleet
 
     fleet = load_fleet(root, inventory)
-    remember(fleet, inventory_file(fleet.root, inventory))
+    inv_path = inventory_file(fleet.root, inventory)
+    remember(KIND, fleet.root, inv_path, _code_version(), fleet.inputs, fleet)
     return fleet

@@ -1,15 +1,17 @@
-"""Has any input of the desired state changed since a run remembered it? (stdlib only)
+"""What a run may remember of the desired state, and whether it still holds (stdlib only).
 
 A loaded desired state is a pure function of its input files (the inventory, the group_vars
-layers, the overlays the inventory names) and of which layers exist at all. The caches that
-skip work on a repeated run (the validated state, the collector payloads) record this
-fingerprint and trust what they stored only while it still matches, byte for byte.
+layers, the overlays the inventory names), of which layers exist at all, and of the code that
+loaded it. The caches that skip work on a repeated run (the validated state, the drift inputs)
+store their value with this fingerprint, pickled in the controller user's private cache
+directory, and trust it only while it still matches, byte for byte.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -89,3 +91,26 @@ def write_private(path: Path, data: bytes, keep: int = KEEP) -> None:
             old.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def remembered(kind: str, root: Path, inventory: Path, code: str) -> Any | None:
+    """The value stored for (kind, repository, inventory) if it was stored by this code and no
+    input changed since; None otherwise. A file owned by another user is never read."""
+    path = entry_name(kind, root, inventory).with_suffix(".pickle")
+    try:
+        if path.stat().st_uid != os.getuid():
+            return None
+        entry: dict[str, Any] = pickle.loads(path.read_bytes())
+    except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
+        return None
+    if entry.get("code") != code or not unchanged(root, entry):
+        return None
+    return entry.get("value")
+
+
+def remember(
+    kind: str, root: Path, inventory: Path, code: str, inputs: Iterable[Path], value: Any
+) -> None:
+    """Store `value` with the fingerprint of `inputs` and of `code`."""
+    entry = {"code": code, **fingerprint(root, inputs), "value": value}
+    write_private(entry_name(kind, root, inventory).with_suffix(".pickle"), pickle.dumps(entry))

@@ -3,10 +3,29 @@ exported FLEET_INVENTORY=lab (as the README's examples use) must not change thei
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
 def _no_fleet_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FLEET_INVENTORY", raising=False)
     monkeypatch.delenv("FLEET_ROOT", raising=False)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the fleet repository's desired state, with a cache directory of its own."""
+    root = tmp_path / "fleet"
+    for part in ("inventory", "group_vars"):
+        shutil.copytree(ROOT / part, root / part)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return root
+
+
+def hosts_inventory(root: Path) -> Path:
+    return root / "inventory" / "hosts.yaml"

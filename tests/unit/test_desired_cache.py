@@ -4,7 +4,6 @@ invalid state, and never a file it cannot trust."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,29 +12,13 @@ from reconciler.desired import cache
 from reconciler.desired.cache import cached_fleet, load_fleet_cached
 from reconciler.desired.load import load_fleet
 from reconciler.desired.problems import DesiredStateError
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "fleet"
-    for part in ("inventory", "group_vars"):
-        shutil.copytree(ROOT / part, root / part)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("FLEET_INVENTORY", raising=False)
-    monkeypatch.delenv("FLEET_ROOT", raising=False)
-    return root
-
-
-def _inventory(root: Path) -> Path:
-    return root / "inventory" / "hosts.yaml"
+from tests.unit.conftest import hosts_inventory
 
 
 def test_a_second_load_of_the_same_inputs_is_the_remembered_state(repo: Path) -> None:
-    assert cached_fleet(repo, _inventory(repo)) is None  # nothing remembered yet
+    assert cached_fleet(repo, hosts_inventory(repo)) is None  # nothing remembered yet
     first = load_fleet_cached(repo, "hosts")
-    hit = cached_fleet(repo, _inventory(repo))
+    hit = cached_fleet(repo, hosts_inventory(repo))
     assert hit is not None
     assert hit.boxes == first.boxes == load_fleet(repo, "hosts").boxes
     assert hit.positions == first.positions  # provenance survives: reports still name lines
@@ -57,16 +40,16 @@ def test_an_edited_layer_is_loaded_again(repo: Path) -> None:
     thor = repo / "group_vars" / "thor.yaml"
     text = thor.read_text(encoding="utf-8")
     thor.write_text(text.replace("WORKER_MAX_NUM_SEQS: 1", "WORKER_MAX_NUM_SEQS: 2"), "utf-8")
-    assert cached_fleet(repo, _inventory(repo)) is None
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
     fleet = load_fleet_cached(repo, "hosts")
     assert fleet.boxes["thor"].lanes["worker"].env["WORKER_MAX_NUM_SEQS"] == 2
-    assert cached_fleet(repo, _inventory(repo)) is not None  # the new state is remembered
+    assert cached_fleet(repo, hosts_inventory(repo)) is not None  # the new state is remembered
 
 
 def test_a_new_layer_file_misses_even_if_no_recorded_file_changed(repo: Path) -> None:
     load_fleet_cached(repo, "hosts")
     (repo / "group_vars" / "nosuchgroup.yaml").write_text("lobes: {}\n", encoding="utf-8")
-    assert cached_fleet(repo, _inventory(repo)) is None
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
     with pytest.raises(DesiredStateError, match="nosuchgroup"):
         load_fleet_cached(repo, "hosts")
 
@@ -77,20 +60,20 @@ def test_an_invalid_state_is_never_remembered(repo: Path) -> None:
     for _ in range(2):  # the second run reports from the files again
         with pytest.raises(DesiredStateError, match="bogus_key"):
             load_fleet_cached(repo, "hosts")
-    assert cached_fleet(repo, _inventory(repo)) is None
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
 
 
 def test_each_inventory_has_its_own_entry(repo: Path) -> None:
     hosts = load_fleet_cached(repo, "hosts")
     assert cached_fleet(repo, repo / "inventory" / "lab.yaml") is None
-    assert cached_fleet(repo, _inventory(repo)) is not None
+    assert cached_fleet(repo, hosts_inventory(repo)) is not None
     assert hosts.inventory_file == "inventory/hosts.yaml"
 
 
 def test_another_version_of_the_loader_misses(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     load_fleet_cached(repo, "hosts")
     monkeypatch.setattr(cache, "CACHE_VERSION", cache.CACHE_VERSION + 1)
-    assert cached_fleet(repo, _inventory(repo)) is None
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
 
 
 def test_a_damaged_or_foreign_cache_file_is_a_miss(repo: Path) -> None:
@@ -100,12 +83,12 @@ def test_a_damaged_or_foreign_cache_file_is_a_miss(repo: Path) -> None:
     entry.chmod(0o600)
     data = entry.read_bytes()
     entry.write_bytes(data[: len(data) // 2])
-    assert cached_fleet(repo, _inventory(repo)) is None
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
     assert list(load_fleet_cached(repo, "hosts").boxes) == ["thor", "spark", "orin"]  # rewritten
-    assert cached_fleet(repo, _inventory(repo)) is not None
+    assert cached_fleet(repo, hosts_inventory(repo)) is not None
     if os.getuid() == 0:  # only root can give the file away
         os.chown(entry, 65534, 65534)
-        assert cached_fleet(repo, _inventory(repo)) is None
+        assert cached_fleet(repo, hosts_inventory(repo)) is None
 
 
 def test_each_kind_keeps_only_its_newest_entries(

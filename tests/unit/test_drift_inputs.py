@@ -4,7 +4,6 @@ remembered only while neither the files nor the code that derived them changed."
 from __future__ import annotations
 
 import pickle
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,21 +13,7 @@ import pytest
 from reconciler import drift_inputs as module
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import cached_inputs, drift_inputs, remembered_inputs
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "fleet"
-    for part in ("inventory", "group_vars"):
-        shutil.copytree(ROOT / part, root / part)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return root
-
-
-def _inventory(root: Path) -> Path:
-    return root / "inventory" / "hosts.yaml"
+from tests.unit.conftest import hosts_inventory
 
 
 def test_inputs_are_plain_values_equal_to_a_fresh_derivation(repo: Path) -> None:
@@ -51,29 +36,29 @@ def test_inputs_are_plain_values_equal_to_a_fresh_derivation(repo: Path) -> None
 
 
 def test_remembered_inputs_hit_until_a_file_changes(repo: Path) -> None:
-    assert cached_inputs(repo, _inventory(repo)) is None
-    stored = remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
-    assert cached_inputs(repo, _inventory(repo)) == stored
+    assert cached_inputs(repo, hosts_inventory(repo)) is None
+    stored = remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
+    assert cached_inputs(repo, hosts_inventory(repo)) == stored
     spark = repo / "group_vars" / "spark.yaml"
     spark.write_text(spark.read_text(encoding="utf-8") + "\n# a comment is a change too\n", "utf-8")
-    assert cached_inputs(repo, _inventory(repo)) is None
+    assert cached_inputs(repo, hosts_inventory(repo)) is None
 
 
 def test_other_code_misses(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
     monkeypatch.setattr(module, "CACHE_VERSION", module.CACHE_VERSION + 1)
-    assert cached_inputs(repo, _inventory(repo)) is None
+    assert cached_inputs(repo, hosts_inventory(repo)) is None
 
 
 def test_a_hit_runs_without_pydantic_or_yaml(repo: Path, tmp_path: Path) -> None:
     """The point of the cache: a repeated drift run imports neither (see BENCHMARKS.md)."""
-    remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
     code = (
         "import sys\n"
         "from pathlib import Path\n"
         "from reconciler.drift_inputs import cached_inputs\n"
         "import reconciler.drift, reconciler.report.json_report, reconciler.observe.early\n"
-        f"inputs = cached_inputs(Path({str(repo)!r}), Path({str(_inventory(repo))!r}))\n"
+        f"inputs = cached_inputs(Path({str(repo)!r}), Path({str(hosts_inventory(repo))!r}))\n"
         "assert inputs is not None and inputs.boxes == ('thor', 'spark', 'orin')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'ruamel'}))\n"
     )
@@ -90,6 +75,6 @@ def test_a_hit_runs_without_pydantic_or_yaml(repo: Path, tmp_path: Path) -> None
 
 def test_another_home_misses(repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Inventory key paths may start with ~/: remembered targets hold them expanded."""
-    remembered_inputs(load_fleet(repo, "hosts"), _inventory(repo))
+    remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
     monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
-    assert cached_inputs(repo, _inventory(repo)) is None
+    assert cached_inputs(repo, hosts_inventory(repo)) is None
