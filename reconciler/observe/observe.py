@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.drift_inputs import DriftInputs
-from reconciler.observe.collectors import in_background, start_collectors
-from reconciler.observe.early import EarlyStart
-from reconciler.observe.probes import probe_gateways
+from reconciler.observe.early import EarlyStart, launch
 from reconciler.observe.transport import RemoteResult, Running, finish_all
 
 
@@ -40,13 +38,11 @@ def observe(
     early: EarlyStart | None = None,
 ) -> dict[str, BoxObservation]:
     """Observe `boxes`; `early` holds collectors already started from these same inputs."""
-    if early is not None and early.run_key == run_key and set(early.running) == set(boxes):
-        return gather(early.running, early.probes, timeout)
-    if early is not None:
-        early.cancel()
-    running = start_collectors(inputs.targets, {b: inputs.payload(b, run_key) for b in boxes})
-    probes = in_background(probe_gateways, {b: inputs.bases[b] for b in boxes})
-    return gather(running, probes, timeout)
+    if early is None or early.run_key != run_key or set(early.running) != set(boxes):
+        if early is not None:
+            early.cancel()
+        early = launch(inputs, boxes, run_key)
+    return gather(early.running, early.probes, timeout)
 
 
 def gather(
