@@ -5,7 +5,8 @@ importing what it compares and reports with. When the remembered drift inputs ar
 (reconciler/drift_inputs.py: same desired-state files, same code), the collectors are sent at
 once from them, the controller's own gateway probes start in a thread, and the run goes on to
 import the comparison while the boxes work. On a miss nothing starts here: the desired state
-is loaded and validated first, and the boxes are asked after.
+is loaded and validated first, and then `launch` sends the boxes their work (it is how every
+drift run starts its collectors and probes).
 """
 
 from __future__ import annotations
