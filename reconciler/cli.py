@@ -109,26 +109,23 @@ def _cmd_drift(args: argparse.Namespace) -> int:
 def _start_early(args: argparse.Namespace) -> EarlyStart | None:
     """Send the boxes their collectors before importing anything heavy, if the remembered
     drift inputs still hold (reconciler/drift_inputs.py)."""
-    import secrets
     from pathlib import Path
 
     from reconciler.desired.locate import inventory_file, root_or_none
     from reconciler.observe.early import start
+    from reconciler.observe.payload import new_run_key
 
     root = Path(args.root).resolve() if args.root else root_or_none()
     if root is None:
         return None
-    return start(
-        root, inventory_file(root, args.inventory), args.boxes or None, secrets.token_hex(16)
-    )
+    return start(root, inventory_file(root, args.inventory), args.boxes or None, new_run_key())
 
 
 def _launch(inputs: DriftInputs, boxes: list[str]) -> EarlyStart:
-    import secrets
-
     from reconciler.observe.early import launch
+    from reconciler.observe.payload import new_run_key
 
-    return launch(inputs, boxes, secrets.token_hex(16))
+    return launch(inputs, boxes, new_run_key())
 
 
 def _drift_inputs(args: argparse.Namespace) -> DriftInputs:

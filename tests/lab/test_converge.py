@@ -11,7 +11,6 @@ Every test touches one box and resets it (`pristine`). The box's secrets are the
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 import lab as labpkg
+import lab.lifecycle
 from lab import config, ssh
 from reconciler.compare.drift import BoxResult, Kind
 from reconciler.desired.envfile import box_env
@@ -47,22 +47,6 @@ def _drop_evidence() -> Iterator[None]:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-LAB_LOCK = Path("/run/lock/fleet-lab.lock")  # lab.lifecycle's: one lab operation at a time
-
-
-@contextlib.contextmanager
-def quiet_lab() -> Iterator[None]:
-    """Keep `lab up`/reset (of any session) off the lab while a converge runs and is checked;
-    never held around a reset of our own (the lab takes the same lock there)."""
-    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with LAB_LOCK.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def sh(box: str, command: str, *, input: str | None = None, check: bool = True) -> str:
     return ssh.run(config.box(box), command, input=input, check=check).stdout
 
@@ -138,7 +122,9 @@ def box_ready(pristine: Callable[[str], None]) -> Iterator[Callable[[str], dict[
 
     def ready(box: str) -> dict[str, str]:
         pristine(box)
-        held.enter_context(quiet_lab())
+        # lab.lifecycle's lock: no `lab up`/reset (of any session) while a converge runs and
+        # is checked; released before our own reset (which takes the same lock).
+        held.enter_context(labpkg.lifecycle.locked())
         return box_secrets(box)
 
     with held:

@@ -3,8 +3,10 @@ exported FLEET_INVENTORY=lab (as the README's examples use) must not change thei
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -29,3 +31,12 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def hosts_inventory(root: Path) -> Path:
     return root / "inventory" / "hosts.yaml"
+
+
+def load_box_program(name: str, relative: str) -> ModuleType:
+    """A box-side program (stdlib only, shipped as one file) imported here for unit tests."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -6,7 +6,6 @@ its schema, and the collector's `.env` line states on a real file.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from reconciler.audit.run import audit_report
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.load import load_fleet
 from reconciler.observe.observe import load_snapshot
+from tests.unit.conftest import load_box_program
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "audit"
@@ -150,12 +150,7 @@ def test_the_cli_parser_does_not_import_the_audit():
 
 # -- the collector's audit section, run locally on a real .env ----------------------------------
 def _collector() -> Any:
-    path = REPO / "reconciler" / "observe" / "remote" / "collector.py"
-    spec = importlib.util.spec_from_file_location("fleet_collector", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_box_program("fleet_collector", "reconciler/observe/remote/collector.py")
 
 
 def test_collector_reads_env_line_states_as_digests(tmp_path):

@@ -3,19 +3,15 @@ second converge is refused naming the holder and since when; a killed holder's l
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.unit.conftest import load_box_program
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "box_converge_lock", ROOT / "reconciler/apply/remote/converge.py"
-)
-assert _spec is not None and _spec.loader is not None
-converge = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(converge)
+converge = load_box_program("box_converge_lock", "reconciler/apply/remote/converge.py")
 
 
 @pytest.fixture

@@ -4,28 +4,20 @@ drift engine's dotenv reader (the collector's, which reads like compose)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.unit.conftest import load_box_program
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str, rel: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-converge = _load("box_converge", "reconciler/apply/remote/converge.py")
-collector = _load("box_collector", "reconciler/observe/remote/collector.py")
+converge = load_box_program("box_converge", "reconciler/apply/remote/converge.py")
+collector = load_box_program("box_collector", "reconciler/observe/remote/collector.py")
 
 LOBES_ENV = (
     "# lobes render: a comment line\n"

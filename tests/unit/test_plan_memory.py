@@ -3,19 +3,15 @@ re-check, refuse with the numbers when still short (unified memory: MemAvailable
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.unit.conftest import load_box_program
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "box_converge_memory", ROOT / "reconciler/apply/remote/converge.py"
-)
-assert _spec is not None and _spec.loader is not None
-converge = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(converge)
+converge = load_box_program("box_converge_memory", "reconciler/apply/remote/converge.py")
 
 GIB = 1024 * 1024  # KiB
 
