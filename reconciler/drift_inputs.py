@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.compare.context import BoxExpectation
 from reconciler.desired.fingerprint import code_version, remember, remembered
+from reconciler.desired.secret_names import effective
 from reconciler.observe.transport import Target
 
 if TYPE_CHECKING:
@@ -39,7 +40,10 @@ class DriftInputs:
     bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
 
     def payload(self, box: str, run_key: str) -> dict[str, Any]:
-        return {**self.payloads[box], "run_key": run_key}
+        # A remembered payload is re-floored on use: an entry written by older code (or edited
+        # in the cache) can never send the collector fewer secret names than the floor.
+        patterns = effective(self.payloads[box].get("secret_patterns") or ())
+        return {**self.payloads[box], "secret_patterns": list(patterns), "run_key": run_key}
 
 
 def expectations(fleet: Fleet, boxes: list[str]) -> dict[str, BoxExpectation]:

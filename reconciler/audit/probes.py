@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.observe.probes import needs_tls, skip_httpx_cli
+from reconciler.scrub import exception_text
 
 # The response headers that prove a request crossed the mesh (lobes stamps them on every
 # auto-proxied answer, contracts §3.5), and why the gateway routed it where it did.
@@ -106,7 +107,7 @@ def _request(
     try:
         resp = client.request(method, url, json=json)
     except httpx.HTTPError as exc:
-        return {"status": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"status": None, "error": exception_text(exc)}
     elapsed_ms = int((time.monotonic() - started) * 1000)
     result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
     headers = {h: resp.headers[h] for h in MESH_HEADERS if h in resp.headers}

@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# A secret as the box's keyed digest: the observation document's type, carried as is.
+from reconciler.observe.document import SecretValue
+
+__all__ = ["Action", "BoxResult", "Drift", "DriftReport", "Kind", "SecretValue", "Value"]
+
 
 class Kind(StrEnum):
     ENVFILE = "envfile"  # the deployed .env differs from the desired one, per key
@@ -38,16 +43,6 @@ class Action(StrEnum):
     DROP_CACHES = "drop-caches"  # drop the page cache before the next lane boot
     SCRUB_SHELL = "report-only:shell"  # converges already run compose scrubbed; the export stays
     REPORT = "report-only"  # nothing to do automatically; a person decides
-
-
-@dataclass(frozen=True, order=True)
-class SecretValue:
-    """A secret, as a keyed digest (equal values -> equal digests within one run)."""
-
-    digest: str
-
-    def __str__(self) -> str:
-        return "***"
 
 
 Value = str | int | float | bool | None | SecretValue | tuple[Any, ...]

@@ -6,7 +6,6 @@ Each check returns (yaml path, message) pairs; the loader turns paths into file:
 from __future__ import annotations
 
 import difflib
-import fnmatch
 from collections.abc import Iterator
 
 from reconciler.desired import roles
@@ -21,12 +20,9 @@ from reconciler.desired.models import (
 )
 from reconciler.desired.problems import PathKey
 from reconciler.desired.refs import is_digest_ref, looks_like_image_ref
+from reconciler.desired.secret_names import is_secret_name
 
 Finding = tuple[PathKey, str]
-
-
-def is_secret_name(name: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def check_box(

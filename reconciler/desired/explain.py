@@ -4,6 +4,11 @@ pydantic reports a location as a tuple that mixes data keys with union member ta
 (`('env', 'X', 'SecretRef', 'secret')`); we walk it along the real data to find the YAML path,
 look the path up in the position table, and reword the message in terms of YAML keys.
 Unknown keys get the nearest valid name, taken from the model's JSON Schema.
+
+An input value is shown to help fix a typo, except under a secret-named key (`env.HF_TOKEN`,
+`gateway.api_key`, anything the floor or `secret_patterns` matches): there the value may be a
+real key pasted into YAML, so the message says what was wrong with it and never what it was.
+pydantic's own text (`input_value=...`) is never printed.
 """
 
 from __future__ import annotations
@@ -14,6 +19,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from reconciler.desired.problems import Location, PathKey, Problem, dotted
+from reconciler.desired.secret_names import is_secret_name
+
+HIDDEN = "(value not shown: a secret-named key)"
+# Keys whose value is a secret whatever they are called: a literal here is the key itself.
+_SECRET_SLOTS: tuple[PathKey, ...] = (("gateway", "api_key"), ("mesh", "key"))
 
 
 def explain(
@@ -36,12 +46,36 @@ def explain(
         if error["type"] == "extra_forbidden"
         for hint in _nearest(str(path[-1]), _keys_at(schema, path[:-1]))
     }
+    patterns = _patterns(data)
     return [
-        Problem(_locate(path, positions), dotted(path), _message(error, path, schema))
+        Problem(
+            _locate(path, positions),
+            dotted(path),
+            _message(error, path, schema, hidden=holds_secret(path, patterns)),
+        )
         for path, error in located
         # "unknown key max_model_length; did you mean max_model_len?" already says it
         if not (error["type"] == "missing" and path in suggested)
     ]
+
+
+def _patterns(data: Any) -> tuple[str, ...]:
+    raw = data.get("secret_patterns") if isinstance(data, dict) else None
+    return tuple(p for p in raw if isinstance(p, str)) if isinstance(raw, list | tuple) else ()
+
+
+def holds_secret(path: PathKey, patterns: tuple[str, ...] = ()) -> bool:
+    """Whether the value at `path` (or a part of it) may be a secret: an `env:` key or any
+    key whose name is secret-named, or a slot that only ever holds a secret reference."""
+    if any(path[: len(slot)] == slot for slot in _SECRET_SLOTS):
+        return True
+    for index, part in enumerate(path):
+        if not isinstance(part, str):
+            continue
+        under_env = index > 0 and path[index - 1] == "env"
+        if (under_env or index == len(path) - 1) and is_secret_name(part, patterns):
+            return True
+    return False
 
 
 def _nearest(word: str, options: list[str]) -> list[str]:
@@ -97,9 +131,10 @@ def _locate(path: PathKey, positions: dict[PathKey, Location]) -> Location:
     return next(iter(positions.values()))
 
 
-def _message(error: Any, path: PathKey, schema: dict[str, Any]) -> str:
+def _message(error: Any, path: PathKey, schema: dict[str, Any], hidden: bool = False) -> str:
     kind = error["type"]
     value = error.get("input")
+    shown = HIDDEN if hidden else _shown(value)
     if kind == "extra_forbidden":
         valid = _keys_at(schema, path[:-1])
         hint = _nearest(str(path[-1]), valid)
@@ -110,12 +145,14 @@ def _message(error: Any, path: PathKey, schema: dict[str, Any]) -> str:
         return "required key is missing"
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
-        return f"{value!r} is not one of {expected}"
+        return f"{shown if hidden else repr(value)} is not one of {expected}"
     if kind in ("value_error", "assertion_error"):
+        if hidden:  # a validator's own words may quote the value
+            return f"invalid value {HIDDEN}"
         return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind == "string_pattern_mismatch":
         pattern = error.get("ctx", {}).get("pattern", "")
-        return f"{value!r} does not match the pattern {pattern}"
+        return f"{shown if hidden else repr(value)} does not match the pattern {pattern}"
     if kind == "union_tag_invalid":
         expected = error.get("ctx", {}).get("expected_tags", "")
         return f"source {error.get('ctx', {}).get('tag')!r} is not one of {expected}"
@@ -124,12 +161,14 @@ def _message(error: Any, path: PathKey, schema: dict[str, Any]) -> str:
     if kind == "union_type":
         names = [_article(k) for k in sorted(set(error["all"]))]
         listed = ", ".join(names[:-1]) + f" or {names[-1]}"
-        return f"expected {listed}, got {_kind(value)} {_shown(value)}"
+        return f"expected {listed}, got {_kind(value)} {shown}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         expected = kind.removesuffix("_type").removesuffix("_parsing").replace("_", " ")
-        return f"expected {_article(expected)}, got {_kind(value)} {_shown(value)}"
+        return f"expected {_article(expected)}, got {_kind(value)} {shown}"
+    if hidden:  # pydantic's message may quote the input (enum, length, url errors)
+        return f"invalid value {HIDDEN}"
     msg = str(error["msg"])
-    return f"{msg[:1].lower()}{msg[1:]} (got {_shown(value)})"
+    return f"{msg[:1].lower()}{msg[1:]} (got {shown})"
 
 
 def _kind(value: Any) -> str:

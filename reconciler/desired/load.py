@@ -20,6 +20,7 @@ from reconciler.desired.merge import merge_layers
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
 from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
 from reconciler.desired.refs import is_digest_ref
+from reconciler.desired.secret_names import union_layers
 from reconciler.desired.yaml_source import SourceDoc, load_yaml
 
 
@@ -67,6 +68,7 @@ def load_fleet(root: Path | None = None, inventory: str | None = None) -> Fleet:
         if name in box_overlays:
             chain.append(box_overlays[name])
         data, where = merge_layers(chain)
+        union_layers(chain, data, where)  # secret_patterns: a layer only adds names
         data = {"name": name, **data}
         where.setdefault(("name",), Location(inv_doc.file, 1, 1))
         positions[name] = where

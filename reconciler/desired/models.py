@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from reconciler.desired import roles
+from reconciler.desired import roles, secret_names
 from reconciler.desired.refs import is_digest_ref
 
 
@@ -174,8 +174,10 @@ class BoxSpec(Strict):
     deployment: DeploymentSpec
     images: dict[Name, ImageEntry]
     secrets: dict[Name, SecretSource] = Field(default_factory=dict)
-    secret_patterns: tuple[str, ...] = Field(
-        description="globs of variable names whose values are secrets"
+    # The built-in floor is always added: no layer can stop a mesh key from being hashed.
+    secret_patterns: Annotated[tuple[str, ...], AfterValidator(secret_names.effective)] = Field(
+        description="globs of variable names whose values are secrets; each layer adds to the "
+        "ones below, and a built-in floor (*_KEY, *_TOKEN, *SECRET*, ...) is always included"
     )
     login_shell: LoginShellPolicy
     memory: MemoryPolicy

@@ -10,6 +10,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from reconciler.desired.entries import EnvEntry
+from reconciler.desired.secret_names import effective
 
 if TYPE_CHECKING:  # values arrive validated; nothing here needs the models at run time
     from reconciler.desired.models import BoxSpec
@@ -39,7 +40,8 @@ def collector_payload(
         "compose_files": list(box.deployment.compose_files),
         "managed_env": managed,
         "box_secrets": box_secrets,
-        "secret_patterns": list(box.secret_patterns),
+        # The floor again, whatever the model holds: the collector unions it too.
+        "secret_patterns": list(effective(box.secret_patterns)),
         "gateway_port": box.gateway.port,
         "timeout_s": 20,
         "probe_timeout_s": 3,

@@ -10,6 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from reconciler.scrub import exception_text
+
 PATHS = (("health", "/health"), ("capabilities", "/capabilities"), ("models_noauth", "/v1/models"))
 
 
@@ -63,7 +65,7 @@ def _get(client: Any, url: str, keep_body: bool) -> dict[str, Any]:
     try:
         resp = client.get(url)
     except httpx.HTTPError as exc:
-        return {"status": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"status": None, "error": exception_text(exc)}
     elapsed_ms = int((time.monotonic() - started) * 1000)
     result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
     if keep_body:

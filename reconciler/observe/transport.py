@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.scrub import exception_text, scrub_text
+
 
 @dataclass(frozen=True)
 class Target:
@@ -101,7 +103,7 @@ class Running:
             return RemoteResult(self.box, None, "", "", f"no answer within {timeout:g} s")
         if self.proc.returncode == 255:
             last = (err.strip().splitlines() or ["ssh failed"])[-1]
-            return RemoteResult(self.box, 255, out, err, f"unreachable: {last}")
+            return RemoteResult(self.box, 255, out, err, f"unreachable: {scrub_text(last)}")
         return RemoteResult(self.box, self.proc.returncode, out, err, None)
 
     def cancel(self) -> None:
@@ -120,7 +122,7 @@ def spawn(target: Target, remote_command: str) -> Running:
             text=True,
         )
     except OSError as exc:
-        return Running(target.box, None, f"cannot run ssh: {exc}")
+        return Running(target.box, None, f"cannot run ssh: {exception_text(exc)}")
     return Running(target.box, proc)
 
 

@@ -1,0 +1,107 @@
+"""Which variable names hold secrets: a built-in floor that no configuration can lower.
+
+`secret_patterns` in group_vars can only add names. Whatever a layer lists (fewer patterns, `[]`,
+a narrower box file), every use of the list goes through `effective()`, which puts the floor
+back: the desired-state model, the collector and converge payloads, the audit, the reports and
+`reconcile show`. The box programs carry their own copy of `FLOOR` and union it too, so an old
+or crafted payload cannot switch hashing off either (tests/unit/test_secret_boundaries.py keeps
+the copies equal).
+
+The globs are chosen against the keys a lab box's `.env` and containers really carry: they hash
+every key lobes and vLLM read a secret from, and none of the values drift compares in the clear
+(`*_MAX_NUM_BATCHED_TOKENS`, `TOKENIZERS_PARALLELISM`, `*_KV_CACHE_DTYPE` stay readable, which
+is why there is no `*_TOKENS` or `*TOKEN*`).
+
+Stdlib only: the repeated-drift path and the payload builders import it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+# The names the mesh's own keys live under, spelled out so the list documents them ...
+FLOOR_NAMES = (
+    "GATEWAY_API_KEY",
+    "CULTURE_VLLM_API_KEY",
+    "LOBES_MESH_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "VLLM_API_KEY",
+)
+# ... and the shapes every other secret name takes.
+FLOOR_GLOBS = (
+    "*_API_KEY",
+    "*_API_KEYS",
+    "*_KEY",
+    "*_KEYS",
+    "*_TOKEN",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*_CREDENTIALS",
+)
+FLOOR = FLOOR_NAMES + FLOOR_GLOBS
+
+
+def effective(patterns: Iterable[str] = ()) -> tuple[str, ...]:
+    """The configured patterns (their order kept, repeats dropped) followed by every floor
+    pattern they do not already list."""
+    out: list[str] = []
+    for pattern in (*patterns, *FLOOR):
+        if isinstance(pattern, str) and pattern not in out:
+            out.append(pattern)
+    return tuple(out)
+
+
+def is_secret_name(name: str, patterns: Iterable[str] = ()) -> bool:
+    """A name any configured pattern or the floor matches. The floor also matches in upper
+    case (`hf_token` in a container's environment holds the same kind of value)."""
+    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+        return True
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, p) for p in FLOOR)
+
+
+def added_by_layers(layers: Sequence[Any]) -> list[tuple[Any, Any, int]] | None:
+    """`secret_patterns` of every layer, lower layers first, each pattern once: a layer adds to
+    what the layers below it list and can never remove one. Returns (pattern, layer, index in
+    that layer) triples, or None when the merged value is not a list (the model then reports
+    the wrong type where the last layer set it). `layers` are SourceDocs (`.data`)."""
+    merged: Any = None
+    found = False
+    for doc in layers:
+        data = getattr(doc, "data", None)
+        if isinstance(data, dict) and "secret_patterns" in data:
+            merged = data["secret_patterns"]
+            found = True
+    if not found or not isinstance(merged, list):
+        return None
+    out: list[tuple[Any, Any, int]] = []
+    seen: list[Any] = []
+    for doc in layers:
+        data = getattr(doc, "data", None)
+        value = data.get("secret_patterns") if isinstance(data, dict) else None
+        if not isinstance(value, list):
+            continue
+        for index, pattern in enumerate(value):
+            if pattern not in seen:
+                seen.append(pattern)
+                out.append((pattern, doc, index))
+    return out
+
+
+def union_layers(layers: Sequence[Any], data: dict[str, Any], where: dict[Any, Any]) -> None:
+    """Make the merged `secret_patterns` the union of every layer's list (see
+    `added_by_layers`), each pattern keeping the FILE:LINE:COL of the layer that listed it."""
+    triples = added_by_layers(layers)
+    if triples is None:
+        return
+    data["secret_patterns"] = [pattern for pattern, _, _ in triples]
+    for stale in [k for k in where if len(k) > 1 and k[0] == "secret_patterns"]:
+        del where[stale]
+    for index, (_, doc, at) in enumerate(triples):
+        location = doc.positions.get(("secret_patterns", at))
+        if location is not None:
+            where[("secret_patterns", index)] = location

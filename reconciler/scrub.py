@@ -1,0 +1,155 @@
+"""Exception text made safe for a report: the one way an error string reaches an operator.
+
+An exception's text is not ours: `http.client` quotes a header value it refused (`Invalid header
+value b'Bearer <key>\\r\\n'`), h11 and httpx do the same, compose and ssh echo what they could not
+parse. Every path that turns an exception or a program's stderr into a report field goes
+through here:
+
+- `exception_text(exc)` builds the text from the exception's *type* wherever that says enough
+  (a refused connection, a timeout, a name that does not resolve, a TLS failure, a refused
+  header), and only otherwise falls back to cleaning its message;
+- `scrub_text(text)` cleans any free text: every secret value this process knows is masked,
+  anything after `Bearer`/`Authorization`/`X-Api-Key`/`--api-key` is dropped, so is anything
+  after a line break (a header line smuggled in by CR/LF), `NAME=value` of a secret-named
+  variable keeps only its name, long random-looking runs (keys, tokens) become `***`, control
+  characters go and the text is cut to one short line.
+
+The box programs (observe/remote/collector.py, apply/remote/converge.py) cannot import this
+module (they are shipped alone, stdlib only); each carries a short copy of `scrub_text`, kept in
+step by tests/unit/test_secret_boundaries.py.
+
+Stdlib only and cheap to import: the repeated-drift path uses it.
+"""
+
+from __future__ import annotations
+
+import errno as errno_names
+import os
+import re
+from collections.abc import Callable, Iterable
+
+from reconciler.desired.secret_names import is_secret_name
+
+MASK = "***"
+REDACTED = "[redacted]"
+LIMIT = 300
+
+# Secret values this process holds (a controller_env secret an apply sends): masked in every
+# text scrubbed afterwards, whoever scrubs it.
+_KNOWN: set[str] = set()
+_SHORTEST = 4  # shorter "secrets" would mask ordinary words; they are refused upstream anyway
+
+# A credential follows these: everything from the marker on is dropped.
+_CREDENTIAL = re.compile(
+    r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
+    r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
+)
+# A line break, real or as repr() escapes it: what follows can be an injected header line.
+_BREAK = re.compile(r"[\r\n]|\\r|\\n")
+_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+# Keys and tokens: long runs of base64/hex/url-safe characters that mix letters and digits.
+_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{24,}")
+_DIGEST_PREFIX = re.compile(r"(?:sha256|sha512|hmac):$")
+
+
+def remember(value: str) -> None:
+    """A secret value this process holds: masked in every scrubbed text from now on."""
+    if isinstance(value, str) and len(value.strip()) >= _SHORTEST:
+        _KNOWN.add(value)
+        _KNOWN.add(value.strip())
+
+
+def scrub_text(text: object, secrets: Iterable[str] = ()) -> str:
+    """One short, printable line that holds no secret value, header or key-shaped run."""
+    out = str(text)[: LIMIT * 8]
+    for value in sorted({*_KNOWN, *(s for s in secrets if isinstance(s, str))}, key=len)[::-1]:
+        if len(value) >= _SHORTEST:
+            out = out.replace(value, MASK)
+    cut = _CREDENTIAL.search(out)
+    if cut:
+        out = out[: cut.start()].rstrip() + " " + REDACTED
+    cut = _BREAK.search(out)
+    if cut:
+        rest = out[cut.end() :]
+        out = out[: cut.start()].rstrip() + (" " + REDACTED if rest.strip() else "")
+    out = _ASSIGNMENT.sub(_mask_assignment, out)
+    out = _RUN.sub(_mask_run(out), out)
+    out = "".join(c if c.isprintable() else "?" for c in out)
+    out = " ".join(out.split())
+    return out if len(out) <= LIMIT else out[: LIMIT - 1] + "…"
+
+
+def _mask_assignment(match: re.Match[str]) -> str:
+    name, sep, _ = match.groups()
+    return f"{name}{sep}{MASK}" if is_secret_name(name) else match.group(0)
+
+
+def _mask_run(text: str) -> Callable[[re.Match[str]], str]:
+    def mask(match: re.Match[str]) -> str:
+        run = match.group(0)
+        if _DIGEST_PREFIX.search(text[max(0, match.start() - 8) : match.start()]):
+            return run  # a content digest names a file or an image, it is not a key
+        letters = any(c.isalpha() for c in run)
+        digits = any(c.isdigit() for c in run)
+        return MASK if letters and digits else run
+
+    return mask
+
+
+# -- exceptions --------------------------------------------------------------------------------
+def exception_text(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """`Type: reason`, the reason taken from what the exception *is* whenever that is enough."""
+    return f"{type(exc).__name__}: {reason(exc, secrets)}"
+
+
+def reason(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    for link in _chain(exc):
+        known = _known_reason(link)
+        if known:
+            return known
+    return scrub_text(exc, secrets) or "no detail"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what caused it (httpx wraps the socket's OSError), outermost first."""
+    out: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in out and len(out) < 6:
+        out.append(link)
+        link = link.__cause__ or link.__context__
+    return out
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _known_reason(exc: BaseException) -> str | None:
+    names = _names(exc)
+    if isinstance(exc, TimeoutError) or any("Timeout" in n for n in names):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by the peer"
+    if "gaierror" in names:
+        return "name or address not resolved"
+    if "SSLCertVerificationError" in names:
+        return "TLS certificate not verified"
+    if "SSLError" in names:
+        return "TLS handshake failed"
+    if names & {"RemoteDisconnected", "RemoteProtocolError", "IncompleteRead"}:
+        return "the server closed the connection without a complete answer"
+    if names & {"LocalProtocolError", "InvalidHeader"} or _refused_header(exc):
+        return "a request header held a character HTTP forbids (its value is not shown)"
+    if names & {"InvalidURL", "UnsupportedProtocol"}:
+        return "invalid URL"
+    if isinstance(exc, OSError) and isinstance(exc.errno, int) and exc.errno > 0:
+        code = errno_names.errorcode.get(exc.errno, str(exc.errno))
+        return f"{os.strerror(exc.errno).lower()} ({code})"
+    return None
+
+
+def _refused_header(exc: BaseException) -> bool:
+    # http.client: ValueError("Invalid header value b'...'") / ("Invalid header name ...").
+    return isinstance(exc, ValueError) and str(exc).startswith("Invalid header")
