@@ -13,12 +13,12 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from reconciler.apply.payload import BOX_PROGRAM, BadPayload, check
 from reconciler.observe.transport import Target, python_command, ssh_argv
 
-PROGRAM = Path(__file__).parent / "remote" / "converge.py"
+PROGRAM = BOX_PROGRAM
 
 Event = dict[str, Any]
 OnEvent = Callable[[Event], None]
@@ -32,6 +32,12 @@ class BoxCall:
 
 
 def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None = None) -> BoxCall:
+    """Send `payload` to the box program and collect its events. A payload the box would refuse
+    is refused here, before any connection: the box is never asked to start on a bad value."""
+    try:
+        check(payload)
+    except BadPayload as exc:
+        return BoxCall(result={"event": "result", "ok": False, "failed": f"refused: {exc}"})
     command = python_command(PROGRAM, "-")
     argv = ssh_argv(target, command, connect_timeout=10)
     proc = subprocess.Popen(

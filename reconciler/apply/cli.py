@@ -149,6 +149,8 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
 
     if _boxes(list(fleet.boxes), [args.box]) is None:
         return EXIT_ERROR
+    if args.to is not None and not _is_snapshot_of(fleet, args.box, args.to):
+        return EXIT_ERROR
     reporter = Reporter(args.box)
     try:
         call = rollback(fleet, args.box, args.to, holder("reconcile rollback"), reporter.on_event)
@@ -156,7 +158,7 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
         reporter.close()
     result = call.result
     if not result.get("ok"):
-        print(f"{args.box}: rollback failed: {result.get('failed')}", file=sys.stderr)
+        print(f"{args.box}: rollback failed: {_line(result.get('failed'))}", file=sys.stderr)
         return EXIT_ERROR
     equal = (
         "containers match the snapshot"
@@ -168,6 +170,36 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     return EXIT_OK if result.get("config_equal") else EXIT_ERROR
 
 
+def _is_snapshot_of(fleet: Fleet, box: str, snapshot: str) -> bool:
+    """`--to` names one of BOX's own snapshots: a snapshot id (checked before anything is sent)
+    that BOX lists. The box checks both again under its lock."""
+    from reconciler.apply.engine import holder, snapshots
+    from reconciler.apply.payload import BadPayload, check_snapshot_id
+
+    try:
+        check_snapshot_id(snapshot)
+    except BadPayload as exc:
+        print(f"{box}: {exc}; nothing was sent", file=sys.stderr)
+        return False
+    listed = snapshots(fleet, box, holder("reconcile rollback")).result
+    if not listed.get("ok"):
+        print(f"{box}: cannot list its snapshots: {_line(listed.get('failed'))}", file=sys.stderr)
+        return False
+    if snapshot not in [s.get("id") for s in listed.get("snapshots") or []]:
+        print(
+            f"{box}: no snapshot {snapshot} on this box (`reconcile snapshots {box}` lists them); "
+            "nothing was changed",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+def _line(value: Any) -> str:
+    """A box's message as one printable line: a hostile box cannot drive the terminal."""
+    return "".join(ch if ch.isprintable() else " " for ch in str(value))[:500]
+
+
 def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply.engine import holder, snapshots
 
@@ -175,7 +207,7 @@ def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
         return EXIT_ERROR
     result = snapshots(fleet, args.box, holder("reconcile snapshots")).result
     if not result.get("ok"):
-        print(f"{args.box}: {result.get('failed')}", file=sys.stderr)
+        print(f"{args.box}: {_line(result.get('failed'))}", file=sys.stderr)
         return EXIT_ERROR
     lock = result.get("lock")
     for snap in result.get("snapshots") or []:
@@ -183,7 +215,9 @@ def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
         status = snap.get("status") or "?"
         if status == "running" and not lock:
             status = "interrupted"  # its converge died; the next converge completes the work
-        print(f"{snap['id']}  {status:<15} {services}  ({snap.get('holder')})")
+        print(_line(f"{snap.get('id')}  {status:<15} {services}  ({snap.get('holder')})"))
+        if snap.get("failed"):
+            print(_line(f"    failed: {snap['failed']}"))
     if not result.get("snapshots"):
         print(f"{args.box}: no snapshots")
     if lock:

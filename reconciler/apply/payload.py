@@ -7,17 +7,57 @@ box on stdin, never on a command line, never in a pyinfra operation argument.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
 from reconciler.plan import Plan, StepKind
 
+BOX_PROGRAM = Path(__file__).parent / "remote" / "converge.py"
+
 
 class MissingControllerSecret(Exception):
     """A controller_env secret the converge needs is not set in this environment."""
+
+
+class BadPayload(Exception):
+    """A payload value the box program would refuse; the message names the field, no value."""
+
+
+@functools.cache
+def box_rules() -> ModuleType:
+    """The box program's own payload rules, run here before anything is sent: one set of rules
+    on both sides, so what the controller lets through is what the box accepts (the box checks
+    again, against its own home, before it takes its lock). Stdlib only, nothing runs on load."""
+    spec = importlib.util.spec_from_file_location("fleet_box_converge_rules", BOX_PROGRAM)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(payload: Mapping[str, Any]) -> None:
+    """Raise BadPayload unless the box program would accept `payload`."""
+    rules = box_rules()
+    try:
+        rules.validate_payload(payload)
+    except rules.Failed as exc:
+        raise BadPayload(str(exc)) from None
+
+
+def check_snapshot_id(snapshot: str) -> None:
+    """Raise BadPayload unless `snapshot` has the shape of a snapshot id (YYYYMMDDTHHMMSSZ[-N])."""
+    rules = box_rules()
+    try:
+        rules.check_snapshot_id("--to", snapshot)
+    except rules.Failed as exc:
+        raise BadPayload(str(exc)) from None
 
 
 def base_payload(exp: BoxExpectation, box: BoxSpec, action: str, holder: str) -> dict[str, Any]:

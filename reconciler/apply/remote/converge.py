@@ -1,9 +1,10 @@
 """The box-side converge: lock, snapshot, files, images, lanes, gateway, rollback.
 
 Shipped over SSH like the collector and run by the box's python3 (stdlib only, Python >= 3.8);
-never imported by the controller. It reads ONE JSON payload on stdin (so a controller_env
-secret never appears in a process list) and prints JSON-lines events on stdout, the last one
-`{"event": "result", ...}`. Values are never printed: events carry key and service names only.
+the controller only loads it for its payload rules (validate_payload), nothing runs on load.
+It reads ONE JSON payload on stdin (so a controller_env secret never appears in a process
+list), checks all of it before anything else, and prints JSON-lines events on stdout, the last
+one `{"event": "result", ...}`. Values are never printed: events carry key and service names.
 
 Why one process does the whole converge: the per-box lock is an flock held for the life of
 this process, so a converge that is killed (SIGKILL, a lost box) releases it by itself and
@@ -16,6 +17,7 @@ directory, so nothing in the deploy user's environment can change what it render
 """
 # Runs under the box's python3 (>= 3.8): %-formatting and list concatenation stay.
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -25,6 +27,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -40,6 +43,224 @@ _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
 
 class Failed(Exception):
     """A step that did not work; the message is for the operator and holds no values."""
+
+
+# -- payload: checked whole before the lock, the snapshot or any container is touched --------------
+# The controller runs this same check before it sends (reconciler/apply/payload.py loads these
+# functions from this file), so one set of rules holds on both sides. Messages name the field,
+# never an env value: a refused value may be a secret.
+SNAPSHOT_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z(?:-[0-9]{1,4})?\Z")  # new_snapshot_id()'s names
+COMPOSE_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*\.ya?ml\Z")
+SNAPSHOT_FILE = re.compile(r"^\.env\Z|" + COMPOSE_NAME.pattern)  # what managed_files() copies
+SERVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+PROJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}\Z")  # compose's project-name rule
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
+SECRET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+CONTAINER_ID = re.compile(r"^[0-9a-f]{1,64}\Z")
+# Docker's reference grammar (distribution/reference): [domain/]path[:tag][@digest].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = r"(?:%s(?:\.%s)*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?" % (_LABEL, _LABEL)
+IMAGE_REF = re.compile(
+    r"^(?:%s/)?%s(?:/%s)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9A-Fa-f]{32,})?\Z" % (_DOMAIN, _COMPONENT, _COMPONENT)
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ACTIONS = ("converge", "rollback", "snapshots", "mark-good")
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return (_is_int(value) or isinstance(value, float)) and value == value  # not NaN
+
+
+def _text(where, value, limit=4096):
+    """A free text (a holder, a reason, a title): a string, one line, bounded."""
+    if not isinstance(value, str) or len(value) > limit or _CONTROL.search(value):
+        raise Failed("%s: must be one line of text (no control characters)" % where)
+
+
+def _named(where, value, pattern):
+    if not isinstance(value, str) or not pattern.match(value):
+        shown = repr(value)[:80] if isinstance(value, str) and not _CONTROL.search(value) else ""
+        raise Failed("%s: %s is not a valid name here" % (where, shown or "the value"))
+
+
+def _env_value(where, value):
+    # One line of .env: compose's dotenv reader would split a value at CR/LF, and a NUL ends
+    # it in every C consumer. Never echoed: the value may be a secret.
+    if not isinstance(value, str) or len(value) > 65536 or re.search(r"[\x00\r\n]", value):
+        raise Failed("%s: an env value must be one line without NUL, CR or LF" % where)
+
+
+def _home_path(where, value, home):
+    """A path under the deploy user's home, `~/...` or absolute, without `..`. The controller
+    does not know the box's home (`home` None): there the shape only, the box checks the rest."""
+    if not isinstance(value, str) or not value or _CONTROL.search(value):
+        raise Failed("%s: must be a path without control characters" % where)
+    inside = value.startswith(("~/", "/")) and ".." not in value.split("/")
+    if inside and home is not None:
+        expanded = os.path.normpath(os.path.expanduser(value))
+        inside = expanded.startswith(os.path.normpath(home).rstrip("/") + "/")
+    if not inside:
+        raise Failed("%s: must be a path inside the deploy user's home, without '..'" % where)
+
+
+def _timeout(where, value):
+    if not _is_int(value) or not 0 < value <= MAX_TIMEOUT_S:
+        raise Failed("%s: must be a whole number of seconds, 1 to %d" % (where, MAX_TIMEOUT_S))
+
+
+def _dict(where, value):
+    if not isinstance(value, dict):
+        raise Failed("%s: must be a mapping" % where)
+    return value
+
+
+def _list(where, value):
+    if not isinstance(value, list):
+        raise Failed("%s: must be a list" % where)
+    return value
+
+
+def check_snapshot_id(where, value):
+    """A snapshot is named by its UTC time: no `/`, no `..`, no leading `-`, nothing else."""
+    if not isinstance(value, str) or not SNAPSHOT_ID.match(value):
+        raise Failed(
+            "%s: not a snapshot id (YYYYMMDDTHHMMSSZ[-N], as `reconcile snapshots` lists)" % where
+        )
+
+
+def validate_payload(p, home=None):
+    """Refuse a payload with any value that is not what it claims to be, before anything runs.
+    `home`: the deploy user's home on the box; None on the controller (see _home_path)."""
+    _dict("payload", p)
+    if p.get("action") not in ACTIONS:
+        raise Failed("action: must be one of %s" % ", ".join(ACTIONS))
+    _text("holder", p.get("holder"), 300)
+    _home_path("directory", p.get("directory"), home)
+    _named("project", p.get("project"), PROJECT)
+    for i, name in enumerate(_list("compose_files", p.get("compose_files"))):
+        _named("compose_files[%d]" % i, name, COMPOSE_NAME)
+    for i, lane in enumerate(_list("lane_specs", p.get("lane_specs"))):
+        lane = _dict("lane_specs[%d]" % i, lane)
+        _named("lane_specs[%d].service" % i, lane.get("service"), SERVICE)
+        _timeout("lane_specs[%d].timeout_s" % i, lane.get("timeout_s"))
+        util = lane.get("util")
+        if not _is_number(util) or not 0 < util <= 1:
+            raise Failed("lane_specs[%d].util: must be a fraction in (0, 1]" % i)
+    _timeout("gateway.timeout_s", _dict("gateway", p.get("gateway")).get("timeout_s"))
+    memory = _dict("memory", p.get("memory"))
+    if not _is_number(memory.get("floor_gib")) or not 0 <= memory["floor_gib"] <= 1 << 20:
+        raise Failed("memory.floor_gib: must be a number of GiB >= 0")
+    if not isinstance(memory.get("drop_caches", True), bool):
+        raise Failed("memory.drop_caches: must be true or false")
+    action = p["action"]
+    if action in ("rollback", "mark-good") and p.get("snapshot") is not None:
+        check_snapshot_id("snapshot", p["snapshot"])
+    if action == "rollback" and p.get("reason") is not None:
+        _text("reason", p["reason"])
+    if action == "converge":
+        _validate_converge(p, home)
+
+
+def _validate_converge(p, home):
+    for i, title in enumerate(_list("titles", p.get("titles", []))):
+        _text("titles[%d]" % i, title)
+    fp = _dict("fingerprint", p.get("fingerprint", {}))
+    for name, sha in _dict("fingerprint.files", fp.get("files") or {}).items():
+        _named("fingerprint.files", name, SNAPSHOT_FILE)
+        if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
+            raise Failed("fingerprint.files.%s: must be a sha256 or null" % name)
+    if fp.get("containers") is not None:
+        for service, cid in _dict("fingerprint.containers", fp["containers"]).items():
+            _named("fingerprint.containers", service, SERVICE)
+            _named("fingerprint.containers.%s" % service, cid, CONTAINER_ID)
+    managed = _dict("managed_env", p.get("managed_env"))
+    for key, spec in managed.items():
+        _named("managed_env", key, ENV_KEY)
+        if isinstance(spec, dict):
+            if set(spec) - {"secret", "value"}:
+                raise Failed("managed_env.%s: a secret is {secret, value?}" % key)
+            _named("managed_env.%s.secret" % key, spec.get("secret"), SECRET_NAME)
+            if "value" in spec:
+                _env_value("managed_env.%s" % key, spec["value"])
+        else:
+            _env_value("managed_env.%s" % key, spec)
+    for name, src in _dict("box_secrets", p.get("box_secrets") or {}).items():
+        _named("box_secrets", name, SECRET_NAME)
+        src = _dict("box_secrets.%s" % name, src)
+        _home_path("box_secrets.%s.path" % name, src.get("path"), home)
+        _named("box_secrets.%s.key" % name, src.get("key"), ENV_KEY)
+    for i, key in enumerate(_list("env_keys", p.get("env_keys", []))):
+        if key not in managed:
+            raise Failed("env_keys[%d]: not a key of managed_env" % i)
+    for i, item in enumerate(_list("restore", p.get("restore", []))):
+        item = _dict("restore[%d]" % i, item)
+        _named("restore[%d].name" % i, item.get("name"), COMPOSE_NAME)
+        sha = item.get("sha256")
+        if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
+            raise Failed("restore[%d].sha256: must be a sha256 or null" % i)
+    for i, ref in enumerate(_list("pulls", p.get("pulls", []))):
+        _image("pulls[%d]" % i, ref)
+    for field in ("services", "removes"):
+        for i, service in enumerate(_list(field, p.get(field, []))):
+            _named("%s[%d]" % (field, i), service, SERVICE)
+    for service, ref in _dict("images", p.get("images") or {}).items():
+        _named("images", service, SERVICE)
+        if ref is not None:
+            _image("images.%s" % service, ref)
+    verify = _dict("verify", p.get("verify"))
+    if not _is_int(verify.get("port")) or not 0 < verify["port"] < 65536:
+        raise Failed("verify.port: must be a TCP port")
+    _text("verify.version", verify.get("version"), 64)
+    if verify.get("auth") not in ("keyed", "open"):
+        raise Failed("verify.auth: must be keyed or open")
+    for role, window in _dict("verify.windows", verify.get("windows") or {}).items():
+        _named("verify.windows", role, SERVICE)
+        if not _is_int(window) or window <= 0:
+            raise Failed("verify.windows.%s: must be a positive whole number" % role)
+    for i, role in enumerate(_list("verify.infeasible", verify.get("infeasible", []))):
+        _named("verify.infeasible[%d]" % i, role, SERVICE)
+    keep = p.get("keep", 10)
+    if not _is_int(keep) or not 1 <= keep <= 1000:
+        raise Failed("keep: must be a whole number from 1 to 1000")
+
+
+def _image(where, ref):
+    if not isinstance(ref, str) or len(ref) > 512 or not IMAGE_REF.match(ref):
+        _named(where, ref, IMAGE_REF)  # the same refusal, naming the reference when printable
+
+
+def scrub(text, secrets=()):
+    """A reason fit for a report: known secret values masked, one line, bounded."""
+    text = str(text)
+    for value in sorted(secrets, key=len, reverse=True):
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return _CONTROL.sub(" ", text)[:500]
+
+
+def reason_of(exc, secrets=()):
+    """What went wrong, never what a file or a value held: our own messages are written to hold
+    names only; an OSError gives its errno text and file name; anything else only its type."""
+    if isinstance(exc, Failed):
+        text = str(exc)
+    elif isinstance(exc, OSError):
+        name = os.path.basename(str(exc.filename)) if exc.filename else ""
+        text = "%s: %s%s" % (
+            type(exc).__name__,
+            exc.strerror or "error",
+            " (%s)" % name if name else "",
+        )
+    else:
+        text = "unexpected %s" % type(exc).__name__
+    return scrub(text, secrets)
 
 
 # -- events --------------------------------------------------------------------------------------
@@ -66,6 +287,7 @@ class Box:
         self.deploy = os.path.expanduser(payload["directory"])
         self.fleet = os.path.join(self.deploy, FLEET_DIR)
         self.project = payload["project"]
+        self.secrets = []  # values to mask in any message: controller_env and box_file secrets
 
     def scrubbed(self, argv):
         return ["env", "-i", "PATH=" + SCRUBBED_PATH, "HOME=" + self.home] + list(argv)
@@ -123,29 +345,76 @@ def now_iso():
 
 
 def private_dir(path):
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+    """A directory of ours, 0700: never a symlink (it could point anywhere), never another's."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise Failed("%s is not a directory of this user (a symlink?); refusing to use it" % path)
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
     return path
 
 
-def atomic_write(path, data, mode):
-    """Same directory, fsync, rename: a reader sees the old file or the new one, never half."""
-    tmp = "%s.fleet-tmp-%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+def fsync_dir(path):
+    dfd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def atomic_write(path, data, mode):
+    """Same directory, fsync, rename: a reader sees the old file or the new one, never half.
+
+    The temporary file is created 0600 and exclusively (O_EXCL|O_NOFOLLOW: a planted file or
+    symlink of that name is never written through), gets its final mode only once complete, and
+    is removed on any failure: no partial copy of a secrets file stays behind."""
+    directory = os.path.dirname(path) or "."
+    while True:
+        tmp = "%s.fleet-tmp-%s" % (path, os.urandom(6).hex())
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            break
+        except FileExistsError:
+            continue
+    done = False
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        done = True
+    finally:
+        if not done:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    fsync_dir(directory)
+
+
+def read_regular(path, limit=64 << 20):
+    """The bytes of a regular file, never through a symlink (it could lead out of the dir)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Failed("%s is not a regular file" % os.path.basename(path))
+        if st.st_size > limit:
+            raise Failed("%s is larger than %d bytes" % (os.path.basename(path), limit))
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+    finally:
+        os.close(fd)
 
 
 # -- lock ----------------------------------------------------------------------------------------
@@ -153,7 +422,8 @@ class Lock:
     """`~/.lobes/.fleet/lock`: an flock held while this process lives, plus who and since when."""
 
     def __init__(self, box):
-        self.path = os.path.join(private_dir(box.fleet), "lock")
+        self.fleet = box.fleet  # made (0700) only when the lock is used: a refusal makes nothing
+        self.path = os.path.join(box.fleet, "lock")
         self.fd = None
 
     def holder(self):
@@ -164,7 +434,8 @@ class Lock:
             return {}
 
     def acquire(self, holder):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        private_dir(self.fleet)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -203,7 +474,8 @@ class Lock:
             self.fd = None
 
     def is_held(self):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        private_dir(self.fleet)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return False
@@ -307,8 +579,8 @@ def parse_env(text):
 
 def quote(value):
     """A value compose's dotenv reads back unchanged."""
-    if "\n" in value or "\r" in value:
-        raise Failed("a managed .env value spans lines; lobes' .env cannot hold it")
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise Failed("a managed .env value spans lines or holds a NUL; lobes' .env cannot hold it")
     if value == "" or re.match(r"^[A-Za-z0-9_./:,@+=%-]+$", value):
         return value
     if "'" not in value:
@@ -368,6 +640,14 @@ def desired_values(box):
             missing.append("%s (%s in %s)" % (spec["secret"], src.get("key"), src.get("path")))
     if missing:
         raise Failed("secret source missing: " + ", ".join(sorted(set(missing))))
+    for key, spec in box.p["managed_env"].items():
+        if isinstance(spec, dict):
+            box.secrets.append(out[key])
+    for key in box.p.get("env_keys") or []:
+        try:
+            quote(out[key])
+        except Failed as exc:
+            raise Failed("%s: %s" % (key, exc)) from None
     return out
 
 
@@ -409,6 +689,9 @@ def write_env(box, keys, desired):
 
 
 # -- snapshots -----------------------------------------------------------------------------------
+META_LIMIT = 4 << 20
+
+
 def snapshots_dir(box):
     return private_dir(os.path.join(private_dir(box.fleet), "snapshots"))
 
@@ -416,42 +699,52 @@ def snapshots_dir(box):
 def new_snapshot_id(root):
     base = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     sid, n = base, 1
-    while os.path.exists(os.path.join(root, sid)):
+    while os.path.lexists(os.path.join(root, sid)):
         n += 1
         sid = "%s-%d" % (base, n)
     return sid
 
 
 def take_snapshot(box, meta):
+    """Copies of the managed files, written like any file of ours (0600, fsync, rename), in a
+    `.partial` directory renamed into place: a snapshot is complete or absent."""
     root = snapshots_dir(box)
     sid = new_snapshot_id(root)
-    tmp = private_dir(os.path.join(root, "." + sid + ".partial"))
-    files = {}  # type: dict
-    for name in box.managed_files():
-        src = box.path(name)
-        if os.path.isfile(src):
-            shutil.copy2(src, os.path.join(tmp, name))
-            files[name] = {"sha256": sha256_file(src), "mode": os.stat(src).st_mode & 0o777}
-        else:
-            files[name] = None  # did not exist: a rollback removes it again
-    found = containers(box)
-    # The running config of every service: a rollback proves it restored these exactly.
-    with open(
-        os.open(os.path.join(tmp, "containers.json"), os.O_WRONLY | os.O_CREAT, 0o600), "w"
-    ) as handle:
-        json.dump(found, handle)
-    meta = dict(
-        meta,
-        id=sid,
-        taken_at=now_iso(),
-        files=files,
-        containers={
-            s: {"id": c.get("Id", "")[:12], "config_hash": label_hash(c)} for s, c in found.items()
-        },
-        status="running",
-    )
-    write_meta(tmp, meta)
-    os.rename(tmp, os.path.join(root, sid))  # a snapshot is complete or absent
+    tmp = os.path.join(root, "." + sid + ".partial")
+    os.mkdir(tmp, 0o700)
+    try:
+        files = {}  # type: dict
+        for name in box.managed_files():
+            src = box.path(name)
+            if not os.path.isfile(src):
+                files[name] = None  # did not exist: a rollback removes it again
+                continue
+            # One read gives the copy and its digest, so the digest is of what was copied.
+            with open(src, "rb") as handle:
+                data = handle.read()
+            mode = os.stat(src).st_mode & 0o777
+            atomic_write(os.path.join(tmp, name), data, 0o600)
+            files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "mode": mode}
+        found = containers(box)
+        # The running config of every service: a rollback proves it restored these exactly.
+        atomic_write(os.path.join(tmp, "containers.json"), json.dumps(found).encode(), 0o600)
+        meta = dict(
+            meta,
+            id=sid,
+            taken_at=now_iso(),
+            files=files,
+            containers={
+                s: {"id": c.get("Id", "")[:12], "config_hash": label_hash(c)}
+                for s, c in found.items()
+            },
+            status="running",
+        )
+        write_meta(tmp, meta)
+        os.rename(tmp, os.path.join(root, sid))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(root)
     return sid, meta
 
 
@@ -463,20 +756,63 @@ def write_meta(directory, meta):
     )
 
 
+def snapshot_path(box, sid):
+    """The directory of snapshot `sid`, only if it is one of this box's own snapshots: a plain
+    id, a real directory (not a symlink) of this user, directly inside the snapshots dir."""
+    check_snapshot_id("snapshot", sid)
+    root = snapshots_dir(box)
+    path = os.path.join(root, sid)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise Failed(
+            "no snapshot %s on this box (`reconcile snapshots` lists them)" % sid
+        ) from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise Failed("snapshot %s is not a directory of this user (a symlink?); refused" % sid)
+    if os.path.realpath(path) != os.path.join(os.path.realpath(root), sid):
+        raise Failed("snapshot %s lies outside the snapshots directory; refused" % sid)
+    return path
+
+
 def read_meta(box, sid):
-    with open(os.path.join(snapshots_dir(box), sid, "meta.json"), encoding="utf-8") as handle:
-        return json.load(handle)
+    data, _ = read_regular(os.path.join(snapshot_path(box, sid), "meta.json"), META_LIMIT)
+    meta = json.loads(data.decode("utf-8"))
+    if not isinstance(meta, dict):
+        raise Failed("snapshot %s: meta.json is not a mapping" % sid)
+    return meta
 
 
 def set_status(box, sid, status, **more):
-    meta = read_meta(box, sid)
-    meta.update(more, status=status, updated_at=now_iso())
-    write_meta(os.path.join(snapshots_dir(box), sid), meta)
+    """Record what happened to a snapshot in its meta.json; when that cannot be read (damaged,
+    replaced), in a status.json beside it, so `reconcile snapshots` still shows it."""
+    directory = snapshot_path(box, sid)
+    stamp = dict(more, status=status, updated_at=now_iso())
+    try:
+        meta = read_meta(box, sid)
+    except (OSError, ValueError, Failed):
+        atomic_write(
+            os.path.join(directory, "status.json"),
+            json.dumps(stamp, sort_keys=True).encode(),
+            0o600,
+        )
+        return
+    meta.update(stamp)
+    write_meta(directory, meta)
+
+
+def record_status(box, sid, status, **more):
+    """set_status, when a status can be recorded at all (`sid` names a snapshot of ours)."""
+    try:
+        set_status(box, sid, status, **more)
+        return True
+    except (OSError, ValueError, Failed):
+        return False
 
 
 def list_snapshots(box):
     root = snapshots_dir(box)
-    return sorted(n for n in os.listdir(root) if not n.startswith("."))
+    return sorted(n for n in os.listdir(root) if SNAPSHOT_ID.match(n))
 
 
 def prune(box, keep):
@@ -488,41 +824,89 @@ def prune(box, keep):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)  # a killed snapshot
 
 
+def snapshot_files(meta, sid):
+    """The snapshot's {name: {sha256, mode} | None}, every name checked before any is used:
+    a plain name of a managed file (no `/`, no `..`), a sha256, a mode without special bits."""
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        raise Failed("snapshot %s: its metadata lists no files" % sid)
+    for name, info in files.items():
+        if not isinstance(name, str) or not SNAPSHOT_FILE.match(name):
+            shown = repr(name)[:80] if isinstance(name, str) and not _CONTROL.search(name) else ""
+            raise Failed(
+                "snapshot %s: file name %s in its metadata is not a plain name inside the "
+                "deployment directory; nothing was restored" % (sid, shown or "(unprintable)")
+            )
+        if info is None:
+            continue
+        if (
+            not isinstance(info, dict)
+            or not (isinstance(info.get("sha256"), str) and SHA256.match(info["sha256"]))
+            or not (_is_int(info.get("mode")) and 0 <= info["mode"] <= 0o777)
+        ):
+            raise Failed(
+                "snapshot %s: the metadata of %s is damaged; nothing was restored" % (sid, name)
+            )
+    return files
+
+
 # -- files ---------------------------------------------------------------------------------------
 def known_good_dir(box):
     return os.path.join(box.fleet, "known-good")
 
 
+def verified_copy(path, sha):
+    """The bytes of a stored copy if they are the ones recorded (sha256), else None."""
+    try:
+        data, _ = read_regular(path)
+    except (OSError, Failed):
+        return None
+    return data if hashlib.sha256(data).hexdigest() == sha else None
+
+
 def find_copy(box, name, sha):
-    """A stored copy of compose file `name`: by digest (any snapshot, known-good), or the
-    last known-good one when the desired state pins no digest for it."""
-    candidates = [os.path.join(known_good_dir(box), name)]
-    if sha is not None:
-        root = snapshots_dir(box)
-        candidates += [os.path.join(root, s, name) for s in reversed(list_snapshots(box))]
+    """The bytes of a stored copy of compose file `name`: by its pinned digest (known-good, any
+    snapshot), or the known-good copy when the desired state pins none; always the bytes whose
+    sha256 was checked, never a file read a second time."""
+    good = known_good_dir(box)
+    if sha is None:
+        try:
+            data, _ = read_regular(os.path.join(good, "meta.json"), META_LIMIT)
+            sha = (json.loads(data.decode("utf-8")).get("files") or {}).get(name)
+        except (OSError, ValueError, AttributeError, Failed):
+            return None
+        if not (isinstance(sha, str) and SHA256.match(sha)):
+            return None
+        return verified_copy(os.path.join(good, name), sha)
+    candidates = [os.path.join(good, name)]
+    root = snapshots_dir(box)
+    candidates += [os.path.join(root, s, name) for s in reversed(list_snapshots(box))]
     for path in candidates:
-        if os.path.isfile(path) and (sha is None or sha256_file(path) == sha):
-            return path
+        data = verified_copy(path, sha)
+        if data is not None:
+            return data
     return None
 
 
 def restore_files(box, files):
-    restored = []
-    for item in files:
+    copies = {}
+    for item in files:  # every copy found and verified before the first file changes
         name, sha = item["name"], item.get("sha256")
-        target = box.path(name)
-        src = find_copy(box, name, sha)
-        if src is None:
+        data = find_copy(box, name, sha)
+        if data is None:
             want = "sha256 %s" % sha[:12] if sha else "a known-good copy"
             raise Failed(
                 "cannot restore %s: no stored copy with %s (a verified converge "
                 "keeps one)" % (name, want)
             )
-        if sha256_file(src) == sha256_file(target):
+        copies[name] = data
+    restored = []
+    for name, data in copies.items():
+        target = box.path(name)
+        if sha256_file(target) == hashlib.sha256(data).hexdigest():
             continue
         mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o644
-        with open(src, "rb") as handle:
-            atomic_write(target, handle.read(), mode)
+        atomic_write(target, data, mode)
         restored.append(name)
     return restored
 
@@ -711,6 +1095,9 @@ def lane_order(box, services):
 
 def converge(box, lock):
     p = box.p
+    # Every value resolved and checked before the lock: a missing secret, or one .env cannot
+    # hold, stops here with nothing touched.
+    desired = desired_values(box)
     stale = lock.acquire(p["holder"])
     if stale.get("pid"):
         emit(
@@ -719,7 +1106,6 @@ def converge(box, lock):
             % (stale.get("holder"), stale.get("pid"), stale.get("since")),
         )
     check_fingerprint(box)
-    desired = desired_values(box)  # before anything changes: a missing secret stops here
     sid, _ = take_snapshot(
         box, {"holder": p["holder"], "plan": p.get("titles", []), "services": p["services"]}
     )
@@ -770,7 +1156,7 @@ def converge(box, lock):
             recreate(box, GATEWAY, None)
             verify_gateway(box, int(p["gateway"]["timeout_s"]))
     except Exception as exc:  # anything after the snapshot is rolled back, not left half done
-        message = str(exc) if isinstance(exc, Failed) else "%s: %s" % (type(exc).__name__, exc)
+        message = reason_of(exc, box.secrets)
         emit("failed", message=message)
         rolled = rollback(box, sid, touched, created, reason=message)
         return {"ok": False, "snapshot": sid, "failed": message, "rollback": rolled}
@@ -780,35 +1166,68 @@ def converge(box, lock):
 
 # -- rollback ------------------------------------------------------------------------------------
 def restore_snapshot_files(box, sid):
+    """The snapshot's files back byte for byte, all or nothing: every name and every copy is
+    checked (plain name, regular file, recorded sha256) before the first file is replaced."""
     meta = read_meta(box, sid)
-    src = os.path.join(snapshots_dir(box), sid)
+    src = snapshot_path(box, sid)
+    files = snapshot_files(meta, sid)
+    copies = {}
+    for name, info in sorted(files.items()):
+        target = box.path(name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            raise Failed("cannot restore %s: it is a directory now; nothing was restored" % name)
+        if info is None:
+            continue
+        try:
+            data, _ = read_regular(os.path.join(src, name))
+        except (OSError, Failed):
+            data = None
+        if data is None or hashlib.sha256(data).hexdigest() != info["sha256"]:
+            raise Failed(
+                "snapshot %s: its copy of %s is missing or does not match its recorded sha256 "
+                "(truncated or altered); nothing was restored" % (sid, name)
+            )
+        mode = 0o600 if name == ".env" else info["mode"]  # a rollback never widens .env
+        copies[name] = (data, mode)
     restored = []
-    for name, info in sorted(meta["files"].items()):
+    for name, info in sorted(files.items()):
         target = box.path(name)
         if info is None:
-            if os.path.exists(target):
+            if os.path.lexists(target):
                 os.unlink(target)
                 restored.append(name)
             continue
+        data, mode = copies[name]
         if (
-            sha256_file(target) == info["sha256"]
-            and (os.stat(target).st_mode & 0o777) == info["mode"]
+            not os.path.islink(target)
+            and sha256_file(target) == info["sha256"]
+            and (os.stat(target).st_mode & 0o777) == mode
         ):
             continue
-        with open(os.path.join(src, name), "rb") as handle:
-            atomic_write(target, handle.read(), info["mode"])
+        atomic_write(target, data, mode)
         restored.append(name)
     return meta, restored
 
 
+def service_names(value):
+    """Service names recorded in a snapshot; anything else in that list is ignored."""
+    if not isinstance(value, list):
+        return []
+    return [s for s in value if isinstance(s, str) and SERVICE.match(s)]
+
+
 def rollback(box, sid, touched=None, created=None, reason="requested"):
-    """Files back byte for byte, then every service whose config differs recreated from them."""
-    emit("step", step="rollback", subject=sid, status="start", reason=reason)
+    """Files back byte for byte, then every service whose config differs recreated from them.
+
+    Whatever stops it is recorded in the snapshot's status (a scrubbed reason: names, never
+    file contents or values), so `reconcile snapshots` shows a rollback that did not finish."""
+    emit("step", step="rollback", subject=sid, status="start", reason=scrub(reason, box.secrets))
     try:
         hashes = hashes_or_empty(box)
         meta, restored = restore_snapshot_files(box, sid)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
-        before = meta.get("containers") or {}
+        before = meta.get("containers")
+        before = before if isinstance(before, dict) else {}
         for service in created or []:
             if service not in before:
                 box.compose("rm", "-s", "-f", service, timeout=300)
@@ -819,7 +1238,9 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
                 recreate(box, service, lanes.get(service))
         now = containers(box)
         unequal = sorted(
-            s for s, c in before.items() if s in now and label_hash(now[s]) != c.get("config_hash")
+            s
+            for s, c in before.items()
+            if s in now and label_hash(now[s]) != (c or {}).get("config_hash")
         )
         result = {
             "ok": True,
@@ -830,9 +1251,9 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
             "unequal": unequal,
         }
         set_status(box, sid, "rolled-back", reason=reason, rollback=result)
-    except Failed as exc:
-        result = {"ok": False, "snapshot": sid, "failed": str(exc)}
-        set_status(box, sid, "rollback-failed", reason=reason, rollback=result)
+    except Exception as exc:  # any failure, ours or not: recorded, then reported
+        result = {"ok": False, "snapshot": sid, "failed": reason_of(exc, box.secrets)}
+        record_status(box, sid, "rollback-failed", reason=reason, rollback=result)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
 
@@ -854,61 +1275,84 @@ def mark_good(box, sid):
 
 
 def snapshots(box, lock):
+    """Every snapshot, newest last, with its status: a damaged one is listed too, never hidden."""
     out = []
     for sid in list_snapshots(box):
         try:
             meta = read_meta(box, sid)
-        except (OSError, ValueError):
-            continue
-        out.append(
-            {
-                k: meta.get(k)
-                for k in ("id", "taken_at", "holder", "status", "services", "plan", "reason")
-            }
-        )
+        except (OSError, ValueError, Failed) as exc:
+            meta = {"status": "unreadable", "failed": reason_of(exc)}
+        entry = {
+            k: meta.get(k)
+            for k in ("taken_at", "holder", "status", "services", "plan", "reason", "failed")
+        }
+        entry["id"] = sid
+        rolled = meta.get("rollback")
+        if isinstance(rolled, dict) and rolled.get("failed"):
+            entry["failed"] = rolled["failed"]
+        try:
+            data, _ = read_regular(os.path.join(snapshot_path(box, sid), "status.json"), META_LIMIT)
+            stamp = json.loads(data.decode("utf-8"))
+            if isinstance(stamp, dict):
+                entry["status"] = stamp.get("status")
+                entry["failed"] = (stamp.get("rollback") or {}).get("failed")
+        except (OSError, ValueError, AttributeError, Failed):
+            pass
+        out.append(entry)
     held = lock.is_held()
     return {"ok": True, "snapshots": out, "lock": lock.holder() if held else None}
+
+
+def run_action(box, payload):
+    """One action under the lock (the listing takes none); returns the result event's fields."""
+    action = payload["action"]
+    lock = Lock(box)
+    if action == "snapshots":
+        return snapshots(box, lock)
+    try:
+        if action == "converge":
+            return converge(box, lock)
+        lock.acquire(payload["holder"])
+        if action == "mark-good":
+            return mark_good(box, payload.get("snapshot"))
+        sid = payload.get("snapshot") or (list_snapshots(box) or [None])[-1]
+        if sid is None:
+            raise Failed("no snapshot on this box")
+        snapshot_path(box, sid)  # one of ours, or refused before anything
+        try:
+            meta = read_meta(box, sid)
+        except (OSError, ValueError, Failed):
+            meta = {}  # rollback() records why it cannot use this snapshot
+        return rollback(
+            box,
+            sid,
+            service_names(meta.get("touched")) or service_names(meta.get("services")),
+            reason=payload.get("reason") or "operator rollback",
+        )
+    finally:
+        lock.release()
 
 
 def main():
     # A dropped connection must not stop a step halfway (SIGPIPE is already ignored by Python;
     # emit() swallows the write errors).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    payload = json.loads(sys.stdin.read())
-    box = Box(payload)
-    if not os.path.isdir(box.deploy):
-        emit("result", ok=False, failed="deployment directory %s does not exist" % box.deploy)
-        return 1
-    lock = Lock(box)
-    action = payload["action"]
+    secrets = []  # type: list
     try:
-        if action == "snapshots":
-            result = snapshots(box, lock)
-        elif action == "converge":
-            result = converge(box, lock)
-        else:
-            lock.acquire(payload["holder"])
-            if action == "rollback":
-                sid = payload.get("snapshot") or (list_snapshots(box) or [None])[-1]
-                if sid is None:
-                    raise Failed("no snapshot on this box")
-                meta = read_meta(box, sid)
-                result = rollback(
-                    box,
-                    sid,
-                    meta.get("touched") or meta.get("services"),
-                    reason=payload.get("reason") or "operator rollback",
-                )
-            elif action == "mark-good":
-                result = mark_good(box, payload.get("snapshot"))
-            else:
-                raise Failed("unknown action %r" % action)
-    except Failed as exc:
-        result = {"ok": False, "failed": str(exc)}
+        try:
+            payload = json.loads(sys.stdin.read())
+        except ValueError:
+            raise Failed("the payload is not JSON") from None
+        # The whole payload first: a bad value is refused before the lock, a snapshot or a
+        # container is touched.
+        validate_payload(payload, os.path.expanduser("~"))
+        box = Box(payload)
+        secrets = box.secrets
+        if not os.path.isdir(box.deploy):
+            raise Failed("deployment directory %s does not exist" % box.deploy)
+        result = run_action(box, payload)
     except Exception as exc:  # still one result line, never a traceback with values in it
-        result = {"ok": False, "failed": "%s: %s" % (type(exc).__name__, exc)}
-    finally:
-        lock.release()
+        result = {"ok": False, "failed": reason_of(exc, secrets)}
     emit("result", **result)
     return 0 if result.get("ok") else 1
 
