@@ -64,6 +64,7 @@ class FaultKind(StrEnum):
     MALFORMED = "malformed"  # JSON, but a field the tool reads has the wrong type or range
     UNSUPPORTED_VERSION = "unsupported-version"  # a collector version this reconciler can't read
     NOT_OBSERVED = "not-observed"  # nothing to read (a box missing from a snapshot)
+    RECORDED = "recorded"  # a snapshot's box that was not observed then (its text only)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Fault:
             FaultKind.MALFORMED: "the collector's answer is malformed: ",
             FaultKind.UNSUPPORTED_VERSION: "",
             FaultKind.NOT_OBSERVED: "",
+            FaultKind.RECORDED: "",
         }[self.kind]
         return f"{prefix}{where}{self.what}"
 

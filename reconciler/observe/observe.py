@@ -1,33 +1,100 @@
 """Observe boxes: one collector run per box over SSH, plus the controller's own gateway probes,
-all boxes at once. Everything comes back as plain JSON-able data (a BoxObservation), which is
-what `--save-snapshot` writes and `--from-snapshot` reads back for an offline comparison.
+all boxes at once. Each box's answer is read once (reconciler/observe/document.py) into a
+typed document, or into a fault of that box: a box that is unreachable, broken or hostile is
+that box's error and every other box is still observed. A BoxObservation keeps the raw JSON as
+well, which is what `--save-snapshot` writes and `--from-snapshot` reads back (through the
+same parser) for an offline comparison.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reconciler.drift_inputs import DriftInputs
+from reconciler.observe.document import (
+    MAX_ANSWER_BYTES,
+    NO_PROBES,
+    ControllerProbes,
+    Fault,
+    FaultKind,
+    Observed,
+    collector_failed,
+    elapsed,
+    load_json,
+    parse_collected,
+    parse_probes,
+    printable,
+    transport_fault,
+)
 from reconciler.observe.early import EarlyStart, launch
-from reconciler.observe.transport import RemoteResult, Running, finish_all
+from reconciler.observe.transport import RemoteResult, Running
+
+# The collector version a snapshot's document is in when it does not say (documents cut down
+# by tests/lab/audit_scenarios.py keep only what the audit reads, without `collector`).
+SNAPSHOT_COLLECTOR = 1
+# A box's snapshot file holds its answer, indented, and the controller's probes beside it.
+SNAPSHOT_FILE_LIMIT = 2 * MAX_ANSWER_BYTES
 
 
 @dataclass
 class BoxObservation:
+    """One box: the raw answer as received (JSON-able: what a snapshot keeps) and, read from it
+    once, the typed `document` and `probes`, or the `fault` that makes the box unobserved.
+
+    Built from a snapshot's JSON (`BoxObservation(**raw)`), the same parser reads it; a live
+    answer is read with `complete=True` (every field the collector writes must be there). After
+    changing `controller` (the audit's phase 2 adds its proofs), call `reread()`."""
+
     box: str
-    collected: dict[str, Any] | None  # the collector's document; None if it could not run
-    error: str | None  # why the box could not be observed at all
+    collected: dict[str, Any] | None  # the collector's JSON; None if it gave none we can use
+    error: str | None  # why the box could not be observed at all (the fault's text)
     controller: dict[str, Any] = field(default_factory=dict)  # probes from the controller
     elapsed_s: float = 0.0
+    complete: InitVar[bool] = False  # a live answer: every field the collector writes required
+    fault: InitVar[Fault | None] = None  # the answer was refused before it was JSON
+
+    def __post_init__(self, complete: bool, fault: Fault | None) -> None:
+        self._complete = complete
+        self._fault = fault
+        self.reread()
+
+    def reread(self) -> None:
+        """(Re)build the typed view from the raw fields."""
+        self.document: Observed | None = None
+        self.probes: ControllerProbes = NO_PROBES
+        probes = parse_probes(self.controller)
+        doc: Observed | Fault | None = None
+        if self._fault is not None:
+            doc = self._fault
+        elif self.collected is not None:
+            doc = parse_collected(self.collected, self._complete, SNAPSHOT_COLLECTOR)
+        elif self.error is not None:
+            doc = Fault(FaultKind.RECORDED, printable(self.error, 500))
+        else:
+            doc = Fault(FaultKind.NOT_OBSERVED, "not observed")
+        if isinstance(probes, Fault):
+            doc = probes if not isinstance(doc, Fault) else doc
+        else:
+            self.probes = probes
+        if isinstance(doc, Fault):
+            # The refused answer is not kept: a snapshot records the fault, never the data.
+            self._fault, self.collected, self.error = doc, None, str(doc)
+        else:
+            self._fault, self.document = None, doc
 
     @property
     def reachable(self) -> bool:
-        return self.collected is not None
+        return self.document is not None
+
+    @property
+    def failure(self) -> Fault | None:
+        """Why the box is not observed (None when `document` is there)."""
+        return self._fault
 
 
 def observe(
@@ -50,28 +117,85 @@ def gather(
 ) -> dict[str, BoxObservation]:
     """Wait for every box's collector and for the controller's probes: one observation each."""
     started = time.monotonic()
-    results = finish_all(list(running.values()), timeout)
-    controller = probes.result()
+    results = _finish_each(running, timeout)
+    try:
+        controller = probes.result()
+    except Exception:  # the probes are a part of each box's observation, never the run's end
+        controller = {}
     elapsed = time.monotonic() - started
     return {
-        box: _observation(box, result, controller.get(box, {}), elapsed)
+        box: _observation(box, result, controller.get(box) or {}, elapsed)
         for box, result in results.items()
     }
 
 
+def _finish_each(running: dict[str, Running], timeout: float) -> dict[str, RemoteResult | Fault]:
+    """Every box's result at once; whatever goes wrong reading one box is that box's fault
+    (an answer that is not UTF-8 makes the pipe's decoding raise, for one)."""
+    if not running:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(running)) as pool:
+        futures = {box: pool.submit(handle.finish, timeout) for box, handle in running.items()}
+        out: dict[str, RemoteResult | Fault] = {}
+        for box, future in futures.items():
+            try:
+                out[box] = future.result()
+            except UnicodeDecodeError:
+                running[box].cancel()
+                out[box] = Fault(FaultKind.NOT_JSON, "not UTF-8")
+            except Exception as exc:  # one box's trouble, never the run's
+                running[box].cancel()
+                out[box] = Fault(
+                    FaultKind.UNREACHABLE, f"reading the answer failed ({type(exc).__name__})"
+                )
+        return out
+
+
 def _observation(
-    box: str, result: RemoteResult, controller: dict[str, Any], elapsed: float
+    box: str, result: RemoteResult | Fault, controller: dict[str, Any], elapsed: float
 ) -> BoxObservation:
-    if result.error:
-        return BoxObservation(box, None, result.error, controller, elapsed)
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        return BoxObservation(box, None, f"collector failed: {last[:300]}", controller, elapsed)
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        return BoxObservation(box, None, "collector printed no JSON", controller, elapsed)
-    return BoxObservation(box, doc, None, controller, elapsed)
+    if isinstance(result, Fault):
+        fault: Fault | None = result
+    elif result.error:
+        fault = transport_fault(result.error)
+    elif result.returncode != 0:
+        fault = collector_failed(result.returncode, result.stderr)
+    else:
+        raw = load_json(result.stdout)
+        if not isinstance(raw, Fault):
+            return BoxObservation(box, raw, None, controller, elapsed, complete=True)
+        fault = raw
+    return BoxObservation(box, None, str(fault), controller, elapsed, fault=fault)
+
+
+def snapshot_observation(box: str, path: Path) -> BoxObservation:
+    """One box's file of a saved snapshot -> its observation, through the same parser as a
+    live answer; a missing, damaged or hostile file is that box's fault, never the run's."""
+    raw = load_json(_read_limited(path), SNAPSHOT_FILE_LIMIT) if path.is_file() else None
+    if raw is None:
+        raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is missing from the snapshot")
+    if not isinstance(raw, Fault) and not isinstance(raw, dict):
+        raw = Fault(FaultKind.MALFORMED, "expected an object", box)
+    if isinstance(raw, Fault):
+        return BoxObservation(box, None, str(raw), fault=raw)
+    controller = raw.get("controller")
+    if controller is not None and not isinstance(controller, dict):
+        bad = Fault(FaultKind.MALFORMED, "expected an object", "controller")
+        return BoxObservation(box, None, str(bad), fault=bad)
+    error = raw.get("error")
+    return BoxObservation(
+        box,
+        raw.get("collected"),
+        error if isinstance(error, str) else None,
+        controller or {},
+        elapsed(raw.get("elapsed_s")),
+    )
+
+
+def _read_limited(path: Path) -> bytes:
+    # Read one byte past the limit at most: load_json then refuses it as too large.
+    with path.open("rb") as handle:
+        return handle.read(SNAPSHOT_FILE_LIMIT + 1)
 
 
 # -- snapshots -------------------------------------------------------------------------------------
@@ -96,6 +220,5 @@ def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObserva
         raise ValueError(f"{directory}: snapshot version {index.get('snapshot')} is not supported")
     observations = {}
     for name in index["boxes"]:
-        raw = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
-        observations[name] = BoxObservation(**raw)
+        observations[name] = snapshot_observation(name, directory / f"{name}.json")
     return index, observations
