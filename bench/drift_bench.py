@@ -32,18 +32,20 @@ sys.path.insert(0, str(ROOT))
 from reconciler.desired.fingerprint import entry_name  # noqa: E402
 from reconciler.desired.load import load_fleet  # noqa: E402
 from reconciler.drift_inputs import targets  # noqa: E402
-from reconciler.observe.transport import Target, control_dir  # noqa: E402
+from reconciler.observe.transport import Target, control_dir, refuse_unsafe  # noqa: E402
 
 INSPECT = "docker inspect $(docker ps -aq --filter label=com.docker.compose.project=lobes)"
 
 
 def floor_ssh(target: Target) -> list[str]:
     """Plain OpenSSH, a fresh connection each time: what an operator's loop would do."""
+    refuse_unsafe(target)  # `-l` and `--` as in ssh_argv; never a user or host like `-o...`
     return [
-        "ssh", "-p", str(target.port), "-i", str(target.key_file), "-o", "BatchMode=yes",
+        "ssh", "-l", target.user, "-p", str(target.port), "-i", str(target.key_file),
+        "-o", "BatchMode=yes",
         "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", "StrictHostKeyChecking=yes",
         "-o", "ControlMaster=no", "-o", "ControlPath=none",
-        f"{target.user}@{target.hostname}", INSPECT,
+        "--", target.hostname, INSPECT,
     ]  # fmt: skip
 
 
@@ -90,7 +92,10 @@ def drift_cli(extra_env: dict[str, str] | None = None) -> Callable[[list[Target]
 
 
 def close_masters() -> None:
-    for socket in control_dir().iterdir():
+    sockets = control_dir()
+    if sockets is None:  # not private: ssh_argv shares no connection either
+        return
+    for socket in sockets.iterdir():
         subprocess.run(
             ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "x"],
             capture_output=True,

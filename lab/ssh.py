@@ -32,8 +32,12 @@ def argv(box: Box, command: str | None = None, *, tty: bool = False) -> list[str
     ]
     if tty:
         opts.append("-t")
-    target = f"{box.user}@{box.address}"
-    return ["ssh", *opts, target, *([command] if command is not None else [])]
+    # `-l USER` and `--` before the host: neither can ever be read as an ssh option.
+    for value in (box.user, box.address):
+        if not value or value.startswith("-"):
+            raise ValueError(f"refusing ssh user/host {value!r}")
+    opts += ["-l", box.user]
+    return ["ssh", *opts, "--", box.address, *([command] if command is not None else [])]
 
 
 def run(

@@ -77,8 +77,11 @@ def targets(fleet: Fleet, boxes: list[str]) -> dict[str, Target]:
 
 
 def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
+    from reconciler.desired.types import url_host  # an IPv6 host goes in brackets
+
     return {
-        name: f"http://{fleet.connection(name).ssh_hostname}:{fleet.boxes[name].gateway.port}"
+        name: f"http://{url_host(fleet.connection(name).ssh_hostname)}:"
+        f"{fleet.boxes[name].gateway.port}"
         for name in boxes
     }
 

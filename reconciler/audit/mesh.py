@@ -14,6 +14,7 @@ from reconciler.audit.evidence import Binding, BoxEvidence, Posture, Proof
 from reconciler.audit.probes import LanePort, ProofAttempt
 from reconciler.compare.drift import SecretValue
 from reconciler.desired.models import BoxSpec
+from reconciler.desired.types import url_host
 
 LOOPBACK_PREFIXES = ("127.", "::1")
 
@@ -91,7 +92,7 @@ def lane_port_targets(rows: list[BoxEvidence], addresses: dict[str, str]) -> lis
             if b.host_ip.startswith(LOOPBACK_PREFIXES) or not b.host_port:
                 continue
             host = addresses[row.box] if b.host_ip in ("", "0.0.0.0", "::") else b.host_ip
-            url = f"http://{host}:{b.host_port}/v1/models"
+            url = f"http://{url_host(host)}:{b.host_port}/v1/models"
             out.append(LanePort(row.box, b.container, url))
     return out
 

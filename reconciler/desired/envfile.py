@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.models import BoxSpec, EnvValue, InventoryBox, SecretRef
+from reconciler.desired.types import url_host
 
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
@@ -27,7 +28,7 @@ def env_text(value: EnvValue) -> str | SecretName:
 
 
 def gateway_origin(inv: InventoryBox, box: BoxSpec) -> str:
-    return inv.gateway_origin or f"http://{inv.ssh_hostname}:{box.gateway.port}"
+    return inv.gateway_origin or f"http://{url_host(inv.ssh_hostname)}:{box.gateway.port}"
 
 
 def desired_env(

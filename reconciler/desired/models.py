@@ -10,10 +10,35 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+)
 
 from reconciler.desired import roles, secret_names
 from reconciler.desired.refs import is_digest_ref
+from reconciler.desired.types import (
+    ComposeFile,
+    ControllerFile,
+    HomePath,
+    Host,
+    HttpOrigin,
+    ImageChoice,
+    ImageRef,
+    IPv4,
+    ModelId,
+    SshFile,
+    Text,
+    UserName,
+    VarGlob,
+    Version,
+    check_env_value,
+)
 
 
 def _require_digest(ref: str) -> str:
@@ -51,11 +76,16 @@ assert set(Role.__args__) == set(roles.ROLES)  # type: ignore[attr-defined]
 class TaggedImage(Strict):
     """An image that cannot be pinned by digest; the reason is required and shown in reports."""
 
-    ref: str
-    tag_allowed_because: Annotated[str, StringConstraints(min_length=10)]
+    ref: ImageRef
+    tag_allowed_because: Annotated[Text, StringConstraints(min_length=10)]
 
 
-ImageEntry = DigestRef | TaggedImage
+# A mapping is a TaggedImage, anything else a digest reference: each input is checked by one
+# member only, so a bad reference gets one message, not one per member of the union.
+ImageEntry = Annotated[
+    Annotated[DigestRef, Tag("ref")] | Annotated[TaggedImage, Tag("tagged")],
+    Discriminator(lambda v: "tagged" if isinstance(v, dict | TaggedImage) else "ref"),
+]
 
 
 class SecretRef(Strict):
@@ -64,14 +94,15 @@ class SecretRef(Strict):
     secret: Name
 
 
-EnvValue = str | int | float | bool | SecretRef
+# A string value is one line of text (checked after the union: its message, not five).
+EnvValue = Annotated[str | int | float | bool | SecretRef, AfterValidator(check_env_value)]
 
 
 class BoxFileSecret(Strict):
     """A secret that lives on the box in a KEY=value file and never leaves it."""
 
     source: Literal["box_file"]
-    path: str = Field(description="file on the box, `~` is the deploy user's home")
+    path: HomePath = Field(description="file on the box, inside the deploy user's home (~/...)")
     key: EnvKey
 
 
@@ -86,20 +117,22 @@ SecretSource = Annotated[BoxFileSecret | ControllerEnvSecret, Field(discriminato
 
 
 class LobesSpec(Strict):
-    version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+\.\d+$")] = Field(
-        description="MODEL_GEAR_VERSION: the lobes-cli the gateway image runs"
-    )
+    version: Version = Field(description="MODEL_GEAR_VERSION: the lobes-cli the gateway image runs")
     profile: Name = Field(description="`lobes init --profile`")
     shape: Name = Field(description="`lobes init --shape`")
 
 
 class DeploymentSpec(Strict):
-    directory: str = Field(default="~/.lobes", description="the compose project directory")
-    project: Name = Field(default="lobes", description="compose project name (= directory name)")
-    compose_files: tuple[Annotated[str, StringConstraints(pattern=r"^[\w.\-]+\.ya?ml$")], ...] = (
-        Field(min_length=1, description="the -f chain, in order; written to COMPOSE_FILE")
+    directory: HomePath = Field(
+        default="~/.lobes", description="the compose project directory, inside the home (~/...)"
     )
-    file_digests: dict[str, Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]] = Field(
+    project: Name = Field(default="lobes", description="compose project name (= directory name)")
+    compose_files: tuple[ComposeFile, ...] = Field(
+        min_length=1, description="the -f chain, in order; written to COMPOSE_FILE"
+    )
+    file_digests: dict[
+        ComposeFile, Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    ] = Field(
         default_factory=dict,
         description="sha256 each compose file must have (lobes' render, the fleet override); "
         "a file without a digest is only checked to exist",
@@ -111,9 +144,9 @@ class LaneSpec(Strict):
 
     role: Role
     service: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9\-]*$")] | None = None
-    image: str = Field(description="a name from `images:` or a repo@sha256 reference")
-    model: str | None = None
-    served_name: str | None = None
+    image: ImageChoice = Field(description="a name from `images:` or a repo@sha256 reference")
+    model: ModelId | None = None
+    served_name: ModelId | None = None
     max_model_len: Annotated[int, Field(gt=0)]
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
     profile: Name | None = Field(default=None, description="COMPOSE_PROFILES entry it needs")
@@ -130,8 +163,8 @@ class LaneSpec(Strict):
 
 
 class GatewaySpec(Strict):
-    image: str = Field(description="a name from `images:` or a repo@sha256 reference")
-    bind: Annotated[str, StringConstraints(pattern=r"^\d{1,3}(\.\d{1,3}){3}$")] = "0.0.0.0"
+    image: ImageChoice = Field(description="a name from `images:` or a repo@sha256 reference")
+    bind: IPv4 = "0.0.0.0"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     auth: Literal["keyed", "open"]
     api_key: SecretRef | None = Field(default=None, description="required when auth is keyed")
@@ -156,7 +189,7 @@ class RoleContract(Strict):
 
 
 class LoginShellPolicy(Strict):
-    forbidden: tuple[str, ...] = Field(
+    forbidden: tuple[VarGlob, ...] = Field(
         description="variable names (globs allowed) that must never come from a login shell"
     )
 
@@ -175,7 +208,7 @@ class BoxSpec(Strict):
     images: dict[Name, ImageEntry]
     secrets: dict[Name, SecretSource] = Field(default_factory=dict)
     # The built-in floor is always added: no layer can stop a mesh key from being hashed.
-    secret_patterns: Annotated[tuple[str, ...], AfterValidator(secret_names.effective)] = Field(
+    secret_patterns: Annotated[tuple[VarGlob, ...], AfterValidator(secret_names.effective)] = Field(
         description="globs of variable names whose values are secrets; each layer adds to the "
         "ones below, and a built-in floor (*_KEY, *_TOKEN, *SECRET*, ...) is always included"
     )
@@ -200,22 +233,22 @@ class InventoryBox(Strict):
     """Connection data of one box: all that differs between the real mesh and the lab."""
 
     groups: tuple[Name, ...] = ()
-    ssh_hostname: str
-    ssh_user: str
+    ssh_hostname: Host
+    ssh_user: UserName
     ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
-    ssh_key: str | None = None
-    ssh_known_hosts_file: str | None = None
-    gateway_origin: str | None = Field(
+    ssh_key: SshFile | None = None
+    ssh_known_hosts_file: SshFile | None = None
+    gateway_origin: HttpOrigin | None = Field(
         default=None, description="how mesh members reach this gateway; default http://host:port"
     )
 
 
 class InventorySpec(Strict):
     group_order: tuple[Name, ...] = ()
-    image_overlay: str | None = Field(
+    image_overlay: ControllerFile | None = Field(
         default=None, description="YAML map image name -> ref that replaces the catalog's"
     )
-    box_overlay: str | None = Field(
+    box_overlay: ControllerFile | None = Field(
         default=None,
         description="a last group_vars layer per box, `{box}` in the path (the lab's facts)",
     )

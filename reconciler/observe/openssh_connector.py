@@ -24,7 +24,7 @@ from pyinfra.connectors.util import (
 )
 from typing_extensions import Unpack
 
-from reconciler.observe.transport import Target, ssh_argv
+from reconciler.observe.transport import Target, UnsafeTarget, ssh_argv
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
@@ -59,11 +59,15 @@ class OpenSSHConnector(BaseConnector):
         )
 
     def connect(self) -> None:
-        # Open (or reuse) the master connection now, so an unreachable box fails here.
-        code, output = run_local_process(shlex.join(ssh_argv(self._target(), "true")), timeout=20)
-        if code != 0:
-            from pyinfra.api.exceptions import ConnectError
+        from pyinfra.api.exceptions import ConnectError
 
+        # Open (or reuse) the master connection now, so an unreachable box fails here.
+        try:
+            argv = ssh_argv(self._target(), "true")
+        except UnsafeTarget as exc:  # a user or host that ssh would read as an option
+            raise ConnectError(str(exc)) from None
+        code, output = run_local_process(shlex.join(argv), timeout=20)
+        if code != 0:
             raise ConnectError(output.stderr or f"ssh exited {code}")
 
     def run_shell_command(

@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import stat
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,18 +44,77 @@ class RemoteResult:
     error: str | None  # set when the command could not run at all (unreachable, timeout)
 
 
-def control_dir() -> Path:
+class UnsafeTarget(ValueError):
+    """A user or host that ssh could read as an option (or as more than one argument)."""
+
+
+def control_dir() -> Path | None:
+    """Where the ControlMaster sockets live, or None: then no connection is shared.
+
+    Whoever can write this directory can put a socket of their own where ssh looks for the
+    master, and then receives every command and every secret sent on stdin. So it is used only
+    when it is ours, a real directory and mode 0700 (a /tmp name can be taken by anyone first)."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-    path = base / f"fleet-reconciler-ssh-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
+    return private_dir(base / f"fleet-reconciler-ssh-{os.getuid()}")
+
+
+@functools.lru_cache(maxsize=8)
+def private_dir(path: Path) -> Path | None:
+    """`path`, created 0700 if missing, if it is safe to keep sockets in; else None, said once."""
+    problem = private_dir_problem(path)
+    if problem is None:
+        return path
+    print(f"reconcile: not sharing SSH connections: {path} {problem}", file=sys.stderr)
+    return None
+
+
+def private_dir_problem(path: Path) -> str | None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot be created ({exc.strerror})"
+    try:
+        info = os.lstat(path)  # never follow a link someone else planted
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid != os.getuid():
+        return f"belongs to uid {info.st_uid}, not to uid {os.getuid()}"
+    if info.st_mode & 0o077:
+        return f"has mode {stat.S_IMODE(info.st_mode):04o}, not 0700"
+    return None
+
+
+def refuse_unsafe(target: Target) -> None:
+    """Defence in depth: the desired-state types already refuse these, but a Target can also
+    come from a remembered cache or pyinfra's host data, and a user or host starting with `-`
+    must never reach ssh (`-oProxyCommand=...` runs a command on this machine)."""
+    for what, value in (("user", target.user), ("host", target.hostname)):
+        if not value or value.startswith("-") or any(c in value for c in "\0\r\n \t"):
+            raise UnsafeTarget(f"{target.box}: refusing ssh {what} {value!r}")
 
 
 def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> list[str]:
+    """`ssh -l USER -p PORT [options] -- HOST COMMAND`: the user is an option's argument and the
+    host comes after `--`, so neither can ever be read as an option."""
+    refuse_unsafe(target)
+    sockets = control_dir()
+    sharing = (
+        ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C", "-o", "ControlPersist=120"]
+        if sockets is not None
+        else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+    )
     argv = [
         "ssh",
+        "-l",
+        target.user,
         "-p",
-        str(target.port),
+        str(int(target.port)),
         "-o",
         "BatchMode=yes",
         "-o",
@@ -62,12 +123,7 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
         "ServerAliveInterval=5",
         "-o",
         "ServerAliveCountMax=2",
-        "-o",
-        "ControlMaster=auto",
-        "-o",
-        f"ControlPath={control_dir()}/%C",
-        "-o",
-        "ControlPersist=120",
+        *sharing,
         "-o",
         "LogLevel=ERROR",
     ]
@@ -80,7 +136,7 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
             "-o",
             "StrictHostKeyChecking=yes",
         ]
-    argv += [f"{target.user}@{target.hostname}", "--", remote_command]
+    argv += ["--", target.hostname, remote_command]
     return argv
 
 
@@ -123,6 +179,8 @@ def spawn(target: Target, remote_command: str) -> Running:
         )
     except OSError as exc:
         return Running(target.box, None, f"cannot run ssh: {exception_text(exc)}")
+    except UnsafeTarget as exc:
+        return Running(target.box, None, str(exc))
     return Running(target.box, proc)
 
 
@@ -149,39 +207,48 @@ def run_all(
 # Runs on the box before the program. Compiling the program costs each run ~10 ms of the
 # box's CPU, so the compiled code is kept in the user's private cache directory (the one the
 # collector keeps its renders in: ~/.cache/fleet-reconciler, else /tmp/fleet-reconciler-UID),
-# one file per program and Python version, stamped with the digest of its source; a directory
-# that is not the user's own and private is not used, a stale or damaged file is compiled
-# over (atomically).
+# one file per program and Python version, stamped with the digest of its source. Code loaded
+# from there runs as the deploy user, so: a directory that is not the user's own and private
+# is not used; a cached file is run only if it is a regular file (no link is followed) owned
+# by the user with no group/other permission bits, else it is compiled from the shipped source
+# and written over; files are created 0600 (O_EXCL, never through a planted name) and
+# replaced atomically; a stale or damaged file is compiled over too.
 BOOTSTRAP = """\
-import base64,hashlib,marshal,os,sys,zlib
+import base64,hashlib,marshal,os,stat,sys,zlib
 def _code(s,name):
  h=hashlib.sha256(s).digest()
+ u=os.getuid()
  tmp=os.environ.get('TMPDIR') or '/tmp'
  for d in (os.path.expanduser('~/.cache/fleet-reconciler'),
-           os.path.join(tmp,'fleet-reconciler-%d'%os.getuid())):
+           os.path.join(tmp,'fleet-reconciler-%d'%u)):
   try:
    os.makedirs(d,0o700,exist_ok=True)
    i=os.stat(d)
   except OSError:
    continue
-  if i.st_uid!=os.getuid() or i.st_mode&0o077:
+  if i.st_uid!=u or i.st_mode&0o077 or not stat.S_ISDIR(i.st_mode):
    continue
   p=os.path.join(d,'%s.%s.code'%(name,sys.implementation.cache_tag))
   try:
-   with open(p,'rb') as f:
-    b=f.read()
-   if b[:32]==h:
-    return marshal.loads(b[32:])
+   with os.fdopen(os.open(p,os.O_RDONLY|os.O_NOFOLLOW|os.O_NONBLOCK),'rb') as f:
+    i=os.fstat(f.fileno())
+    if stat.S_ISREG(i.st_mode) and i.st_uid==u and not i.st_mode&0o077:
+     b=f.read()
+     if b[:32]==h:
+      return marshal.loads(b[32:])
   except Exception:
    pass
   c=compile(s,'<'+name+'>','exec')
+  t='%s.%d'%(p,os.getpid())
   try:
-   t='%s.%d'%(p,os.getpid())
-   with open(t,'wb') as f:
+   with os.fdopen(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'wb') as f:
     f.write(h+marshal.dumps(c))
    os.replace(t,p)
   except OSError:
-   pass
+   try:
+    os.unlink(t)
+   except OSError:
+    pass
   return c
  return compile(s,'<'+name+'>','exec')
 exec(_code(zlib.decompress(base64.b64decode('{packed}')),'{name}'))

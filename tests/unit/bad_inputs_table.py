@@ -237,21 +237,12 @@ BAD_INPUTS = [
         ],
     ),
     (
-        "secret_relative_path",
-        "group_vars/all.yaml",
-        "path: ~/.lobes/.secrets.env",
-        "path: .lobes/.secrets.env",
-        [
-            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: '.lobes/.secrets.env' must be absolute or start with ~/"
-        ],
-    ),
-    (
         "version_not_semver",
         "group_vars/all.yaml",
         '  version: "0.91.0"',
         "  version: latest",
         [
-            "group_vars/all.yaml:2:3: lobes.version: 'latest' does not match the pattern ^\\d+\\.\\d+\\.\\d+$"
+            "group_vars/all.yaml:2:3: lobes.version: 'latest' is not a version MAJOR.MINOR.PATCH (digits only)"
         ],
     ),
     (
@@ -405,9 +396,7 @@ BAD_INPUTS = [
         "group_vars/all.yaml",
         "  auth: keyed",
         "  bind: everywhere\n  auth: keyed",
-        [
-            "group_vars/all.yaml:20:3: gateway.bind: 'everywhere' does not match the pattern ^\\d{1,3}(\\.\\d{1,3}){3}$"
-        ],
+        ["group_vars/all.yaml:20:3: gateway.bind: 'everywhere' is not an IPv4 address"],
     ),
     (
         "unknown_box_key_inventory",
@@ -423,6 +412,331 @@ BAD_INPUTS = [
         "\tmem_available_floor_gib: 4",
         [
             "group_vars/jetson.yaml:2:1: malformed YAML: found character '\\t' that cannot start any token"
+        ],
+    ),
+    # Class 2 of issue 10: every value that reaches a command line, a path or .env is typed.
+    (
+        "ssh_user_proxycommand",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: "-oProxyCommand=touch /tmp/x"\n  spark',
+        [
+            "inventory/hosts.yaml:6:5: boxes.thor.ssh_user: '-oProxyCommand=touch /tmp/x' is not a POSIX user name (a lowercase letter or _, then up to 31 of a-z, 0-9, _ and -)",
+        ],
+    ),
+    (
+        "ssh_user_dollar_suffix",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: "lobes$"\n  spark',
+        [
+            "inventory/hosts.yaml:6:5: boxes.thor.ssh_user: 'lobes$' is not a POSIX user name (a lowercase letter or _, then up to 31 of a-z, 0-9, _ and -)",
+        ],
+    ),
+    (
+        "ssh_user_with_host",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        "    ssh_user: root@evil.example\n  spark",
+        [
+            "inventory/hosts.yaml:6:5: boxes.thor.ssh_user: 'root@evil.example' is not a POSIX user name (a lowercase letter or _, then up to 31 of a-z, 0-9, _ and -)",
+        ],
+    ),
+    (
+        "ssh_hostname_option",
+        "inventory/hosts.yaml",
+        "ssh_hostname: 10.0.0.11",
+        'ssh_hostname: "-oProxyCommand=touch /tmp/x"',
+        [
+            "inventory/hosts.yaml:5:5: boxes.thor.ssh_hostname: '-oProxyCommand=touch /tmp/x' is not a host name (dot-separated labels of letters, digits and inner -) or an IP address",
+        ],
+    ),
+    (
+        "ssh_hostname_octal",
+        "inventory/hosts.yaml",
+        "ssh_hostname: 10.0.0.11",
+        "ssh_hostname: 10.0.0.011",
+        [
+            "inventory/hosts.yaml:5:5: boxes.thor.ssh_hostname: '10.0.0.011' is not a host name (dot-separated labels of letters, digits and inner -) or an IP address",
+        ],
+    ),
+    (
+        "ssh_hostname_spaces",
+        "inventory/hosts.yaml",
+        "ssh_hostname: 10.0.0.11",
+        'ssh_hostname: "thor.lan -p 2222"',
+        [
+            "inventory/hosts.yaml:5:5: boxes.thor.ssh_hostname: 'thor.lan -p 2222' is not a host name (dot-separated labels of letters, digits and inner -) or an IP address",
+        ],
+    ),
+    (
+        "ssh_key_option",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    ssh_key: "-oProxyCommand=x"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.ssh_key: invalid value (value not shown: a secret-named key)",
+        ],
+    ),
+    (
+        "ssh_known_hosts_two_files",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    ssh_known_hosts_file: "kh /etc/ssh/evil"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.ssh_known_hosts_file: 'kh /etc/ssh/evil' is not a plain file path (letters, digits and . _ / ~ + -, not starting with -): ssh would parse anything else",
+        ],
+    ),
+    (
+        "ssh_key_percent_token",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    ssh_key: "keys/%u"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.ssh_key: invalid value (value not shown: a secret-named key)",
+        ],
+    ),
+    (
+        "gateway_origin_credentials",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    gateway_origin: "http://mesh:hunter2@10.0.0.11:8000"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.gateway_origin: must be http://HOST[:PORT] or https://HOST[:PORT], nothing more; credentials (user@) never go in an origin",
+        ],
+    ),
+    (
+        "gateway_origin_second_seed",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    gateway_origin: "http://10.0.0.11:8000,http://evil.example:80"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.gateway_origin: 'http://10.0.0.11:8000,http://evil.example:80' must be http://HOST[:PORT] or https://HOST[:PORT], nothing more",
+        ],
+    ),
+    (
+        "gateway_origin_path",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    gateway_origin: "http://10.0.0.11:8000/../admin"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.gateway_origin: 'http://10.0.0.11:8000/../admin' must be http://HOST[:PORT] or https://HOST[:PORT], nothing more",
+        ],
+    ),
+    (
+        "gateway_origin_scheme",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    gateway_origin: "file:///etc/passwd"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.gateway_origin: 'file:///etc/passwd' must be http://HOST[:PORT] or https://HOST[:PORT], nothing more",
+        ],
+    ),
+    (
+        "gateway_origin_port",
+        "inventory/hosts.yaml",
+        "    ssh_user: lobes\n  spark",
+        '    ssh_user: lobes\n    gateway_origin: "https://thor.lan:99999"\n  spark',
+        [
+            "inventory/hosts.yaml:7:5: boxes.thor.gateway_origin: 'https://thor.lan:99999' must be http://HOST[:PORT] or https://HOST[:PORT], nothing more; port 99999 is not in 1-65535",
+        ],
+    ),
+    (
+        "image_overlay_newline",
+        "inventory/hosts.yaml",
+        "boxes:\n",
+        'image_overlay: "a\\nb.yaml"\nboxes:\n',
+        [
+            "inventory/hosts.yaml:2:1: image_overlay: a file path cannot contain a line feed",
+        ],
+    ),
+    (
+        "directory_escapes_home",
+        "group_vars/all.yaml",
+        "deployment:\n",
+        "deployment:\n  directory: ~/../../etc\n",
+        [
+            "group_vars/all.yaml:4:3: deployment.directory: '~/../../etc' has a .. component: it must stay inside the home",
+        ],
+    ),
+    (
+        "directory_absolute",
+        "group_vars/all.yaml",
+        "deployment:\n",
+        "deployment:\n  directory: /etc\n",
+        [
+            "group_vars/all.yaml:4:3: deployment.directory: '/etc' is absolute: write it inside the deploy user's home as ~/...",
+        ],
+    ),
+    (
+        "secret_path_other_home",
+        "group_vars/all.yaml",
+        "path: ~/.lobes/.secrets.env",
+        "path: ~root/.ssh/id_ed25519",
+        [
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: '~root/.ssh/id_ed25519' names another user's home: only ~ or ~/... is allowed",
+        ],
+    ),
+    (
+        "secret_path_absolute",
+        "group_vars/all.yaml",
+        "path: ~/.lobes/.secrets.env",
+        "path: /etc/shadow",
+        [
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: '/etc/shadow' is absolute: write it inside the deploy user's home as ~/...",
+        ],
+    ),
+    (
+        "secret_path_newline",
+        "group_vars/all.yaml",
+        "path: ~/.lobes/.secrets.env",
+        'path: "~/.lobes/.secrets.env\\n"',
+        [
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: a path cannot contain a line feed",
+        ],
+    ),
+    (
+        "env_value_newline",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        '  VLLM_GDN_DECODE_KERNEL: "triton\\nGATEWAY_API_KEY=stolen"',
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: an .env value cannot contain a line feed (the value is not shown)",
+        ],
+    ),
+    (
+        "lane_env_value_cr",
+        "group_vars/thor.yaml",
+        "      WORKER_MAX_NUM_SEQS: 1",
+        '      WORKER_MAX_NUM_SEQS: "1\\r"',
+        [
+            "group_vars/thor.yaml:14:7: lanes.worker.env.WORKER_MAX_NUM_SEQS: an .env value cannot contain a carriage return (the value is not shown)",
+        ],
+    ),
+    (
+        "secret_literal_newline_not_echoed",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        '  HF_TOKEN: "hf_abcdef123456\\n"',
+        [
+            "group_vars/thor.yaml:5:3: env.HF_TOKEN: invalid value (value not shown: a secret-named key)",
+        ],
+    ),
+    (
+        "model_newline",
+        "group_vars/spark.yaml",
+        "    role: cortex\n",
+        '    role: cortex\n    model: "Qwen/Qwen3\\nGATEWAY_API_KEY=x"\n',
+        [
+            "group_vars/spark.yaml:7:5: lanes.cortex.model: 'Qwen/Qwen3\\nGATEWAY_API_KEY=x' is not a model id (name or namespace/name: letters, digits, . _ -, no -- or ..)",
+        ],
+    ),
+    (
+        "model_path",
+        "group_vars/spark.yaml",
+        "    role: cortex\n",
+        "    role: cortex\n    model: ../../root/.ssh\n",
+        [
+            "group_vars/spark.yaml:7:5: lanes.cortex.model: '../../root/.ssh' is not a model id (name or namespace/name: letters, digits, . _ -, no -- or ..)",
+        ],
+    ),
+    (
+        "served_name_option",
+        "group_vars/spark.yaml",
+        "    role: cortex\n",
+        '    role: cortex\n    served_name: "--trust-remote-code"\n',
+        [
+            "group_vars/spark.yaml:7:5: lanes.cortex.served_name: '--trust-remote-code' is not a model id (name or namespace/name: letters, digits, . _ -, no -- or ..)",
+        ],
+    ),
+    (
+        "tagged_image_bad_reference",
+        "group_vars/all.yaml",
+        "  vllm: vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460",
+        "  vllm: {ref: 'nvcr.io/nvidia/vllm:26.04 --privileged', tag_allowed_because: 'no digest is published'}",
+        [
+            "group_vars/all.yaml:6:10: images.vllm.ref: 'nvcr.io/nvidia/vllm:26.04 --privileged' is not an image reference ([registry[:port]/]path[:tag][@digest], lowercase path)",
+        ],
+    ),
+    (
+        "tagged_image_uppercase_path",
+        "group_vars/all.yaml",
+        "  vllm: vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460",
+        "  vllm: {ref: 'nvcr.io/NVIDIA/vllm:26.04', tag_allowed_because: 'no digest is published'}",
+        [
+            "group_vars/all.yaml:6:10: images.vllm.ref: 'nvcr.io/NVIDIA/vllm:26.04' is not an image reference ([registry[:port]/]path[:tag][@digest], lowercase path)",
+        ],
+    ),
+    (
+        "digest_ref_newline",
+        "group_vars/all.yaml",
+        "  vllm: vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460",
+        '  vllm: "vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460\\n"',
+        [
+            "group_vars/all.yaml:6:3: images.vllm: 'vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460\\n' is not pinned by digest (want repo@sha256:<64 hex>)",
+        ],
+    ),
+    (
+        "lane_image_option",
+        "group_vars/thor.yaml",
+        "    image: vllm\n    profile",
+        '    image: "--privileged"\n    profile',
+        [
+            "group_vars/thor.yaml:9:5: lanes.worker.image: '--privileged' is neither a name from images: nor an image reference ([registry[:port]/]path[:tag][@digest])",
+        ],
+    ),
+    (
+        "compose_file_path",
+        "group_vars/all.yaml",
+        "[docker-compose.yml, docker-compose.override.yml]",
+        "[docker-compose.yml, ../../etc/x.yml, docker-compose.override.yml]",
+        [
+            "group_vars/all.yaml:4:39: deployment.compose_files[1]: '../../etc/x.yml' is not a compose file name (letters, digits, _ . -, ending in .yml or .yaml, no /)",
+        ],
+    ),
+    (
+        "file_digest_key_path",
+        "group_vars/all.yaml",
+        "deployment:\n",
+        "deployment:\n  file_digests:\n    ../../etc/cron.d/x.yml: 3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460\n",
+        [
+            "group_vars/all.yaml:5:5: deployment.file_digests.../../etc/cron.d/x.yml: '../../etc/cron.d/x.yml' is not a compose file name (letters, digits, _ . -, ending in .yml or .yaml, no /)",
+        ],
+    ),
+    (
+        "forbidden_glob_shell",
+        "group_vars/all.yaml",
+        '  forbidden: [GATEWAY_API_KEY, "*_MAX_MODEL_LEN"]',
+        '  forbidden: [GATEWAY_API_KEY, "$(touch /tmp/x)"]',
+        [
+            "group_vars/all.yaml:13:32: login_shell.forbidden[1]: '$(touch /tmp/x)' is not a glob of variable names (letters, digits, _ and * ? [ ] ! -)",
+        ],
+    ),
+    (
+        "secret_pattern_glob_space",
+        "group_vars/all.yaml",
+        'secret_patterns: ["*_KEY", "*_TOKEN"]',
+        'secret_patterns: ["*_KEY", "*_TOKEN x"]',
+        [
+            "group_vars/all.yaml:11:28: secret_patterns[1]: '*_TOKEN x' is not a glob of variable names (letters, digits, _ and * ? [ ] ! -)",
+        ],
+    ),
+    (
+        "version_other_digits",
+        "group_vars/all.yaml",
+        '  version: "0.91.0"',
+        '  version: "٠.٩١.٠"',
+        [
+            "group_vars/all.yaml:2:3: lobes.version: '٠.٩١.٠' is not a version MAJOR.MINOR.PATCH (digits only)",
+        ],
+    ),
+    (
+        "bind_octet_out_of_range",
+        "group_vars/all.yaml",
+        "  auth: keyed",
+        "  bind: 999.1.1.1\n  auth: keyed",
+        [
+            "group_vars/all.yaml:20:3: gateway.bind: '999.1.1.1' is not an IPv4 address",
         ],
     ),
 ]
