@@ -20,6 +20,7 @@ directory, so nothing in the deploy user's environment can change what it render
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
@@ -237,12 +238,56 @@ def _image(where, ref):
         _named(where, ref, IMAGE_REF)  # the same refusal, naming the reference when printable
 
 
+# Secret names whatever the payload says, as reconciler/desired/secret_names.py's floor; and what
+# a credential follows in a message, as reconciler/scrub.py (test_secret_boundaries.py keeps the
+# copies in step).
+FLOOR = (
+    "GATEWAY_API_KEY",
+    "CULTURE_VLLM_API_KEY",
+    "LOBES_MESH_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "VLLM_API_KEY",
+    "*_API_KEY",
+    "*_API_KEYS",
+    "*_KEY",
+    "*_KEYS",
+    "*_TOKEN",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*_CREDENTIALS",
+)
+_CREDENTIAL = re.compile(
+    r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
+    r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
+)
+_BREAK = re.compile(r"[\r\n]|\\r|\\n")
+_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+
+
+def floor_secret(name):
+    return any(fnmatch.fnmatchcase(str(name).upper(), p) for p in FLOOR)
+
+
 def scrub(text, secrets=()):
-    """A reason fit for a report: known secret values masked, one line, bounded."""
+    """A reason fit for a report: known secret values masked, nothing after a credential
+    marker or a line break (an injected header line), `SECRET_NAME=value` without its value,
+    one line, bounded."""
     text = str(text)
     for value in sorted(secrets, key=len, reverse=True):
         if value and len(value) >= 4:
             text = text.replace(value, "***")
+    for pattern in (_CREDENTIAL, _BREAK):
+        cut = pattern.search(text)
+        if cut:
+            text = text[: cut.start()].rstrip() + " [redacted]"
+
+    def assignment(match):
+        name, sep, _ = match.groups()
+        return name + sep + "***" if floor_secret(name) else match.group(0)
+
+    text = _ASSIGNMENT.sub(assignment, text)
     return _CONTROL.sub(" ", text)[:500]
 
 
@@ -641,7 +686,7 @@ def desired_values(box):
     if missing:
         raise Failed("secret source missing: " + ", ".join(sorted(set(missing))))
     for key, spec in box.p["managed_env"].items():
-        if isinstance(spec, dict):
+        if isinstance(spec, dict) or floor_secret(key):  # a floor name's value is a secret too
             box.secrets.append(out[key])
     for key in box.p.get("env_keys") or []:
         try:

@@ -12,6 +12,7 @@ as its slowest part (usually `docker compose config`), not the sum.
 
 import base64
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import hmac
@@ -34,12 +35,129 @@ import urllib.request
 SCRUBBED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRACE_SEP = "\x1f"
 
+# -- secrets: the floor and the scrubber ----------------------------------------------------------
+# Hashed whatever the payload says (an old or crafted payload cannot switch hashing off): the
+# same floor as reconciler/desired/secret_names.py, the same scrubbing as reconciler/scrub.py
+# (tests/unit/test_secret_boundaries.py keeps the copies in step).
+FLOOR = (
+    "GATEWAY_API_KEY",
+    "CULTURE_VLLM_API_KEY",
+    "LOBES_MESH_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "VLLM_API_KEY",
+    "*_API_KEY",
+    "*_API_KEYS",
+    "*_KEY",
+    "*_KEYS",
+    "*_TOKEN",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*_CREDENTIALS",
+)
+MIN_RUN_KEY = 32  # the controller's run keys are 32 hex; a shorter one could be guessed
+_KNOWN = set()  # every secret value this run hashed: masked in any error text
+_CREDENTIAL = re.compile(
+    r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
+    r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
+)
+_BREAK = re.compile(r"[\r\n]|\\r|\\n")
+_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{24,}")
+_DIGEST_PREFIX = re.compile(r"(?:sha256|sha512|hmac):$")
+
+
+def floor_secret(name):
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, p) for p in FLOOR)
+
+
+def scrub_text(text, secrets=()):
+    """One short printable line without a known secret value, a header or a key-shaped run."""
+    out = str(text)[:2400]
+    for value in sorted(set(_KNOWN) | set(secrets), key=len, reverse=True):
+        if isinstance(value, str) and len(value) >= 4:
+            out = out.replace(value, "***")
+    cut = _CREDENTIAL.search(out)
+    if cut:
+        out = out[: cut.start()].rstrip() + " [redacted]"
+    cut = _BREAK.search(out)
+    if cut:
+        rest = out[cut.end() :]
+        out = out[: cut.start()].rstrip() + (" [redacted]" if rest.strip() else "")
+
+    def assignment(match):
+        name, sep, _ = match.groups()
+        return name + sep + "***" if floor_secret(name) else match.group(0)
+
+    def run(match):
+        token = match.group(0)
+        if _DIGEST_PREFIX.search(out[max(0, match.start() - 8) : match.start()]):
+            return token
+        mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
+        return "***" if mixed else token
+
+    out = _ASSIGNMENT.sub(assignment, out)
+    out = _RUN.sub(run, out)
+    out = " ".join("".join(c if c.isprintable() else "?" for c in out).split())
+    return out if len(out) <= 300 else out[:299] + "\u2026"
+
+
+def exception_text(exc):
+    """`Type: reason`, the reason taken from what the exception is whenever that says enough."""
+    return "%s: %s" % (type(exc).__name__, _reason(exc))
+
+
+def _reason(exc):
+    seen, link = [], exc
+    while link is not None and link not in seen and len(seen) < 6:
+        seen.append(link)
+        known = _known_reason(link)
+        if known:
+            return known
+        nested = getattr(link, "reason", None)  # urllib's URLError wraps the socket's error
+        link = nested if isinstance(nested, BaseException) else (link.__cause__ or link.__context__)
+    return scrub_text(exc) or "no detail"
+
+
+def _known_reason(exc):
+    names = set(cls.__name__ for cls in type(exc).__mro__)
+    if isinstance(exc, socket.timeout) or any("Timeout" in n for n in names):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by the peer"
+    if "gaierror" in names:
+        return "name or address not resolved"
+    if "SSLCertVerificationError" in names:
+        return "TLS certificate not verified"
+    if "SSLError" in names:
+        return "TLS handshake failed"
+    if names & {"RemoteDisconnected", "RemoteProtocolError", "IncompleteRead"}:
+        return "the server closed the connection without a complete answer"
+    if isinstance(exc, ValueError) and str(exc).startswith("Invalid header"):
+        return "a request header held a character HTTP forbids (its value is not shown)"
+    if isinstance(exc, OSError) and isinstance(exc.errno, int) and exc.errno > 0:
+        return "%s (%s)" % (
+            os.strerror(exc.errno).lower(),
+            errno.errorcode.get(exc.errno, exc.errno),
+        )
+    return None
+
 
 class Run:
     def __init__(self, payload):
         self.p = payload
-        self.key = payload["run_key"].encode()
-        self.patterns = payload["secret_patterns"]
+        key = payload.get("run_key")
+        if not isinstance(key, str) or len(key) < MIN_RUN_KEY:
+            key = os.urandom(32).hex()  # digests then compare only within this answer
+        self.key = key.encode()
+        patterns = payload.get("secret_patterns")
+        self.patterns = (
+            [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
+        )
         self.home = os.path.expanduser("~")
         self.deploy = os.path.expanduser(payload["directory"])
         self.errors = []
@@ -47,9 +165,11 @@ class Run:
 
     # -- secrets -------------------------------------------------------------------------
     def is_secret(self, name):
-        return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+        return any(fnmatch.fnmatchcase(name, p) for p in self.patterns) or floor_secret(name)
 
     def digest(self, value):
+        if len(value.strip()) >= 4:
+            _KNOWN.add(value)  # whatever is hashed is a secret: never in an error text either
         return "hmac:" + hmac.new(self.key, value.encode(), hashlib.sha256).hexdigest()
 
     def masked(self, name, value):
@@ -158,7 +278,7 @@ def file_facts(run, names):
         except FileNotFoundError:
             out[name] = {"exists": False}
         except OSError as exc:
-            out[name] = {"exists": False, "error": str(exc)}
+            out[name] = {"exists": False, "error": exception_text(exc)}
     return out
 
 
@@ -386,7 +506,7 @@ def variables(run, project, env):
 
 def _last_line(text):
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    return scrub_text(lines[-1]) if lines else ""
 
 
 # -- login shell ------------------------------------------------------------------------------
@@ -537,7 +657,7 @@ def containers(run):
         raw = engine_inspect(run)
     except (OSError, ValueError, http.client.HTTPException) as exc:
         if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
-            return {"error": "docker engine not reachable: %s" % exc}
+            return {"error": "docker engine not reachable: %s" % _reason(exc)}
         raw = None  # anything odd: let the CLI try, it knows more about contexts than we do
     if raw is None:
         raw = cli_inspect(run)
@@ -602,7 +722,7 @@ def http_get(url, timeout, headers=None):
     except urllib.error.HTTPError as exc:
         return {"status": exc.code, "body": _json(exc.read(65536)), "ms": _ms(started)}
     except Exception as exc:  # a probe failure is a result, not a crash
-        return {"status": None, "error": "%s: %s" % (type(exc).__name__, exc), "ms": _ms(started)}
+        return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
 
 
 def _ms(started):
@@ -724,7 +844,7 @@ def http_post_json(url, body, timeout, headers=None):
     except urllib.error.HTTPError as exc:
         status, got, payload = exc.code, exc.headers, _json(exc.read(65536))
     except Exception as exc:  # a probe failure is a result, not a crash
-        return {"status": None, "error": "%s: %s" % (type(exc).__name__, exc), "ms": _ms(started)}
+        return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
     out = {"status": status, "ms": _ms(started)}
     error = (payload or {}).get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict) and error.get("type"):
@@ -820,7 +940,7 @@ def collect(payload):
             try:
                 results[name] = fn(*args)
             except Exception as exc:  # one failed part must not lose the rest
-                results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+                results[name] = {"error": exception_text(exc)}
             timings[name] = int((time.monotonic() - begun) * 1000)
 
         thread = threading.Thread(target=wrapped, daemon=True)
@@ -896,9 +1016,31 @@ def _cpu_ms():
     return int(total * 1000)
 
 
+def without_known_secrets(doc):
+    """The last line of defence: no value this run hashed appears in any string of the answer
+    (keys are names and stay). A quick search of the whole text first: nearly always a miss."""
+    text = json.dumps(doc, sort_keys=True)
+    known = [v for v in _KNOWN if len(v) >= 8]
+    if not any(json.dumps(v)[1:-1] in text for v in known):
+        return text
+    known.sort(key=len, reverse=True)
+
+    def mask(node):
+        if isinstance(node, dict):
+            return dict((k, mask(v)) for k, v in node.items())
+        if isinstance(node, list):
+            return [mask(v) for v in node]
+        if isinstance(node, str):
+            for value in known:
+                node = node.replace(value, "***")
+        return node
+
+    return json.dumps(mask(doc), sort_keys=True)
+
+
 def main():
     payload = json.loads(base64.b64decode(sys.argv[1]).decode("utf-8"))
-    sys.stdout.write(json.dumps(collect(payload), sort_keys=True))
+    sys.stdout.write(without_known_secrets(collect(payload)))
     sys.stdout.write("\n")
 
 
