@@ -57,7 +57,7 @@ FLOOR = (
     "*_CREDENTIALS",
 )
 MIN_RUN_KEY = 32  # the controller's run keys are 32 hex; a shorter one could be guessed
-_KNOWN = set()  # every secret value this run hashed: masked in any error text
+_KNOWN = set()  # type: set  # every secret value this run hashed: masked in any error text
 _CREDENTIAL = re.compile(
     r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
@@ -110,7 +110,7 @@ def exception_text(exc):
 
 
 def _reason(exc):
-    seen, link = [], exc
+    seen, link = [], exc  # type: list, BaseException | None
     while link is not None and link not in seen and len(seen) < 6:
         seen.append(link)
         known = _known_reason(link)
