@@ -28,6 +28,7 @@ from reconciler.apply.payload import BadPayload, check, check_snapshot_id, conve
 from reconciler.compare.drift import Action, BoxResult, Drift, Kind
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import expectations
+from reconciler.observe.document import Observed, parse_collected
 from reconciler.plan import plan_box
 from tests.unit.conftest import load_box_program
 
@@ -143,10 +144,26 @@ def _converge_payload() -> dict[str, Any]:
             Drift("thor", Kind.AUTH, "gateway", "auth", 401, 200, Action.RECREATE_GATEWAY),
         ),
     )  # fmt: skip
-    collected = {
-        "files": {".env": {"sha256": "a" * 64}, "docker-compose.yml": {"sha256": None}},
-        "docker": {"containers": [{"service": "vllm-worker", "id": "0123456789ab"}]},
-    }
+    collected = parse_collected(
+        {
+            "files": {
+                ".env": {"exists": True, "sha256": "a" * 64},
+                "docker-compose.yml": {"exists": False},
+            },
+            "docker": {
+                "containers": [
+                    {
+                        "name": "model-gear-vllm-worker",
+                        "service": "vllm-worker",
+                        "id": "0123456789ab",
+                    }
+                ]
+            },
+        },
+        complete=False,
+        version=1,
+    )
+    assert isinstance(collected, Observed)
     plan = plan_box(result, exp)
     return converge_payload(exp, fleet.boxes["thor"], plan, collected, "me", environ={})
 
@@ -544,3 +561,10 @@ def test_the_fleet_dir_is_refused_when_it_is_a_symlink(home, tmp_path):
     with pytest.raises(converge.Failed, match="not a directory of this user"):
         converge.Lock(make_box()).acquire("me")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_listing_snapshots_creates_nothing(home, commands, monkeypatch):
+    before = tree(home)
+    result = run_main(payload("snapshots"), monkeypatch)
+    assert result["ok"] is True and result["snapshots"] == [] and result["lock"] is None
+    assert tree(home) == before and not (home / ".lobes" / ".fleet").exists()

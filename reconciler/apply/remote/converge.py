@@ -393,12 +393,17 @@ def private_dir(path):
     """A directory of ours, 0700: never a symlink (it could point anywhere), never another's."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
+    if stat.S_IMODE(own_dir(path).st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def own_dir(path):
+    """lstat of `path`, refused unless it is a real directory of this user."""
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise Failed("%s is not a directory of this user (a symlink?); refusing to use it" % path)
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-    return path
+    return st
 
 
 def fsync_dir(path):
@@ -519,8 +524,11 @@ class Lock:
             self.fd = None
 
     def is_held(self):
-        private_dir(self.fleet)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        # Asked by the listing, which creates nothing: no lock file, no holder.
+        if not os.path.lexists(self.fleet) or not os.path.lexists(self.path):
+            return False
+        own_dir(self.fleet)
+        fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return False
@@ -737,8 +745,17 @@ def write_env(box, keys, desired):
 META_LIMIT = 4 << 20
 
 
-def snapshots_dir(box):
-    return private_dir(os.path.join(private_dir(box.fleet), "snapshots"))
+def snapshots_dir(box, create=True):
+    """`.fleet/snapshots`, made 0700 when `create`; else None when there is none yet (the
+    listing and a rollback's lookup create nothing)."""
+    path = os.path.join(box.fleet, "snapshots")
+    if create:
+        return private_dir(os.path.join(private_dir(box.fleet), "snapshots"))
+    for directory in (box.fleet, path):
+        if not os.path.lexists(directory):
+            return None
+        own_dir(directory)
+    return path
 
 
 def new_snapshot_id(root):
@@ -805,9 +822,11 @@ def snapshot_path(box, sid):
     """The directory of snapshot `sid`, only if it is one of this box's own snapshots: a plain
     id, a real directory (not a symlink) of this user, directly inside the snapshots dir."""
     check_snapshot_id("snapshot", sid)
-    root = snapshots_dir(box)
-    path = os.path.join(root, sid)
+    root = snapshots_dir(box, create=False)
+    path = os.path.join(root or box.fleet, sid)
     try:
+        if root is None:
+            raise FileNotFoundError(path)
         st = os.lstat(path)
     except FileNotFoundError:
         raise Failed(
@@ -856,8 +875,8 @@ def record_status(box, sid, status, **more):
 
 
 def list_snapshots(box):
-    root = snapshots_dir(box)
-    return sorted(n for n in os.listdir(root) if SNAPSHOT_ID.match(n))
+    root = snapshots_dir(box, create=False)
+    return sorted(n for n in os.listdir(root) if SNAPSHOT_ID.match(n)) if root else []
 
 
 def prune(box, keep):
