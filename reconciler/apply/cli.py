@@ -211,7 +211,7 @@ def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
         return EXIT_ERROR
     lock = result.get("lock")
     for snap in result.get("snapshots") or []:
-        services = ", ".join(snap.get("services") or []) or "-"
+        services = ", ".join(map(str, snap.get("services") or [])) or "-"
         status = snap.get("status") or "?"
         if status == "running" and not lock:
             status = "interrupted"  # its converge died; the next converge completes the work

@@ -7,6 +7,7 @@ report layer shows only a digest of that digest. Box events carry names, never v
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,25 @@ def _doc(report: DriftReport | None) -> dict[str, Any] | None:
 
 
 def write(directory: Path, out: Outcome, inventory: str, who: str) -> Path:
+    """A new record, never over an earlier one: created exclusively (O_EXCL, so two runs in the
+    same second each get their own file), 0600 from the start, complete or removed."""
     directory.mkdir(parents=True, exist_ok=True)
     stamp = out.started_at.replace("-", "").replace(":", "")
-    path = directory / f"{stamp}-{out.box}.json"
+    data = (json.dumps(record(out, inventory, who), indent=1) + "\n").encode("utf-8")
     n = 1
-    while path.exists():
-        n += 1
-        path = directory / f"{stamp}-{out.box}-{n}.json"
-    path.write_text(json.dumps(record(out, inventory, who), indent=1) + "\n", encoding="utf-8")
+    while True:
+        path = directory / (f"{stamp}-{out.box}.json" if n == 1 else f"{stamp}-{out.box}-{n}.json")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            break
+        except FileExistsError:
+            n += 1
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
     return path

@@ -568,3 +568,16 @@ def test_listing_snapshots_creates_nothing(home, commands, monkeypatch):
     result = run_main(payload("snapshots"), monkeypatch)
     assert result["ok"] is True and result["snapshots"] == [] and result["lock"] is None
     assert tree(home) == before and not (home / ".lobes" / ".fleet").exists()
+
+
+def test_evidence_records_are_private_and_never_overwrite_each_other(tmp_path):
+    from reconciler.apply.engine import Outcome
+    from reconciler.apply.evidence import write
+
+    fleet = load_fleet(ROOT, "hosts")
+    plan = plan_box(BoxResult("thor", True, ()), expectations(fleet, ["thor"])["thor"])
+    out = Outcome("thor", ok=True, changed=False, plan=plan, started_at="2026-11-30T12:00:00Z")
+    first = write(tmp_path, out, "inventory/hosts.yaml", "me")
+    second = write(tmp_path, out, "inventory/hosts.yaml", "me")
+    assert first != second and json.loads(first.read_text())["box"] == "thor"
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (first, second)] == [0o600, 0o600]
