@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import DriftReport
 from reconciler.drift_inputs import DriftInputs, drift_inputs
+from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import (
     BoxObservation,
     load_snapshot,
@@ -27,6 +28,9 @@ from reconciler.observe.payload import new_run_key
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
     from reconciler.observe.early import EarlyStart
+
+
+NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def run_drift_on(
         boxes = [b for b in boxes if b in observations]
         run_id = str(index.get("run_id", run_id))
         for name in missing:
-            observations[name] = BoxObservation(name, None, "not in the snapshot")
+            observations[name] = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
         boxes += missing
     else:
         run_key = early.run_key if early is not None else new_run_key()
@@ -70,9 +74,9 @@ def run_drift_on(
     results = tuple(
         compare_box(
             inputs.expectations[name],
-            observations[name].collected,
-            observations[name].controller,
-            observations[name].error,
+            observations[name].document,
+            observations[name].probes,
+            observations[name].failure,
         )
         for name in boxes
     )

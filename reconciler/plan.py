@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
-from reconciler.compare.drift import Action, BoxResult, Drift, Kind
+from reconciler.compare.drift import Action, BoxError, BoxResult, Drift, Kind, Part
 
 
 class StepKind(StrEnum):
@@ -35,9 +35,10 @@ class StepKind(StrEnum):
 # before every lane boot anyway, and only when MemAvailable is short.
 PASSIVE = frozenset({Action.SCRUB_SHELL, Action.REPORT, Action.DROP_CACHES})
 
-# Observation faults that still allow a converge: the converge itself fixes them (a gateway
-# that does not answer is recreated) or they only weaken a report (the login-shell probe).
-_TOLERATED_ERRORS = ("gateway ", "login_shell:", "variables:")
+# Parts of a box whose fault still allows a converge: the converge itself fixes them (a
+# gateway that does not answer is recreated) or they only weaken a report (the login-shell
+# probe, the list of interpolated variables).
+TOLERATED = frozenset({Part.GATEWAY_PROBE, Part.LOGIN_SHELL, Part.VARIABLES})
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Plan:
     box: str
     steps: tuple[Step, ...] = ()
     report_only: tuple[Drift, ...] = ()
-    blocked: tuple[str, ...] = ()  # why this box cannot be converged now
+    blocked: tuple[BoxError, ...] = ()  # why this box cannot be converged now
 
     @property
     def empty(self) -> bool:
@@ -119,15 +120,15 @@ def plan_box(result: BoxResult, exp: BoxExpectation) -> Plan:
     for drift in result.drifts:
         _collect(acc, drift, exp)
     for error in result.errors:
-        if error.startswith("gateway "):
-            acc.gateway.append(error.split(":", 1)[0])
+        if error.part is Part.GATEWAY_PROBE:
+            acc.gateway.append(error.where)
     return Plan(result.box, tuple(_steps(acc, exp)), tuple(acc.passive))
 
 
-def _blocking(result: BoxResult) -> tuple[str, ...]:
+def _blocking(result: BoxResult) -> tuple[BoxError, ...]:
     if not result.reachable:
-        return tuple(result.errors) or ("not observed",)
-    return tuple(e for e in result.errors if not e.startswith(_TOLERATED_ERRORS))
+        return tuple(result.errors) or (BoxError(Part.OBSERVATION, "not observed"),)
+    return tuple(e for e in result.errors if e.part not in TOLERATED)
 
 
 def _add(bucket: dict[str, list[str]], key: str, reason: str) -> None:

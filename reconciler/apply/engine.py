@@ -105,8 +105,8 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         out.ok = True
         out.drift_after = prep.run.report
         return _finish(out)
-    collected = prep.run.observations[prep.box].collected or {}
-    payload = converge_payload(prep.exp, prep.spec, prep.plan, collected, who)
+    observed = prep.run.observations[prep.box].document
+    payload = converge_payload(prep.exp, prep.spec, prep.plan, observed, who)
     call = call_box(_target(prep.fleet, prep.box), payload, on_event)
     out.events += call.events
     out.snapshot = call.result.get("snapshot")

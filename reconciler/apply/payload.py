@@ -17,6 +17,7 @@ from typing import Any
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
+from reconciler.observe.document import Observed
 from reconciler.plan import Plan, StepKind
 
 BOX_PROGRAM = Path(__file__).parent / "remote" / "converge.py"
@@ -104,15 +105,14 @@ def managed_env(exp: BoxExpectation, box: BoxSpec, environ: Mapping[str, str]) -
     return out
 
 
-def fingerprint(collected: Mapping[str, Any]) -> dict[str, Any]:
+def fingerprint(observed: Observed | None) -> dict[str, Any]:
     """What the plan was made from: file digests and container ids, checked under the lock."""
-    files = {name: fact.get("sha256") for name, fact in (collected.get("files") or {}).items()}
-    docker = collected.get("docker") or {}
+    if observed is None:
+        return {"files": {}, "containers": None}
+    files = {name: fact.sha256 for name, fact in observed.files.items()}
     containers = None
-    if "containers" in docker:
-        containers = {
-            c.get("service") or c["name"]: c.get("id") for c in docker["containers"] if c.get("id")
-        }
+    if observed.docker.containers is not None:
+        containers = {c.key: c.id for c in observed.docker.containers if c.id}
     return {"files": files, "containers": containers}
 
 
@@ -120,7 +120,7 @@ def converge_payload(
     exp: BoxExpectation,
     box: BoxSpec,
     plan: Plan,
-    collected: Mapping[str, Any],
+    observed: Observed | None,
     holder: str,
     keep: int = 10,
     environ: Mapping[str, str] | None = None,
@@ -137,7 +137,7 @@ def converge_payload(
     payload.update(
         {
             "titles": [s.title() for s in plan.steps],
-            "fingerprint": fingerprint(collected),
+            "fingerprint": fingerprint(observed),
             "managed_env": managed_env(exp, box, os.environ if environ is None else environ),
             "box_secrets": {
                 name: {"path": src.path, "key": src.key}

@@ -1,6 +1,7 @@
 """Compare one box: run every comparator over one observation; faults become errors.
 
-Pure: takes the expectation and the observation's JSON, returns a BoxResult.
+Pure: takes the expectation and the box's typed observation (reconciler/observe/document.py),
+returns a BoxResult. A box whose answer could not be read has no document, only its fault.
 """
 
 from __future__ import annotations
@@ -10,62 +11,72 @@ from typing import Any
 from reconciler.compare.composefiles import compare_compose_files
 from reconciler.compare.containers import compare_containers
 from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import BoxResult, Drift, sorted_drifts
+from reconciler.compare.drift import BoxError, BoxResult, Drift, Part, sorted_drifts
 from reconciler.compare.envfile import compare_envfile, compare_host, secret_source_errors
 from reconciler.compare.gateway import compare_auth, compare_contract
 from reconciler.compare.shell import compare_shell
+from reconciler.observe.document import NO_PROBES, ControllerProbes, Fault, Observed
 
 
 def compare_box(
     exp: BoxExpectation,
-    collected: dict[str, Any] | None,
-    controller: dict[str, Any],
-    error: str | None = None,
+    doc: Observed | None,
+    controller: ControllerProbes = NO_PROBES,
+    fault: Fault | str | None = None,
 ) -> BoxResult:
-    if collected is None:
-        return BoxResult(exp.name, reachable=False, errors=(error or "not observed",))
+    if doc is None:
+        why = BoxError(Part.OBSERVATION, str(fault) if fault is not None else "not observed")
+        return BoxResult(exp.name, reachable=False, errors=(why,))
     drifts: list[Drift] = []
-    drifts += compare_envfile(exp, collected)
-    drifts += compare_compose_files(exp, collected)
-    drifts += compare_containers(exp, collected)
-    drifts += compare_shell(exp, collected)
-    drifts += compare_contract(exp, collected)
-    drifts += compare_auth(exp, collected, controller)
-    drifts += compare_host(exp, collected)
+    drifts += compare_envfile(exp, doc)
+    drifts += compare_compose_files(exp, doc)
+    drifts += compare_containers(exp, doc)
+    drifts += compare_shell(exp, doc)
+    drifts += compare_contract(exp, doc)
+    drifts += compare_auth(exp, doc, controller)
+    drifts += compare_host(exp, doc)
     return BoxResult(
         exp.name,
         reachable=True,
         drifts=sorted_drifts(drifts),
-        errors=tuple(observation_errors(exp, collected)),
-        facts=facts(collected, controller),
+        errors=tuple(observation_errors(exp, doc)),
+        facts=facts(doc, controller),
     )
 
 
-def observation_errors(exp: BoxExpectation, doc: dict[str, Any]) -> list[str]:
+def observation_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
     """Parts of the box that could not be observed: each one is a fault, not drift."""
     errors = []
-    if not doc.get("deploy_dir_exists"):
-        errors.append(f"deployment directory {doc.get('deploy_dir')} does not exist")
-    for part in ("docker", "render", "variables", "login_shell"):
-        section = doc.get(part)
-        if isinstance(section, dict) and section.get("error"):
-            errors.append(f"{part}: {section['error']}")
-    for probe in ("health", "capabilities", "models_noauth"):
-        result = (doc.get("gateway") or {}).get(probe) or {}
-        if result.get("status") is None and result.get("error"):
-            errors.append(f"gateway {probe} (loopback): {result['error']}")
+    if not doc.deploy_dir_exists:
+        where = f"deployment directory {doc.deploy_dir} does not exist"
+        errors.append(BoxError(Part.DEPLOYMENT, where))
+    sections = (
+        (Part.DOCKER, "docker", doc.docker.error),
+        (Part.RENDER, "render", doc.render.error),
+        (Part.VARIABLES, "variables", doc.variables.error),
+        (Part.LOGIN_SHELL, "login_shell", doc.login_shell.error),
+        (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
+    )
+    errors += [BoxError(part, name, error) for part, name, error in sections if error]
+    gateway = doc.gateway
+    for name, probe in (
+        ("health", gateway.health),
+        ("capabilities", gateway.capabilities),
+        ("models_noauth", gateway.models_noauth),
+    ):
+        if probe is not None and probe.status is None and probe.error:
+            errors.append(BoxError(Part.GATEWAY_PROBE, f"gateway {name} (loopback)", probe.error))
     errors += secret_source_errors(exp, doc)
     return errors
 
 
-def facts(doc: dict[str, Any], controller: dict[str, Any]) -> dict[str, Any]:
-    health = ((doc.get("gateway") or {}).get("health") or {}).get("body") or {}
-    mem = doc.get("meminfo") or {}
-    containers = ((doc.get("docker") or {}).get("containers")) or []
+def facts(doc: Observed, controller: ControllerProbes) -> dict[str, Any]:
+    health = doc.gateway.health
+    available = doc.meminfo.available_kib or 0
     return {
-        "user": doc.get("user"),
-        "gateway_version": health.get("version") if isinstance(health, dict) else None,
-        "containers": len(containers),
-        "mem_available_gib": round(mem.get("MemAvailable_kib", 0) / 1048576, 1),
-        "controller_health": (controller.get("health") or {}).get("status"),
+        "user": doc.user,
+        "gateway_version": health.version if health is not None else None,
+        "containers": len(doc.containers),
+        "mem_available_gib": round(available / 1048576, 1),
+        "controller_health": controller.health.status if controller.health else None,
     }

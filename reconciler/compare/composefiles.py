@@ -9,22 +9,21 @@ dspark-speculation lesson), which only a render from the desired `.env` can show
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
-from reconciler.compare.values import knob_tokens, parse_argv, same
+from reconciler.compare.values import knob_tokens, parse_argv, same, value
+from reconciler.observe.document import Observed
 
 
-def compare_compose_files(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
-    files = doc.get("files") or {}
+def compare_compose_files(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     r = rule("compose.file")
     pinned = exp.file_digests
     changed_files = []
     for name in exp.compose_files:
-        fact = files.get(name) or {}
-        if not fact.get("exists"):
+        fact = doc.files.get(name)
+        if fact is None or not fact.exists:
             yield Drift(
                 exp.name,
                 r.kind,
@@ -37,7 +36,7 @@ def compare_compose_files(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[
             )
             continue
         want = pinned.get(name)
-        if want is not None and fact.get("sha256") != want:
+        if want is not None and fact.sha256 != want:
             changed_files.append(name)
             yield Drift(
                 exp.name,
@@ -45,7 +44,7 @@ def compare_compose_files(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[
                 f"file:{name}",
                 "sha256",
                 _short(want),
-                _short(fact.get("sha256")),
+                _short(fact.sha256),
                 r.action,
                 note="edited on the box (digest differs from deployment.file_digests)",
             )
@@ -56,15 +55,15 @@ def _short(digest: str | None) -> str | None:
     return None if digest is None else digest[:12]
 
 
-def _dead_knobs(exp: BoxExpectation, doc: dict[str, Any], changed: list[str]) -> Iterator[Drift]:
-    rendered = (doc.get("render") or {}).get("services") or {}
+def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Iterator[Drift]:
+    rendered = doc.render.services or {}
     r = rule("compose.dead-knob")
     where = ", ".join(changed) if changed else " / ".join(exp.compose_files)
     for service, lane in sorted(exp.lanes.items()):
         spec = rendered.get(service)
         if spec is None:
             continue
-        _, flags = parse_argv(spec.get("command"))
+        _, flags = parse_argv(spec.command)
         for key, (flag, knob) in sorted(lane.knobs.items()):
             want_flags = parse_argv(knob_tokens(flag, knob))[1]
             for want_flag, want_values in want_flags.items():
@@ -76,8 +75,8 @@ def _dead_knobs(exp: BoxExpectation, doc: dict[str, Any], changed: list[str]) ->
                     r.kind,
                     f"lane:{service}",
                     want_flag,
-                    want_values[0],
-                    got[-1] if got else None,
+                    value(want_values[0]),
+                    value(got[-1]) if got else None,
                     r.action,
                     source=where,
                     note=f".env {key} is dead: the compose files render another value",

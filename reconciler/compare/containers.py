@@ -3,7 +3,7 @@ what compose renders from the desired `.env` (scrubbed) and against `docker insp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
@@ -11,6 +11,7 @@ from reconciler.compare.drift import Action, Drift
 from reconciler.compare.rules import Rule, rule
 from reconciler.compare.values import changed_keys, parse_argv, same, value
 from reconciler.desired.refs import is_digest_ref
+from reconciler.observe.document import Container, EnvValue, Image, Observed, Service
 
 
 def _action(r: Rule, service: str) -> Action:
@@ -23,15 +24,14 @@ def _subject(service: str) -> str:
     return "gateway" if service == GATEWAY else f"lane:{service}"
 
 
-def compare_containers(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
-    docker = doc.get("docker") or {}
-    if "containers" not in docker:
+def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+    if doc.docker.containers is None:
         return  # reported as a box error by the caller
-    rendered = (doc.get("render") or {}).get("services") or {}
-    images = docker.get("images") or {}
-    by_service: dict[str, dict[str, Any]] = {}
-    for c in docker["containers"]:
-        by_service.setdefault(c.get("service") or c["name"], c)
+    rendered = doc.render.services or {}
+    images = doc.docker.images
+    by_service: dict[str, Container] = {}
+    for found in doc.docker.containers:
+        by_service.setdefault(found.key, found)
     wanted = [*exp.lanes, GATEWAY]
     for service in wanted:
         c = by_service.get(service)
@@ -65,16 +65,16 @@ def compare_containers(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Dri
                 _subject(service),
                 "container",
                 None,
-                c.get("status"),
+                c.status,
                 r.action,
-                source=c["name"],
+                source=c.name,
                 note="a container of the project the desired state does not know",
             )
 
 
-def _state(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Drift]:
+def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
     r = rule("state.status")
-    status, health = c.get("status"), c.get("health")
+    status, health = c.status, c.health
     if status == "running" and health in (None, "healthy"):
         return
     observed = status if status != "running" else f"running ({health})"
@@ -83,9 +83,9 @@ def _state(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Dri
         action = Action.RECREATE_GATEWAY
     note = None
     if status == "exited":
-        note = f"exit code {c.get('exit_code')}"
-    elif status == "restarting" or (c.get("restart_count") or 0) > 0:
-        note = f"restarted {c.get('restart_count')} times"
+        note = f"exit code {c.exit_code}"
+    elif status == "restarting" or c.restart_count > 0:
+        note = f"restarted {c.restart_count} times"
     yield Drift(
         exp.name,
         r.kind,
@@ -94,17 +94,18 @@ def _state(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Dri
         "running (healthy)",
         observed,
         action,
-        source=c["name"],
+        source=c.name,
         note=note,
     )
 
 
 def _image(
-    exp: BoxExpectation, service: str, c: dict[str, Any], images: dict[str, Any]
+    exp: BoxExpectation, service: str, c: Container, images: Mapping[str, Image]
 ) -> Iterator[Drift]:
     want = exp.gateway_image if service == GATEWAY else exp.lanes[service].image
-    ref = c.get("image_ref") or ""
-    digests = (images.get(c.get("image_id") or "") or {}).get("repo_digests") or []
+    ref = c.image_ref or ""
+    image = images.get(c.image_id or "")
+    digests = image.repo_digests if image else ()
     if not is_digest_ref(ref):
         r = rule("image.pinned")
         yield Drift(
@@ -115,14 +116,15 @@ def _image(
             want,
             ref,
             _action(r, service),
-            source=c["name"],
+            source=c.name,
             note="the container was created from a tag, not a digest",
         )
     if want in digests:
         return
     want_repo = want.split("@", 1)[0]
     same_repo = [d for d in digests if d.split("@", 1)[0] == want_repo]
-    observed = (same_repo or digests or [ref or c.get("image_id")])[0]
+    candidates: list[str | None] = [*same_repo] or [*digests] or [ref or c.image_id]
+    observed = candidates[0]
     if observed == want:
         return
     r = rule("image.digest")
@@ -134,16 +136,14 @@ def _image(
         want,
         observed,
         _action(r, service),
-        source=c["name"],
+        source=c.name,
     )
 
 
-def _argv(
-    exp: BoxExpectation, service: str, spec: dict[str, Any], c: dict[str, Any]
-) -> Iterator[Drift]:
+def _argv(exp: BoxExpectation, service: str, spec: Service, c: Container) -> Iterator[Drift]:
     r = rule("container.argv")
-    want_pos, want_flags = parse_argv(spec.get("command"))
-    got_pos, got_flags = parse_argv(c.get("cmd"))
+    want_pos, want_flags = parse_argv(spec.command)
+    got_pos, got_flags = parse_argv(c.cmd)
     subject = _subject(service)
     for index in range(max(len(want_pos), len(got_pos))):
         w = want_pos[index] if index < len(want_pos) else None
@@ -157,7 +157,7 @@ def _argv(
                 value(w),
                 value(g),
                 _action(r, service),
-                source=c["name"],
+                source=c.name,
             )
     for flag in sorted(set(want_flags) | set(got_flags)):
         w_vals, g_vals = want_flags.get(flag), got_flags.get(flag)
@@ -171,7 +171,7 @@ def _argv(
             _one(w_vals),
             _one(g_vals),
             _action(r, service),
-            source=c["name"],
+            source=c.name,
             note=None if g_vals is not None else "missing from the running command",
         )
 
@@ -192,16 +192,15 @@ def _one(values: list[Any] | None) -> Any:
 def _env(
     exp: BoxExpectation,
     service: str,
-    spec: dict[str, Any],
-    c: dict[str, Any],
-    images: dict[str, Any],
+    spec: Service,
+    c: Container,
+    images: Mapping[str, Image],
 ) -> Iterator[Drift]:
     r = rule("container.env")
-    image_env = (images.get(c.get("image_id") or "") or {}).get("env") or {}
+    image = images.get(c.image_id or "")
     # Docker starts from the image's ENV and lays the service's environment over it.
-    expected = {**image_env, **(spec.get("environment") or {})}
-    observed = dict(c.get("env") or {})
-    changed = changed_keys(expected, observed)
+    expected: dict[str, EnvValue] = {**(image.env if image else {}), **spec.environment}
+    changed = changed_keys(expected, c.env)
     for key in sorted(changed):
         w, g = changed[key]
         if same(w, g):
@@ -214,11 +213,11 @@ def _env(
             value(w),
             value(g),
             _action(r, service),
-            source=c["name"],
+            source=c.name,
         )
 
 
-def _ports(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Drift]:
+def _ports(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
     """Published ports against policy, not against the render: a hand edit that publishes
     elsewhere renders the same as it runs, yet differs from what the desired state allows.
     The gateway publishes exactly `gateway.bind:gateway.port`; a lane publishes nothing."""
@@ -227,9 +226,9 @@ def _ports(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Dri
     if service == GATEWAY:
         want["8000/tcp"] = [f"{_ip(exp.gateway.bind)}:{exp.gateway.port}"]
     got: dict[str, list[str]] = {}
-    for key, bindings in (c.get("ports") or {}).items():
-        for b in bindings or []:
-            got.setdefault(key, []).append(f"{_ip(b.get('HostIp') or '')}:{b.get('HostPort')}")
+    for key, bindings in c.ports.items():
+        for b in bindings:
+            got.setdefault(key, []).append(f"{_ip(b.host_ip)}:{b.host_port}")
     for key in sorted(set(want) | set(got)):
         w, g = sorted(want.get(key, [])), sorted(got.get(key, []))
         if w == g:
@@ -243,7 +242,7 @@ def _ports(exp: BoxExpectation, service: str, c: dict[str, Any]) -> Iterator[Dri
             ", ".join(w) or None,
             ", ".join(g) or None,
             _action(r, service),
-            source=c["name"],
+            source=c.name,
             note=note,
         )
 

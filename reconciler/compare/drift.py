@@ -13,7 +13,17 @@ from typing import Any
 # A secret as the box's keyed digest: the observation document's type, carried as is.
 from reconciler.observe.document import SecretValue
 
-__all__ = ["Action", "BoxResult", "Drift", "DriftReport", "Kind", "SecretValue", "Value"]
+__all__ = [
+    "Action",
+    "BoxError",
+    "BoxResult",
+    "Drift",
+    "DriftReport",
+    "Kind",
+    "Part",
+    "SecretValue",
+    "Value",
+]
 
 
 class Kind(StrEnum):
@@ -78,6 +88,37 @@ class Drift:
         return (self.box, self.kind.value, self.subject, self.path)
 
 
+class Part(StrEnum):
+    """The part of a box a fault is about: what a plan decides by, never a message's text."""
+
+    OBSERVATION = "observation"  # the box's answer could not be used at all
+    DEPLOYMENT = "deployment"  # the deployment directory is missing
+    DOCKER = "docker"  # the engine could not be asked
+    RENDER = "render"  # `docker compose config` failed
+    VARIABLES = "variables"  # `docker compose config --variables` failed
+    LOGIN_SHELL = "login_shell"  # the login shell could not be traced
+    GATEWAY_PROBE = "gateway-probe"  # a loopback probe of the gateway got no answer
+    SECRET_SOURCE = "secret-source"  # a box_file secret's file or key is missing
+
+
+class BoxError(str):
+    """One fault of a box: the line reports print (it is that text), with the `part` of the box
+    it is about and `where` (the probe, section or secret), which plans and checks read."""
+
+    part: Part
+    where: str
+    what: str
+
+    def __new__(cls, part: Part, where: str, what: str = "") -> BoxError:
+        self = super().__new__(cls, f"{where}: {what}" if what else where)
+        self.part, self.where, self.what = part, where, what
+        return self
+
+    def __getnewargs__(self) -> tuple[Part, str, str]:  # type: ignore[override]
+        # copy, deepcopy and pickle rebuild it from its parts, not from the text
+        return (self.part, self.where, self.what)
+
+
 @dataclass(frozen=True)
 class BoxResult:
     """Everything known about one box after a run: drift, or why it could not be observed."""
@@ -85,7 +126,7 @@ class BoxResult:
     box: str
     reachable: bool
     drifts: tuple[Drift, ...] = ()
-    errors: tuple[str, ...] = ()  # per-box faults: unreachable, dockerd down, gateway timeout
+    errors: tuple[BoxError, ...] = ()  # per-box faults: unreachable, dockerd down, gateway timeout
     facts: dict[str, Any] = field(default_factory=dict)  # small observed facts for the report
 
 

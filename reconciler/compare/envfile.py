@@ -7,17 +7,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from reconciler.compare.context import BoxExpectation, secret_of
-from reconciler.compare.drift import Drift, SecretValue
+from reconciler.compare.drift import BoxError, Drift, Part
 from reconciler.compare.rules import rule
-from reconciler.compare.values import value
+from reconciler.observe.document import Observed
 
 GIB_KIB = 1024 * 1024
 
 
-def compare_envfile(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
-    entries = doc.get("envfile")
+def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     env_rule, mode_rule = rule("envfile.key"), rule("envfile.mode")
-    if entries is None:
+    if doc.envfile is None:
         yield Drift(
             exp.name,
             env_rule.kind,
@@ -29,19 +28,17 @@ def compare_envfile(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]
             note="the deployment has no .env",
         )
         return
-    # Compose keeps the last assignment of a key; so do we.
-    observed = {e["key"]: e for e in entries}
-    sources = doc.get("secret_sources") or {}
+    observed = doc.envfile_by_key()
     for entry in exp.env:
         found = observed.get(entry.key)
-        seen = value(found["value"]) if found else None
-        where = f".env:{found['line']}" if found else None
+        seen = found.value if found else None
+        where = f".env:{found.line}" if found else None
         secret = secret_of(entry)
         if secret is not None:
-            src = sources.get(secret) or {}
-            if src.get("status") != "ok":
+            src = doc.secret_sources.get(secret)
+            if src is None or src.digest is None:
                 continue  # reported as a box error: the desired value cannot be known
-            want: Any = SecretValue(src["digest"])
+            want: Any = src.digest
         else:
             want = entry.value
         if seen != want and not (want == "" and seen is None and not _empty_is_off(entry.key)):
@@ -56,7 +53,8 @@ def compare_envfile(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]
                 source=where or "absent",
                 note=f"from {entry.origin}",
             )
-    mode = ((doc.get("files") or {}).get(".env") or {}).get("mode")
+    fact = doc.files.get(".env")
+    mode = fact.mode if fact else None
     if mode and mode != "0o600":
         yield Drift(
             exp.name,
@@ -84,23 +82,23 @@ def _empty_is_off(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in EMPTY_IS_OFF)
 
 
-def secret_source_errors(exp: BoxExpectation, doc: dict[str, Any]) -> list[str]:
+def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
     """A secret whose box file or key is missing cannot be compared or written: an error."""
     errors = []
-    sources = doc.get("secret_sources") or {}
     used = {secret_of(e) for e in exp.env} - {None}
     for name in sorted(n for n in used if n is not None):
-        src = sources.get(name)
+        src = doc.secret_sources.get(name)
         if src is None:
             continue  # a controller_env secret: resolved at apply time
-        if src.get("status") != "ok":
-            errors.append(f"secret {name}: {src.get('status')} ({src.get('path')})")
+        if src.status != "ok":
+            errors.append(
+                BoxError(Part.SECRET_SOURCE, f"secret {name}", f"{src.status} ({src.path})")
+            )
     return errors
 
 
-def compare_host(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
-    mem = doc.get("meminfo") or {}
-    total, available = mem.get("MemTotal_kib"), mem.get("MemAvailable_kib")
+def compare_host(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+    total, available = doc.meminfo.total_kib, doc.meminfo.available_kib
     if not total or available is None or not exp.lanes:
         return
     biggest = max(exp.lanes.values(), key=lambda lane: lane.gpu_memory_utilization)

@@ -11,32 +11,40 @@ lane's own /v1/models. Auth posture is only visible on a gated route: /health an
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
 from reconciler.compare.values import parse_argv
+from reconciler.observe.document import ControllerProbes, Observed, RoleEntry
+
+NO_ROLE = RoleEntry()
 
 
-def lane_windows(exp: BoxExpectation, doc: dict[str, Any]) -> dict[str, int | None]:
+def lane_windows(exp: BoxExpectation, doc: Observed) -> dict[str, int | None]:
     """role -> the --max-model-len its running lane was started with (docker inspect)."""
-    containers = ((doc.get("docker") or {}).get("containers")) or []
-    by_service = {c.get("service"): c for c in containers}
+    by_service = {c.service: c for c in doc.containers}
     out: dict[str, int | None] = {}
     for service, lane in exp.lanes.items():
         c = by_service.get(service)
-        flags = parse_argv(c.get("cmd") if c else None)[1]
-        raw = (flags.get("--max-model-len") or [None])[-1]
-        out[lane.role] = int(raw) if isinstance(raw, str) and raw.isdigit() else None
+        flags = parse_argv(c.cmd if c else None)[1]
+        given = flags.get("--max-model-len")
+        raw = given[-1] if given else None
+        out[lane.role] = _window(raw)
     return out
 
 
-def compare_contract(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
-    gateway = doc.get("gateway") or {}
-    health, caps_probe = gateway.get("health") or {}, gateway.get("capabilities") or {}
-    if health.get("status") == 200:
-        version = (health.get("body") or {}).get("version")
+def _window(raw: object) -> int | None:
+    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 15:
+        return int(raw)
+    return None
+
+
+def compare_contract(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+    health, caps_probe = doc.gateway.health, doc.gateway.capabilities
+    if health is not None and health.status == 200:
+        version = health.version
         if version != exp.lobes_version:
             r = rule("contract.version")
             yield Drift(
@@ -50,28 +58,29 @@ def compare_contract(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift
                 source="GET /health",
                 note="MODEL_GEAR_VERSION and the running gateway disagree",
             )
-    caps = caps_probe.get("body") if caps_probe.get("status") == 200 else None
-    if not isinstance(caps, dict):
+    ok = caps_probe is not None and caps_probe.status == 200
+    caps = caps_probe.roles if caps_probe is not None and ok else None
+    if caps is None:
         return  # an unanswered probe is a box error, reported by the caller
     windows = lane_windows(exp, doc)
     for role, window in sorted(windows.items()):
-        yield from _local_role(exp, doc, role, window, caps.get(role) or {})
+        yield from _local_role(exp, doc, role, window, caps.get(role, NO_ROLE))
     for role, contract in sorted(exp.contract.items()):
         if contract.proxied_to is not None:
-            yield from _proxied_role(exp, role, contract.proxied_to, caps.get(role) or {})
+            yield from _proxied_role(exp, role, contract.proxied_to, caps.get(role, NO_ROLE))
 
 
 def _local_role(
-    exp: BoxExpectation, doc: dict[str, Any], role: str, window: int | None, entry: dict[str, Any]
+    exp: BoxExpectation, doc: Observed, role: str, window: int | None, entry: RoleEntry
 ) -> Iterator[Drift]:
-    advertised = entry.get("context")
+    advertised = entry.context
     path = f"capabilities.{role}.context"
     contract = exp.contract.get(role)
     if contract is not None and not contract.feasible:
         # Infeasible here; another member may still serve it through the mesh (ready, proxied).
-        if entry.get("feasible"):
+        if entry.feasible:
             r = rule("contract.ready")
-            state = f"ready={entry.get('ready')} feasible={entry.get('feasible')}"
+            state = f"ready={entry.ready} feasible={entry.feasible}"
             yield Drift(
                 exp.name,
                 r.kind,
@@ -111,9 +120,9 @@ def _local_role(
             source="GET /capabilities",
             note=f"contract.{role}.context",
         )
-    if contract is not None and not (entry.get("ready") and entry.get("feasible", True)):
+    if contract is not None and not (entry.ready and entry.feasible is not False):
         r = rule("contract.ready")
-        state = f"ready={entry.get('ready')} feasible={entry.get('feasible')}"
+        state = f"ready={entry.ready} feasible={entry.feasible}"
         yield Drift(
             exp.name,
             r.kind,
@@ -125,8 +134,8 @@ def _local_role(
             source="GET /capabilities",
         )
     service = next((s for s, lane in exp.lanes.items() if lane.role == role), None)
-    probe = (doc.get("lanes") or {}).get(service or "") or {}
-    served = _served_window(probe.get("body"))
+    probe = doc.lanes.get(service or "")
+    served = probe.max_model_len if probe is not None else None
     if window is not None and served is not None and served != window:
         r = rule("contract.lane-window")
         yield Drift(
@@ -141,23 +150,12 @@ def _local_role(
         )
 
 
-def _served_window(body: Any) -> int | None:
-    if not isinstance(body, dict):
-        return None
-    for model in body.get("data") or []:
-        if isinstance(model, dict) and isinstance(model.get("max_model_len"), int):
-            return int(model["max_model_len"])
-    return None
-
-
-def _proxied_role(
-    exp: BoxExpectation, role: str, host: str, entry: dict[str, Any]
-) -> Iterator[Drift]:
+def _proxied_role(exp: BoxExpectation, role: str, host: str, entry: RoleEntry) -> Iterator[Drift]:
     r = rule("contract.ready")
-    member, proxied = entry.get("member"), entry.get("proxied")
-    if proxied and member == host and entry.get("ready"):
+    member, proxied = entry.member, entry.proxied
+    if proxied and member == host and entry.ready:
         return
-    observed = f"proxied={proxied} member={member} ready={entry.get('ready')}"
+    observed = f"proxied={proxied} member={member} ready={entry.ready}"
     yield Drift(
         exp.name,
         r.kind,
@@ -172,13 +170,14 @@ def _proxied_role(
 
 
 def compare_auth(
-    exp: BoxExpectation, doc: dict[str, Any], controller: dict[str, Any]
+    exp: BoxExpectation, doc: Observed, controller: ControllerProbes
 ) -> Iterator[Drift]:
     r = rule("auth.posture")
     want = 401 if exp.gateway.auth == "keyed" else 200
+    loopback, remote = doc.gateway.models_noauth, controller.models_noauth
     sides = (
-        ("loopback", ((doc.get("gateway") or {}).get("models_noauth") or {}).get("status")),
-        ("controller", (controller.get("models_noauth") or {}).get("status")),
+        ("loopback", loopback.status if loopback is not None else None),
+        ("controller", remote.status if remote is not None else None),
     )
     for side, status in sides:
         if status is None or status == want:

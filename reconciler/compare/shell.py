@@ -11,33 +11,32 @@ already carries the shell's value instead of `.env`'s.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
-from reconciler.compare.values import parse_argv, value
+from reconciler.compare.values import parse_argv
+from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, Service
 
 
-def compare_shell(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
-    login = doc.get("login_shell") or {}
-    exports: dict[str, Any] = login.get("exports") or {}
+def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+    exports = doc.login_shell.exports
     if not exports:
         return
-    interpolated = set((doc.get("variables") or {}).get("names") or [])
+    interpolated = doc.variables.names
     forbidden = exp.forbidden_exports
-    envfile = {e["key"]: e for e in doc.get("envfile") or []}
-    scrubbed = (doc.get("render") or {}).get("services") or {}
-    login_render = (doc.get("render_login") or {}).get("services") or {}
-    containers = ((doc.get("docker") or {}).get("containers")) or []
+    envfile = doc.envfile_by_key()
+    scrubbed = doc.render.services or {}
+    login_render = (doc.render_login.services if doc.render_login else None) or {}
+    containers = doc.containers
     r = rule("shell.export")
     for name, export in sorted(exports.items()):
         is_forbidden = any(fnmatch.fnmatchcase(name, pattern) for pattern in forbidden)
         if name not in interpolated and not is_forbidden:
             continue
-        fields = _changed_fields(name, export.get("value"), scrubbed, login_render)
-        carriers = _carriers(name, export.get("value"), envfile.get(name), containers)
+        fields = _changed_fields(name, export.value, scrubbed, login_render)
+        carriers = _carriers(name, export.value, envfile.get(name), containers)
         parts = []
         if fields:
             parts.append("would change " + ", ".join(fields))
@@ -53,16 +52,16 @@ def compare_shell(exp: BoxExpectation, doc: dict[str, Any]) -> Iterator[Drift]:
             r.kind,
             "shell",
             name,
-            value(env_line["value"]) if env_line else None,
-            value(export.get("value")),
+            env_line.value if env_line else None,
+            export.value,
             r.action,
-            source=export.get("source") or "login shell",
+            source=export.source or "login shell",
             note="; ".join(parts),
         )
 
 
 def _changed_fields(
-    name: str, shell_value: Any, scrubbed: dict[str, Any], login: dict[str, Any]
+    name: str, shell_value: EnvValue, scrubbed: Mapping[str, Service], login: Mapping[str, Service]
 ) -> list[str]:
     """Fields whose render differs under the login shell *because of this variable*: its own
     environment entry, or a command flag / image / port whose login-shell value contains it."""
@@ -70,31 +69,26 @@ def _changed_fields(
     needle = shell_value if isinstance(shell_value, str) and len(shell_value) >= 2 else None
     for service in sorted(set(scrubbed) & set(login)):
         a, b = scrubbed[service], login[service]
-        env_a, env_b = a.get("environment") or {}, b.get("environment") or {}
-        if env_a.get(name) != env_b.get(name):
+        if a.environment.get(name) != b.environment.get(name):
             out.append(f"{service}.environment.{name}")
         if needle is None:
             continue
-        flags_a, flags_b = parse_argv(a.get("command"))[1], parse_argv(b.get("command"))[1]
+        flags_a, flags_b = parse_argv(a.command)[1], parse_argv(b.command)[1]
         for flag in sorted(set(flags_a) | set(flags_b)):
             after = flags_b.get(flag)
             if flags_a.get(flag) != after and needle in str(after):
                 out.append(f"{service}.command {flag}")
-        if a.get("image") != b.get("image") and needle in str(b.get("image")):
+        if a.image != b.image and needle in (b.image or ""):
             out.append(f"{service}.image")
-        if a.get("ports") != b.get("ports") and needle in str(b.get("ports")):
+        if a.ports != b.ports and any(needle in port for port in b.ports):
             out.append(f"{service}.ports")
     return out
 
 
 def _carriers(
-    name: str, shell_value: Any, env_line: dict[str, Any] | None, containers: list[dict[str, Any]]
+    name: str, shell_value: EnvValue, env_line: EnvLine | None, containers: tuple[Container, ...]
 ) -> list[str]:
-    env_value = env_line["value"] if env_line else ""
-    if shell_value == env_value:
+    env_value = env_line.value if env_line else ""
+    if shell_value in (env_value, ""):
         return []
-    return [
-        c["name"]
-        for c in containers
-        if (c.get("env") or {}).get(name) == shell_value and shell_value not in (None, "")
-    ]
+    return [c.name for c in containers if c.env.get(name) == shell_value]

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reconciler.compare.drift import SecretValue, Value
+from reconciler.observe.document import EnvValue
 
 
-def value(raw: Any) -> Value:
-    """Collector JSON -> a drift value: `{"secret": digest}` becomes a SecretValue."""
-    if isinstance(raw, dict) and set(raw) == {"secret"}:
-        return SecretValue(str(raw["secret"]))
-    if isinstance(raw, list):
+def value(raw: EnvValue | bool | list[Any] | tuple[Any, ...] | None) -> Value:
+    """An observed value (from the typed document) -> a drift value: lists become tuples."""
+    if isinstance(raw, list | tuple):
         return tuple(value(v) for v in raw)
-    if raw is None or isinstance(raw, str | int | float | bool):
-        return raw
-    return json.dumps(raw, sort_keys=True)
+    return raw
 
 
 def same(a: Any, b: Any) -> bool:
@@ -32,7 +30,9 @@ def same(a: Any, b: Any) -> bool:
     return False
 
 
-def changed_keys(expected: dict[str, Any], observed: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def changed_keys(
+    expected: Mapping[str, EnvValue], observed: Mapping[str, EnvValue]
+) -> dict[str, tuple[EnvValue | None, EnvValue | None]]:
     """Two flat mappings (a container's environment) -> {key: (expected, observed)} for every
     key added, removed or changed, absent as None. Environments are flat str -> str maps, so a
     set of keys is the whole diff; deepdiff's tree walk cost ~0.2 s CPU per drift run here."""
@@ -43,22 +43,25 @@ def changed_keys(expected: dict[str, Any], observed: dict[str, Any]) -> dict[str
     }
 
 
-def parse_argv(argv: list[Any] | None) -> tuple[list[Any], dict[str, list[Any]]]:
+def parse_argv(
+    argv: Sequence[EnvValue] | None,
+) -> tuple[list[EnvValue], dict[str, list[EnvValue | bool]]]:
     """Split a vLLM-style argv into positionals and {flag: [values...]}.
 
     `--flag=value` and `--flag value` both map to the flag; a bare `--flag` (a boolean) maps to
     True. Secret values (already digests) stay opaque.
     """
-    positionals: list[Any] = []
-    flags: dict[str, list[Any]] = {}
-    items = list(argv or [])
+    positionals: list[EnvValue] = []
+    flags: dict[str, list[EnvValue | bool]] = {}
+    items = list(argv or ())
     i = 0
     while i < len(items):
         token = items[i]
         if isinstance(token, str) and token.startswith("--"):
             name, eq, inline = token.partition("=")
+            parsed: EnvValue | bool
             if eq:
-                parsed: Any = _secret_inline(inline)
+                parsed = _secret_inline(inline)
             elif i + 1 < len(items) and not _is_flag(items[i + 1]):
                 parsed = items[i + 1]
                 i += 1
@@ -75,13 +78,16 @@ def _is_flag(token: Any) -> bool:
     return isinstance(token, str) and token.startswith("--")
 
 
-def _secret_inline(text: str) -> Any:
+def _secret_inline(text: str) -> EnvValue:
     # The collector writes `--api-key={"secret": "..."}` so the flag name survives masking.
     if text.startswith('{"secret"'):
         try:
-            return json.loads(text)
+            raw = json.loads(text)
         except ValueError:
             return text
+        digest = raw.get("secret") if isinstance(raw, dict) else None
+        if isinstance(digest, str) and len(raw) == 1:
+            return SecretValue(digest)
     return text
 
 
@@ -98,7 +104,3 @@ def knob_tokens(flag: str, knob_value: str) -> list[str]:
         except ValueError:
             return [text]
     return [f"{flag}={text}"]
-
-
-def env_list_to_map(items: dict[str, Any] | None) -> dict[str, Any]:
-    return dict(items or {})

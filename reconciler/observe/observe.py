@@ -46,16 +46,17 @@ class BoxObservation:
     """One box: the raw answer as received (JSON-able: what a snapshot keeps) and, read from it
     once, the typed `document` and `probes`, or the `fault` that makes the box unobserved.
 
-    Built from a snapshot's JSON (`BoxObservation(**raw)`), the same parser reads it; a live
-    answer is read with `complete=True` (every field the collector writes must be there). After
-    changing `controller` (the audit's phase 2 adds its proofs), call `reread()`."""
+    A live answer is read with `complete=True` (every field the collector writes must be
+    there); a snapshot's file (`snapshot_observation`) with `complete=False`, since a saved
+    document may be cut down to what one command reads. After changing `controller` (the
+    audit's phase 2 adds its proofs), call `reread()`."""
 
     box: str
     collected: dict[str, Any] | None  # the collector's JSON; None if it gave none we can use
     error: str | None  # why the box could not be observed at all (the fault's text)
     controller: dict[str, Any] = field(default_factory=dict)  # probes from the controller
     elapsed_s: float = 0.0
-    complete: InitVar[bool] = False  # a live answer: every field the collector writes required
+    complete: InitVar[bool] = True  # False for a snapshot: absent fields read as not observed
     fault: InitVar[Fault | None] = None  # the answer was refused before it was JSON
 
     def __post_init__(self, complete: bool, fault: Fault | None) -> None:
@@ -163,7 +164,7 @@ def _observation(
     else:
         raw = load_json(result.stdout)
         if not isinstance(raw, Fault):
-            return BoxObservation(box, raw, None, controller, elapsed, complete=True)
+            return BoxObservation(box, raw, None, controller, elapsed)
         fault = raw
     return BoxObservation(box, None, str(fault), controller, elapsed, fault=fault)
 
@@ -189,6 +190,7 @@ def snapshot_observation(box: str, path: Path) -> BoxObservation:
         error if isinstance(error, str) else None,
         controller or {},
         elapsed(raw.get("elapsed_s")),
+        complete=False,
     )
 
 

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from reconciler.compare.box import compare_box
-from reconciler.compare.drift import Action, BoxResult, Drift, Kind, SecretValue
+from reconciler.compare.drift import Action, BoxResult, Drift, Kind, Part, SecretValue
 from reconciler.compare.values import changed_keys, knob_tokens, parse_argv, value
 from reconciler.desired.load import load_fleet
 from reconciler.drift import run_drift
 from reconciler.drift_inputs import expectations
+from reconciler.observe.document import Observed, parse_collected, transport_fault
 from reconciler.observe.observe import load_snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
@@ -31,12 +32,16 @@ def captured() -> tuple[Any, dict[str, Any]]:
 
 
 def compare(captured: tuple[Any, dict[str, Any]], box: str, edit: Any = None) -> BoxResult:
+    """Compare one box of the capture, after `edit` changed its raw JSON (read again through
+    the observation parser, as a live answer is: every field the collector writes)."""
     fleet, observations = captured
     obs = observations[box]
-    doc = copy.deepcopy(obs.collected)
+    raw = copy.deepcopy(obs.collected)
     if edit is not None:
-        edit(doc)
-    return compare_box(expectations(fleet, [box])[box], doc, obs.controller, obs.error)
+        edit(raw)
+    doc = parse_collected(raw, complete=True)
+    assert isinstance(doc, Observed), doc
+    return compare_box(expectations(fleet, [box])[box], doc, obs.probes)
 
 
 def find(result: BoxResult, kind: Kind, subject: str, path: str) -> Drift:
@@ -180,12 +185,14 @@ def test_host_memory_below_what_the_biggest_lane_needs(captured: Any) -> None:
 
 def test_a_box_that_could_not_be_observed_is_an_error_not_drift() -> None:
     fleet = load_fleet(EXAMPLE, "lab")
-    result = compare_box(expectations(fleet, ["thor"])["thor"], None, {}, "unreachable: refused")
+    fault = transport_fault("unreachable: refused")
+    result = compare_box(expectations(fleet, ["thor"])["thor"], None, fault=fault)
     assert (result.reachable, result.errors, result.drifts) == (
         False,
         ("unreachable: refused",),
         (),
     )
+    assert result.errors[0].part is Part.OBSERVATION
 
 
 def test_docker_down_is_an_error_of_that_box(captured: Any) -> None:
@@ -194,6 +201,7 @@ def test_docker_down_is_an_error_of_that_box(captured: Any) -> None:
 
     result = compare(captured, "orin", no_engine)
     assert "docker: Cannot connect to the Docker daemon" in result.errors
+    assert [e.part for e in result.errors] == [Part.DOCKER]
     assert not [d for d in result.drifts if d.kind in (Kind.STATE, Kind.IMAGE)]
 
 
@@ -230,7 +238,8 @@ def test_captured_data_holds_no_clear_secret() -> None:
         (["vllm", "serve", "m", "--a=1", "--b", "2", "--c"], ["vllm", "serve", "m"],
          {"--a": ["1"], "--b": ["2"], "--c": [True]}),
         (["--x=1", "--x=2"], [], {"--x": ["1", "2"]}),
-        (["--api-key", {"secret": "hmac:ab"}], [], {"--api-key": [{"secret": "hmac:ab"}]}),
+        (["--api-key", SecretValue("hmac:ab")], [], {"--api-key": [SecretValue("hmac:ab")]}),
+        (['--api-key={"secret": "hmac:ab"}'], [], {"--api-key": [SecretValue("hmac:ab")]}),
         ([], [], {}),
     ],
 )  # fmt: skip
@@ -258,7 +267,14 @@ def test_changed_keys_of_an_environment() -> None:
     assert changed_keys(want, dict(want)) == {}
 
 
-def test_value_turns_collector_digests_into_secret_values() -> None:
-    assert value({"secret": "hmac:00"}) == SecretValue("hmac:00")
-    assert value(["a", {"secret": "hmac:1"}]) == ("a", SecretValue("hmac:1"))
-    assert str(SecretValue("hmac:00")) == "***"
+def test_collector_digests_become_secret_values() -> None:
+    digest = "hmac:" + "0" * 64
+    doc = parse_collected(
+        {"envfile": [{"key": "GATEWAY_API_KEY", "value": {"secret": digest}, "line": 1}]},
+        complete=False,
+        version=1,
+    )
+    assert isinstance(doc, Observed)
+    assert doc.envfile_by_key()["GATEWAY_API_KEY"].value == SecretValue(digest)
+    assert value(["a", SecretValue(digest)]) == ("a", SecretValue(digest))
+    assert str(SecretValue(digest)) == "***"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import Action, BoxResult, Drift, Kind, SecretValue
+from reconciler.compare.drift import Action, BoxError, BoxResult, Drift, Kind, Part, SecretValue
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import expectations
 from reconciler.plan import FileRestore, StepKind, actionable, mesh_order, plan_box
@@ -47,7 +47,15 @@ def captured(name: str, errors: bool = True) -> BoxResult:
         )
         for d in doc["drifts"]
     )
-    return BoxResult(doc["box"], doc["reachable"], drifts, tuple(doc["errors"]) if errors else ())
+    found = tuple(_secret_source_error(e) for e in doc["errors"]) if errors else ()
+    return BoxResult(doc["box"], doc["reachable"], drifts, found)
+
+
+def _secret_source_error(text: str) -> BoxError:
+    # The pristine captures' only errors are secret sources missing on the lab's boxes.
+    where, _, what = text.partition(": ")
+    assert where.startswith("secret "), text
+    return BoxError(Part.SECRET_SOURCE, where, what)
 
 
 def drift(subject: str, path: str, action: Action, kind: Kind = Kind.ENV, **kw: Any) -> Drift:
@@ -97,7 +105,8 @@ def test_a_missing_secret_source_blocks_the_converge(exps):
 
 
 def test_an_unreachable_box_is_blocked(exps):
-    plan = plan_box(BoxResult("thor", False, errors=("unreachable: timeout",)), exps["thor"])
+    unreachable = BoxError(Part.OBSERVATION, "unreachable: timeout")
+    plan = plan_box(BoxResult("thor", False, errors=(unreachable,)), exps["thor"])
     assert plan.blocked == ("unreachable: timeout",)
 
 
@@ -107,9 +116,21 @@ def test_no_drift_no_steps(exps):
 
 
 def test_a_gateway_that_does_not_answer_is_recreated_not_blocked(exps):
-    result = BoxResult("thor", True, errors=("gateway health (loopback): URLError: refused",))
+    refused = BoxError(Part.GATEWAY_PROBE, "gateway health (loopback)", "URLError: refused")
+    result = BoxResult("thor", True, errors=(refused,))
     plan = plan_box(result, exps["thor"])
     assert kinds(plan) == [("recreate-gateway", "gateway")]
+    assert plan.steps[0].reasons == ("gateway health (loopback)",)
+
+
+def test_a_fault_blocks_by_its_part_never_by_its_text(exps):
+    """A box's error text is whatever the box made it: a docker error that reads like a
+    gateway probe's still blocks, a gateway probe's error still only recreates."""
+    lookalike = BoxError(Part.DOCKER, "docker", "gateway health (loopback): refused")
+    plan = plan_box(BoxResult("thor", True, errors=(lookalike,)), exps["thor"])
+    assert plan.blocked == (lookalike,) and plan.empty
+    shell = BoxError(Part.LOGIN_SHELL, "login_shell", "bash exited 1")
+    assert not plan_box(BoxResult("thor", True, errors=(shell,)), exps["thor"]).blocked
 
 
 def test_login_shell_exports_and_memory_are_reported_never_stepped(exps):

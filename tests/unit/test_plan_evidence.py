@@ -90,7 +90,7 @@ def test_outcome_lines_say_what_was_rolled_back(exp):
 
 def test_the_payload_carries_secret_references_not_values(exp, fleet):
     spec = fleet.boxes["thor"]
-    payload = converge_payload(exp, spec, plan_box(_result(), exp), {}, "me", environ={})
+    payload = converge_payload(exp, spec, plan_box(_result(), exp), None, "me", environ={})
     assert payload["managed_env"]["GATEWAY_API_KEY"] == {"secret": "gateway_api_key"}
     assert payload["box_secrets"]["gateway_api_key"]["key"] == "GATEWAY_API_KEY"
     assert payload["services"] == ["gateway"]
