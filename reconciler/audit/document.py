@@ -170,9 +170,33 @@ class EvidenceDoc(_Doc):
     mesh: BoxMeshDoc
 
 
+class FaultDoc(_Doc):
+    """Why a box could not be audited, as a value (observe/document.py's Fault)."""
+
+    kind: Literal[
+        "unreachable",
+        "collector-failed",
+        "not-json",
+        "too-large",
+        "malformed",
+        "unsupported-version",
+        "not-observed",
+        "recorded",
+    ] = Field(
+        description="unreachable: no answer (or no gated answer from the gateway); "
+        "collector-failed; not-json: truncated or not UTF-8; too-large: over the size limit; "
+        "malformed: a field of the wrong type or range; unsupported-version; not-observed: "
+        "nothing to read (no audit section, not in the snapshot); recorded: a snapshot's box "
+        "that was not observed then"
+    )
+    path: str | None = Field(description="the field of the box's answer, for malformed")
+    what: str = Field(description="what was wrong, never the value")
+
+
 class BoxDoc(VerdictFields):
     box: str
     errors: list[str]
+    fault: FaultDoc | None = Field(description="why the box could not be audited; null if it was")
     intent: IntentDoc
     evidence: EvidenceDoc | None = Field(description="null when the box could not be audited")
 

@@ -1,4 +1,9 @@
-"""One evidence row per box, built from its observation: pure, typed, no I/O.
+"""One evidence row per box, built from its typed observation: pure, no I/O.
+
+A box's answer was parsed once (reconciler/observe/document.py) into a typed document or a
+`Fault` of that box; the rows are built from that document only. A box whose answer was refused,
+or lacks what an audit needs, is a row that is not audited, with its typed fault: every other
+box and the mesh are judged as usual.
 
 Everything an audit verdict rests on is here, each fact with where it was seen: the desired
 posture, what `.env` declares (line state and digest), what the running gateway carries and
@@ -11,12 +16,25 @@ box); two equal digests in one run mean the same value.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from reconciler.compare.drift import SecretValue
 from reconciler.desired import roles
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
+from reconciler.observe import document as seen
+from reconciler.observe.document import (
+    AuditSection,
+    CapabilitiesProbe,
+    ControllerAudit,
+    EnvValue,
+    Fault,
+    FaultKind,
+    MeshDetectProbe,
+    Observed,
+    ProofProbe,
+    SecretValue,
+)
 from reconciler.observe.observe import BoxObservation
 
 API_KEYS = ("GATEWAY_API_KEY", "CULTURE_VLLM_API_KEY")  # lobes: the first non-blank wins
@@ -27,6 +45,7 @@ Posture = Literal["keyed", "open", "mixed", "unknown"]
 LineState = Literal["set", "empty", "commented-out", "absent", "no-file"]
 # Where the value the running gateway carries came from.
 Origin = Literal["env", "shell", "env+shell", "none", "unexplained"]
+NO_AUDIT = ControllerAudit()  # no audit probes from the controller (an unprobed box)
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,7 @@ class BoxEvidence:
     mesh_detect: bool | None = None  # GET /mesh/detect from the mesh side
     proxied: dict[str, str] = field(default_factory=dict)  # role -> member, /capabilities
     proofs: tuple[Proof, ...] = ()
+    fault: Fault | None = None  # why the box is not audited (typed; also errors[0])
 
     @property
     def inbound(self) -> Carried | None:
@@ -219,8 +239,10 @@ def live_posture(*sides: Side | None) -> Posture:
 
 
 # -- building ---------------------------------------------------------------------------------
-def intent(box: BoxSpec, collected: dict[str, Any] | None) -> Intent:
-    sources = (collected or {}).get("secret_sources") or {}
+# Everything below reads the box's typed document (reconciler/observe/document.py), parsed once
+# when the answer arrived: a field of the wrong type never gets here, it made the box's fault.
+def intent(box: BoxSpec, doc: Observed | None) -> Intent:
+    sources = doc.secret_sources if doc is not None else {}
 
     def desired(secret: str | None) -> tuple[SecretValue | None, str | None, str | None]:
         if secret is None:
@@ -229,9 +251,8 @@ def intent(box: BoxSpec, collected: dict[str, Any] | None) -> Intent:
         if isinstance(src, ControllerEnvSecret):
             return None, "controller-env", f"${src.variable} on the controller"
         where = f"{src.path} {src.key}" if isinstance(src, BoxFileSecret) else None
-        seen = sources.get(secret) or {}
-        digest = SecretValue(seen["digest"]) if seen.get("digest") else None
-        return digest, seen.get("status"), where
+        seen = sources.get(secret)
+        return (seen.digest, seen.status, where) if seen is not None else (None, None, where)
 
     api_secret = box.gateway.api_key.secret if box.gateway.api_key else None
     mesh_secret = box.mesh.key.secret if box.mesh.enabled and box.mesh.key else None
@@ -254,63 +275,122 @@ def intent(box: BoxSpec, collected: dict[str, Any] | None) -> Intent:
 
 
 def box_evidence(box: BoxSpec, obs: BoxObservation) -> BoxEvidence:
-    doc = obs.collected
+    doc = obs.document
     want = intent(box, doc)
     if doc is None:
-        return BoxEvidence(box.name, False, (obs.error or "not observed",), want)
-    audit = doc.get("audit")
-    if not isinstance(audit, dict):
-        reason = "the collector ran without its audit section (an older snapshot?)"
-        return BoxEvidence(box.name, False, (reason,), want)
-    errors = _errors(doc, audit)
-    containers = ((doc.get("docker") or {}).get("containers")) or []
-    gateway = next((c for c in containers if c.get("service") == roles.GATEWAY_SERVICE), None)
-    envfile = _envfile(audit.get("envfile_keys") or {})
+        return unaudited(
+            box.name, want, obs.failure or Fault(FaultKind.NOT_OBSERVED, "not observed")
+        )
+    fault = _lacking(box, doc)
+    if fault is not None:
+        return unaudited(box.name, want, fault)
+    audit = doc.audit
+    assert audit is not None  # _lacking said so
+    controller = obs.probes
+    gateway = next((c for c in doc.containers if c.service == roles.GATEWAY_SERVICE), None)
+    envfile = _envfile(audit)
     shell = _shell(box, doc)
-    carried = _carried(gateway, envfile, {s.name: s for s in shell}) if gateway else {}
-    controller = obs.controller or {}
-    loopback = _side(doc.get("gateway") or {}, (audit.get("probes") or {}).get("chat_noauth"))
-    mesh_side = _side(controller, (controller.get("audit") or {}).get("chat_noauth"))
-    probes = audit.get("probes") or {}
+    carried = _carried(gateway.env, envfile, {s.name: s for s in shell}) if gateway else {}
+    on_box = controller.audit or NO_AUDIT
     ev = BoxEvidence(
         box=box.name,
         audited=True,
-        errors=tuple(errors),
+        errors=_errors(doc, audit),
         intent=want,
         envfile=envfile,
-        gateway_container=gateway.get("name") if gateway else None,
-        gateway_status=gateway.get("status") if gateway else None,
+        gateway_container=gateway.name if gateway else None,
+        gateway_status=gateway.status if gateway else None,
         carried=carried,
         shell=shell,
-        loopback=loopback,
-        mesh_side=mesh_side,
-        keyed=_keyed(probes.get("models_key")),
-        mesh_keyed=_keyed(probes.get("models_mesh_key")),
-        published=_published(containers, audit, controller),
-        mesh_name=_plain((gateway or {}).get("env", {}).get("LOBES_MESH_NAME")),
-        mesh_detect=_mesh_detect(controller),
-        proxied=_proxied(controller, doc),
-        proofs=_proofs(controller),
+        loopback=_side(
+            doc.gateway.health,
+            doc.gateway.capabilities,
+            doc.gateway.models_noauth,
+            audit.chat_noauth,
+        ),
+        mesh_side=_side(
+            controller.health,
+            controller.capabilities,
+            controller.models_noauth,
+            on_box.chat_noauth,
+        ),
+        keyed=_keyed(audit.models_key),
+        mesh_keyed=_keyed(audit.models_mesh_key),
+        published=_published(doc, audit, on_box),
+        mesh_name=_plain(gateway.env.get("LOBES_MESH_NAME") if gateway else None),
+        mesh_detect=_mesh_detect(on_box.mesh_detect),
+        proxied=_proxied(controller.capabilities, doc.gateway.capabilities),
+        proofs=tuple(_proof(p) for p in on_box.weakest_link),
     )
     if ev.posture == "unknown":
         # Neither side got an answer to a gated route: who can call it cannot be said.
-        return BoxEvidence(
-            **{**ev.__dict__, "audited": False, "errors": (*ev.errors, _no_answer(ev))}
-        )
+        fault = Fault(FaultKind.UNREACHABLE, _no_answer(ev))
+        return replace(ev, audited=False, fault=fault, errors=(fault.message, *ev.errors))
     return ev
 
 
-def _errors(doc: dict[str, Any], audit: dict[str, Any]) -> list[str]:
+def unaudited(name: str, want: Intent, fault: Fault) -> BoxEvidence:
+    """A box the audit cannot judge, and the typed reason (shown as its first error)."""
+    return BoxEvidence(name, False, (fault.message,), want, fault=fault)
+
+
+def _lacking(box: BoxSpec, doc: Observed) -> Fault | None:
+    """What the audit needs that a well-typed answer may still lack: its own section, the
+    containers and the gateway probes (a live answer always has them; a snapshot cut down for
+    another command may not), and hashed values wherever a secret's value belongs."""
+    if doc.audit is None:
+        return Fault(
+            FaultKind.NOT_OBSERVED,
+            "the collector ran without its audit section (an older or a drift snapshot?)",
+            "audit",
+        )
+    if doc.docker.containers is None and doc.docker.error is None:
+        return Fault(FaultKind.MALFORMED, "missing (and no error says why)", "docker.containers")
+    probes = doc.gateway
+    if probes.error is None and probes.models_noauth is None:
+        return Fault(
+            FaultKind.MALFORMED, "missing (and no error says why)", "gateway.models_noauth"
+        )
+    for i, c in enumerate(doc.containers):
+        for name in AUDITED_KEYS:
+            if _in_clear(c.env.get(name)):
+                return _clear(f"docker.containers[{i}].env.{name}")
+    for name, export in doc.login_shell.exports.items():
+        if _in_clear(export.value) and _is_secret(box, name):
+            shown = f".{name}" if name.isidentifier() else "[?]"
+            return _clear(f"login_shell.exports{shown}.value")
+    return None
+
+
+def _in_clear(value: EnvValue | None) -> bool:
+    # The collector hashes every secret-named value and sends "" for an empty one: a non-empty
+    # text there is a value it should never have sent (a broken or hostile box).
+    return isinstance(value, str) and value != ""
+
+
+def _clear(path: str) -> Fault:
+    what = "a secret's value in clear text (expected a hashed secret)"
+    return Fault(FaultKind.MALFORMED, what, path)
+
+
+def _is_secret(box: BoxSpec, name: str) -> bool:
+    return name in AUDITED_KEYS or any(fnmatch.fnmatchcase(name, p) for p in box.secret_patterns)
+
+
+def _errors(doc: Observed, audit: AuditSection) -> tuple[str, ...]:
+    """What the box said it could not observe: warnings on an audited box (its own words)."""
     errors = []
-    if not doc.get("deploy_dir_exists"):
-        errors.append(f"deployment directory {doc.get('deploy_dir')} does not exist")
-    for part in ("docker", "login_shell", "variables"):
-        section = doc.get(part)
-        if isinstance(section, dict) and section.get("error"):
-            errors.append(f"{part}: {section['error']}")
-    if isinstance(audit.get("error"), str):
-        errors.append(f"audit: {audit['error']}")
-    return errors
+    if not doc.deploy_dir_exists:
+        errors.append(f"deployment directory {doc.deploy_dir} does not exist")
+    for part, error in (
+        ("docker", doc.docker.error),
+        ("login_shell", doc.login_shell.error),
+        ("variables", doc.variables.error),
+        ("audit", audit.error),
+    ):
+        if error:
+            errors.append(f"{part}: {error}")
+    return tuple(errors)
 
 
 def _no_answer(ev: BoxEvidence) -> str:
@@ -321,50 +401,41 @@ def _no_answer(ev: BoxEvidence) -> str:
     return "the gateway answered no gated request (" + "; ".join(parts) + ")"
 
 
-def _secret(raw: Any) -> SecretValue | None:
-    if isinstance(raw, dict) and isinstance(raw.get("secret"), str):
-        return SecretValue(raw["secret"])
-    return None
+def _plain(value: EnvValue | None) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
-def _plain(raw: Any) -> str | None:
-    return raw if isinstance(raw, str) and raw else None
-
-
-def _envfile(raw: dict[str, Any]) -> dict[str, EnvLine]:
+def _envfile(audit: AuditSection) -> dict[str, EnvLine]:
     out = {}
     for name in AUDITED_KEYS:
-        entry = raw.get(name) or {"state": "absent"}
-        digest = entry.get("digest")
-        out[name] = EnvLine(
-            name,
-            entry.get("state", "absent"),
-            entry.get("line"),
-            SecretValue(digest) if isinstance(digest, str) else None,
-        )
+        seen = audit.envfile_keys.get(name)
+        if seen is None:
+            out[name] = EnvLine(name, "absent")
+        else:
+            out[name] = EnvLine(name, seen.state, seen.line, seen.digest)
     return out
 
 
-def _shell(box: BoxSpec, doc: dict[str, Any]) -> tuple[ShellExport, ...]:
+def _shell(box: BoxSpec, doc: Observed) -> tuple[ShellExport, ...]:
     """Login-shell exports of secret names that compose interpolates: each one decides what
     `docker compose up` from an operator's shell runs with, ahead of `.env` (incident #209)."""
-    exports = ((doc.get("login_shell") or {}).get("exports")) or {}
-    interpolated = set((doc.get("variables") or {}).get("names") or [])
+    interpolated = doc.variables.names
     out = []
-    for name, export in sorted(exports.items()):
+    for name, export in sorted(doc.login_shell.exports.items()):
         secret = any(fnmatch.fnmatchcase(name, p) for p in box.secret_patterns)
         if secret and (name in interpolated or name in AUDITED_KEYS):
-            out.append(ShellExport(name, export.get("source"), _secret(export.get("value"))))
+            digest = export.value if isinstance(export.value, SecretValue) else None
+            out.append(ShellExport(name, export.source, digest))
     return tuple(out)
 
 
 def _carried(
-    gateway: dict[str, Any], envfile: dict[str, EnvLine], shell: dict[str, ShellExport]
+    env: Mapping[str, EnvValue], envfile: dict[str, EnvLine], shell: dict[str, ShellExport]
 ) -> dict[str, Carried]:
-    env = gateway.get("env") or {}
     out = {}
     for name in AUDITED_KEYS:
-        digest = _secret(env.get(name))
+        value = env.get(name)
+        digest = value if isinstance(value, SecretValue) else None
         line = envfile.get(name) or EnvLine(name, "absent")
         declared = line.digest if line.state == "set" else None
         export = shell.get(name)
@@ -388,104 +459,82 @@ def _carried(
     return out
 
 
-def _side(probes: dict[str, Any], chat: dict[str, Any] | None) -> Side:
-    return Side(
-        health=_probe(probes.get("health")),
-        capabilities=_probe(probes.get("capabilities")),
-        models=_probe(probes.get("models_noauth")),
-        chat=_probe(chat),
-    )
+def _side(
+    health: seen.Probe | None,
+    capabilities: seen.Probe | None,
+    models: seen.Probe | None,
+    chat: seen.Probe | None,
+) -> Side:
+    return Side(_probe(health), _probe(capabilities), _probe(models), _probe(chat))
 
 
-def _probe(raw: Any) -> Probe:
-    if not isinstance(raw, dict):
+def _probe(probe: seen.Probe | None) -> Probe:
+    if probe is None:
         return Probe(None, "not probed")
-    return Probe(raw.get("status"), raw.get("error") or raw.get("error_type"), raw.get("model"))
+    return Probe(probe.status, probe.failure, probe.model)
 
 
-def _keyed(raw: Any) -> KeyedProbe | None:
-    if not isinstance(raw, dict):
+def _keyed(probe: seen.KeyedProbe | None) -> KeyedProbe | None:
+    if probe is None:
         return None
     return KeyedProbe(
-        status=raw.get("status"),
-        key_from=raw.get("key_from"),
-        digest=SecretValue(raw["key"]) if isinstance(raw.get("key"), str) else None,
-        note=raw.get("skipped") or raw.get("error") or raw.get("error_type"),
+        status=probe.status,
+        key_from=probe.key_from,
+        digest=probe.key,
+        note=probe.skipped or probe.failure,
     )
 
 
-def _bindings(container: dict[str, Any]) -> list[Binding]:
-    out = []
-    for port, binds in sorted((container.get("ports") or {}).items()):
-        for bind in binds or []:
-            out.append(
-                Binding(
-                    container=container.get("name") or "?",
-                    service=container.get("service"),
-                    host_ip=bind.get("HostIp") or "",
-                    host_port=str(bind.get("HostPort") or ""),
-                    container_port=port,
-                )
-            )
-    return out
-
-
-def _published(
-    containers: list[dict[str, Any]], audit: dict[str, Any], controller: dict[str, Any]
-) -> Published:
+def _published(doc: Observed, audit: AuditSection, on_box: ControllerAudit) -> Published:
     gateway: list[Binding] = []
     lanes: list[Binding] = []
-    for c in containers:
-        if c.get("status") != "running":
+    for c in doc.containers:
+        if c.status != "running":
             continue  # a stopped container publishes nothing
-        (gateway if c.get("service") == roles.GATEWAY_SERVICE else lanes).extend(_bindings(c))
-    host_net = tuple((audit.get("host_network") or {}).get("containers") or ())
-    lane_probes = tuple(
-        LaneProbe(p.get("container", "?"), p.get("url", ""), p.get("status"), p.get("error"))
-        for p in (controller.get("audit") or {}).get("lane_ports") or []
-    )
-    return Published(tuple(gateway), tuple(lanes), host_net, lane_probes)
+        found = [
+            Binding(c.name, c.service, b.host_ip, b.host_port, port)
+            for port, binds in sorted(c.ports.items())
+            for b in binds
+        ]
+        (gateway if c.service == roles.GATEWAY_SERVICE else lanes).extend(found)
+    host_net = audit.host_network.containers if audit.host_network else None
+    lane_probes = tuple(LaneProbe(p.container, p.url, p.status, p.error) for p in on_box.lane_ports)
+    return Published(tuple(gateway), tuple(lanes), host_net or (), lane_probes)
 
 
-def _mesh_detect(controller: dict[str, Any]) -> bool | None:
-    probe = (controller.get("audit") or {}).get("mesh_detect") or {}
-    if probe.get("status") == 200 and isinstance(probe.get("body"), dict):
-        return bool(probe["body"].get("mesh"))
-    if probe.get("status") == 404:
+def _mesh_detect(probe: MeshDetectProbe | None) -> bool | None:
+    if probe is None:
+        return None
+    if probe.status == 200:
+        return probe.mesh
+    if probe.status == 404:
         return False  # lobes answers every /mesh/* with 404 when the mesh is off
     return None
 
 
-def _proxied(controller: dict[str, Any], doc: dict[str, Any]) -> dict[str, str]:
+def _proxied(*probes: CapabilitiesProbe | None) -> dict[str, str]:
     """role -> member, from /capabilities (mesh side first, else the loopback's)."""
-    for probe in (controller.get("capabilities"), (doc.get("gateway") or {}).get("capabilities")):
-        body = (probe or {}).get("body")
-        if isinstance(body, dict):
+    for probe in probes:
+        if probe is not None and probe.roles is not None:
             return {
-                role: str(entry["member"])
-                for role, entry in sorted(body.items())
-                if isinstance(entry, dict) and entry.get("proxied") and entry.get("member")
+                role: entry.member
+                for role, entry in sorted(probe.roles.items())
+                if entry.proxied and entry.member
             }
     return {}
 
 
-def _proofs(controller: dict[str, Any]) -> tuple[Proof, ...]:
-    out = []
-    for p in (controller.get("audit") or {}).get("weakest_link") or []:
-        headers = p.get("headers") or {}
-        out.append(
-            Proof(
-                via=p.get("via", "?"),
-                role=p.get("role", "?"),
-                host=p.get("host", "?"),
-                url=p.get("url", ""),
-                status=p.get("status"),
-                mesh_member=headers.get("X-Lobes-Mesh-Member"),
-                proxied_by=headers.get("X-Lobes-Proxied-By"),
-                error=p.get("error") or p.get("error_type"),
-            )
-        )
-    return tuple(out)
+def _proof(p: ProofProbe) -> Proof:
+    return Proof(
+        via=p.via,
+        role=p.role,
+        host=p.host,
+        url=p.url,
+        status=p.status,
+        mesh_member=p.headers.get("X-Lobes-Mesh-Member"),
+        proxied_by=p.headers.get("X-Lobes-Proxied-By"),
+        error=p.failure,
+    )
 
 
 # -- key use across boxes ------------------------------------------------------------------------

@@ -50,3 +50,4 @@ def attach_proofs(
         audit: dict[str, Any] = obs.controller.setdefault("audit", {})
         audit["weakest_link"] = [p for p in found["weakest_link"] if p["via"] == box]
         audit["lane_ports"] = [p for p in found["lane_ports"] if p["box"] == box]
+        obs.reread()  # the typed view of the probes, proofs included (parsed like the rest)

@@ -23,6 +23,7 @@ from reconciler.audit.evidence import (
 from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import Severity, Verdict
 from reconciler.compare.drift import SecretValue
+from reconciler.observe.document import Fault
 from reconciler.report.json_report import secret_digest
 from reconciler.report.values import scrub
 
@@ -77,9 +78,15 @@ def _verdict(v: Verdict) -> dict[str, Any]:
 
 def _box(row: BoxEvidence, v: Verdict, rows: list[BoxEvidence]) -> dict[str, Any]:
     out: dict[str, Any] = {"box": row.box, **_verdict(v), "errors": [scrub(e) for e in row.errors]}
+    out["fault"] = _fault(row.fault) if row.fault is not None else None
     out["intent"] = _intent(row)
     out["evidence"] = _evidence(row, rows) if row.audited else None
     return out
+
+
+def _fault(fault: Fault) -> dict[str, Any]:
+    path = scrub(fault.path) if fault.path else None
+    return {"kind": fault.kind.value, "path": path, "what": scrub(fault.what)}
 
 
 def _intent(row: BoxEvidence) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from reconciler.audit.observe import attach_proofs, gateway_base, observe_audit
 from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import box_verdict, mesh_verdict
 from reconciler.desired.fleet import Fleet
+from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import BoxObservation, load_snapshot, save_snapshot
 from reconciler.observe.payload import new_run_key
 
@@ -29,7 +30,8 @@ def run_audit(
         index, observations = load_snapshot(from_snapshot)
         run_id = str(index.get("run_id", run_id))
         for name in boxes:
-            observations.setdefault(name, BoxObservation(name, None, "not in the snapshot"))
+            missing = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
+            observations.setdefault(name, BoxObservation(name, None, str(missing), fault=missing))
     else:
         observations = observe_audit(fleet, boxes, new_run_key())
         # Phase 2 needs phase 1's postures: which member is open, which keyed.

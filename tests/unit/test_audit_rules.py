@@ -112,13 +112,14 @@ def codes(rows: list[BoxEvidence], box: str) -> set[str]:
 
 
 # -- where the running key came from -----------------------------------------------------------
-GW = {"name": "model-gear-gateway", "service": "gateway"}
-
-
 def carried_origin(container: object, env: EnvLine, shell: ShellExport | None) -> Carried:
-    gw = {**GW, "env": {"GATEWAY_API_KEY": container}}
+    # The container's value as the typed document holds it: the wire's {"secret": digest} is a
+    # SecretValue there, an empty value stays "".
+    value = SecretValue(container["secret"]) if isinstance(container, dict) else container
     exports = {shell.name: shell} if shell else {}
-    return _carried(gw, {"GATEWAY_API_KEY": env}, exports)["GATEWAY_API_KEY"]
+    return _carried({"GATEWAY_API_KEY": value}, {"GATEWAY_API_KEY": env}, exports)[
+        "GATEWAY_API_KEY"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -73,3 +73,88 @@ def test_a_cache_directory_others_can_write_is_not_used(program: Path, tmp_path:
     assert not list((home / ".cache" / "fleet-reconciler").iterdir())
     fallback = tmp / f"fleet-reconciler-{os.getuid()}"
     assert (fallback / f"echoer.{TAG}.code").is_file()  # the private fallback is used instead
+
+
+# Issue 10, class 7: compiled code is run as the deploy user, so only a file that user alone
+# could have written is run. Tests run as root: "another owner" is os.chown to nobody.
+NOBODY = 65534
+
+
+def _planted(program: Path, entry: Path) -> None:
+    """A cache entry stamped with the program's own digest, holding other code."""
+    import marshal
+
+    evil = compile("print('planted code ran')", "<planted>", "exec")
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.parent.chmod(0o700)
+    entry.write_bytes(hashlib.sha256(program.read_bytes()).digest() + marshal.dumps(evil))
+    entry.chmod(0o600)
+
+
+def test_compiled_code_is_written_0600(program: Path, tmp_path: Path) -> None:
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    old = os.umask(0)  # even a permissive umask cannot widen it
+    try:
+        _run(python_command(program, "one"), home, tmp)
+    finally:
+        os.umask(old)
+    entry = home / ".cache" / "fleet-reconciler" / f"echoer.{TAG}.code"
+    info = entry.stat()
+    assert info.st_mode & 0o777 == 0o600 and info.st_uid == os.getuid()
+
+
+def test_a_private_cached_file_of_the_user_is_what_runs(program: Path, tmp_path: Path) -> None:
+    """The control for the tests below: the planted entry does run when it is the user's own
+    and private, so their refusals come from the owner and mode checks."""
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    _planted(program, home / ".cache" / "fleet-reconciler" / f"echoer.{TAG}.code")
+    assert _run(python_command(program, "x"), home, tmp) == "planted code ran\n"
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(lambda entry: os.chown(entry, NOBODY, NOBODY), id="other-owner"),
+        pytest.param(lambda entry: entry.chmod(0o620), id="group-writable"),
+        pytest.param(lambda entry: entry.chmod(0o602), id="world-writable"),
+        pytest.param(lambda entry: entry.chmod(0o644), id="readable-by-others"),
+    ],
+)
+def test_a_cached_file_with_the_wrong_owner_or_mode_is_not_run(
+    program: Path, tmp_path: Path, spoil: object
+) -> None:
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    entry = home / ".cache" / "fleet-reconciler" / f"echoer.{TAG}.code"
+    _planted(program, entry)
+    spoil(entry)  # type: ignore[operator]
+    assert _run(python_command(program, "x"), home, tmp).startswith("argument x")
+    info = entry.stat()  # recompiled from the shipped source, written over: ours and 0600
+    assert info.st_uid == os.getuid() and info.st_mode & 0o777 == 0o600
+    assert _run(python_command(program, "y"), home, tmp).startswith("argument y")
+
+
+def test_a_cached_symlink_is_not_followed(program: Path, tmp_path: Path) -> None:
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    elsewhere = tmp_path / "elsewhere.code"
+    _planted(program, elsewhere)
+    entry = home / ".cache" / "fleet-reconciler" / f"echoer.{TAG}.code"
+    entry.parent.mkdir(parents=True, mode=0o700)
+    entry.symlink_to(elsewhere)
+    assert _run(python_command(program, "x"), home, tmp).startswith("argument x")
+    assert not entry.is_symlink()  # replaced by a real file
+
+
+def test_a_cache_directory_of_another_owner_is_not_used(program: Path, tmp_path: Path) -> None:
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    entry = home / ".cache" / "fleet-reconciler" / f"echoer.{TAG}.code"
+    _planted(program, entry)
+    os.chown(entry, os.getuid(), os.getgid())
+    os.chown(entry.parent, NOBODY, NOBODY)  # the file is fine, its directory is not ours
+    assert _run(python_command(program, "x"), home, tmp).startswith("argument x")
+    fallback = tmp / f"fleet-reconciler-{os.getuid()}" / f"echoer.{TAG}.code"
+    assert fallback.stat().st_mode & 0o777 == 0o600
