@@ -1122,7 +1122,7 @@ def _audit(r: _Reader, raw: Any, path: str) -> AuditSection:
         return None if value is None else _keyed_probe(value, f"{path}.probes.{name}")
 
     return AuditSection(
-        envfile_keys=_mapping(keys, f"{path}.envfile_keys", _env_key_state) if keys else {},
+        envfile_keys=_mapping(_or(keys, {}), f"{path}.envfile_keys", _env_key_state),
         chat_noauth=_opt_probe(probes.get("chat_noauth"), f"{path}.probes.chat_noauth"),
         models_key=keyed("models_key"),
         models_mesh_key=keyed("models_mesh_key"),
@@ -1217,11 +1217,11 @@ def _controller_audit(raw: Any, path: str) -> ControllerAudit:
         mesh_detect=None if mesh is None else _mesh_detect(mesh, f"{path}.mesh_detect"),
         weakest_link=tuple(
             _proof(p, f"{path}.weakest_link[{i}]")
-            for i, p in enumerate(_list(proofs, f"{path}.weakest_link") if proofs else [])
+            for i, p in enumerate(_list(_or(proofs, []), f"{path}.weakest_link"))
         ),
         lane_ports=tuple(
             _lane_port(p, f"{path}.lane_ports[{i}]")
-            for i, p in enumerate(_list(lanes, f"{path}.lane_ports") if lanes else [])
+            for i, p in enumerate(_list(_or(lanes, []), f"{path}.lane_ports"))
         ),
     )
 

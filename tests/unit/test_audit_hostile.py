@@ -173,6 +173,9 @@ CASES: dict[str, Craft] = {
     # the audit section
     "audit is a list": at("audit")([]),
     "envfile_keys is a list": at("audit", "envfile_keys")(["GATEWAY_API_KEY"]),
+    # a wrong type that is falsy must not read as "empty"
+    "envfile_keys is an empty string": at("audit", "envfile_keys")(""),
+    "envfile_keys is 0": at("audit", "envfile_keys")(0),
     "an envfile entry is a string": ENV_KEY("set"),
     "an envfile state is unknown": ENV_KEY({"state": "maybe", "line": 3}),
     "an envfile line is a string": ENV_KEY({"state": "set", "line": "12"}),
@@ -224,6 +227,8 @@ CASES: dict[str, Craft] = {
     "the controller's audit probes are a list": in_controller("audit")([]),
     "a mesh-side status is a string": in_controller("models_noauth")({"status": "200"}),
     "the weakest-link proofs are a string": in_controller("audit", "weakest_link")(CANARY),
+    "the weakest-link proofs are an empty object": in_controller("audit", "weakest_link")({}),
+    "the lane-port probes are false": in_controller("audit", "lane_ports")(False),
     "capabilities name a member that is not a string": in_controller("capabilities")(
         {"status": 200, "body": {"cortex": {"member": 5, "proxied": True}}}
     ),
