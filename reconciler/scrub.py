@@ -46,9 +46,17 @@ _CREDENTIAL = re.compile(
 )
 # A line break, real or as repr() escapes it: what follows can be an injected header line.
 _BREAK = re.compile(r"[\r\n]|\\r|\\n")
-_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
+_ASSIGNMENTS = tuple(
+    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*" + sep + r"\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+    for sep in ("=", ":")
+)
 # Keys and tokens: long runs of base64/hex/url-safe characters that mix letters and digits.
-_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{24,}")
+# url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
+_RUN = re.compile(
+    r"(?<![A-Za-z0-9+/])(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z0-9+/]{30,}={0,2}"
+    r"|[A-Za-z0-9_\-]{24,}"
+)
 _DIGEST_PREFIX = re.compile(r"(?:sha256|sha512|hmac):$")
 
 
@@ -59,9 +67,9 @@ def remember(value: str) -> None:
         _KNOWN.add(value.strip())
 
 
-def scrub_text(text: object, secrets: Iterable[str] = ()) -> str:
+def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) -> str:
     """One short, printable line that holds no secret value, header or key-shaped run."""
-    out = str(text)[: LIMIT * 8]
+    out = str(text)[: limit * 8]
     for value in sorted({*_KNOWN, *(s for s in secrets if isinstance(s, str))}, key=len)[::-1]:
         if len(value) >= _SHORTEST:
             out = out.replace(value, MASK)
@@ -72,11 +80,12 @@ def scrub_text(text: object, secrets: Iterable[str] = ()) -> str:
     if cut:
         rest = out[cut.end() :]
         out = out[: cut.start()].rstrip() + (" " + REDACTED if rest.strip() else "")
-    out = _ASSIGNMENT.sub(_mask_assignment, out)
+    for assignment in _ASSIGNMENTS:
+        out = assignment.sub(_mask_assignment, out)
     out = _RUN.sub(_mask_run(out), out)
     out = "".join(c if c.isprintable() else "?" for c in out)
     out = " ".join(out.split())
-    return out if len(out) <= LIMIT else out[: LIMIT - 1] + "…"
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def _mask_assignment(match: re.Match[str]) -> str:

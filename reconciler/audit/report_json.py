@@ -25,7 +25,7 @@ from reconciler.audit.verdict import Severity, Verdict
 from reconciler.compare.drift import SecretValue
 from reconciler.observe.document import Fault
 from reconciler.report.json_report import secret_digest
-from reconciler.report.values import scrub
+from reconciler.report.values import free_json as scrub  # free text: via the scrubber
 
 # Equal to document.SCHEMA_ID / VERSION (a test checks), so rendering needs no pydantic.
 SCHEMA_ID = "fleet-reconciler/audit-report"
@@ -140,7 +140,12 @@ def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
             "lanes": [_binding(b) for b in pub.lanes] if pub else [],
             "host_network": list(pub.host_network) if pub else [],
             "lane_probes": [
-                {"container": p.container, "url": p.url, "status": p.status, "error": p.error}
+                {
+                    "container": p.container,
+                    "url": p.url,
+                    "status": p.status,
+                    "error": scrub(p.error) if p.error else None,
+                }
                 for p in (pub.lane_probes if pub else ())
             ],
         },

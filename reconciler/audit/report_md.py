@@ -14,6 +14,7 @@ from reconciler.audit.evidence import BoxEvidence
 from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import Verdict
 from reconciler.report.markdown import code, text
+from reconciler.report.values import free_json
 
 EXIT_MEANING = cells.EXIT_MEANING
 
@@ -84,13 +85,13 @@ def _verdict(v: Verdict) -> list[str]:
     if not v.audited:
         head += " (not audited)"
     out = [head, ""]
-    out += [f"- {text(r)}" for r in v.reasons]
+    out += [f"- {text(free_json(r))}" for r in v.reasons]
     if v.findings:
         out += [
             "",
             *_table(
                 ("severity", "code", "finding"),
-                [[f.severity.value, code(f.code), text(f.message)] for f in v.findings],
+                [[f.severity.value, code(f.code), text(free_json(f.message))] for f in v.findings],
             ),
         ]
     return out

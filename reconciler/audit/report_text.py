@@ -21,7 +21,7 @@ from reconciler.audit import phrases
 from reconciler.audit.evidence import BoxEvidence, Carried, EnvLine, ShellExport, Side, key_use
 from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import Severity, Verdict
-from reconciler.report.values import clean
+from reconciler.report.values import clean, free_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -252,11 +252,11 @@ def _verdict_block(console: Console, subject: str, verdict: Verdict) -> None:
     grid.add_column(width=4)
     grid.add_column(overflow="fold")
     for reason in verdict.reasons:
-        grid.add_row(_styled("·", "reason"), _styled(clean(reason), "reason"))
+        grid.add_row(_styled("·", "reason"), _styled(free_text(reason), "reason"))
     for f in verdict.findings:
         line = Text()
         line.append(f"{f.code}: ", style=STYLE["head"])
-        line.append(clean(f.message))
+        line.append(free_text(f.message))
         grid.add_row(_styled(f.severity.value, f.severity), line)
     console.print(Padding(grid, (0, 0, 0, 2)))
 

@@ -67,7 +67,7 @@ def is_secret_name(name: str, patterns: Iterable[str] = ()) -> bool:
 def added_by_layers(layers: Sequence[Any]) -> list[tuple[Any, Any, int]] | None:
     """`secret_patterns` of every layer, lower layers first, each pattern once: a layer adds to
     what the layers below it list and can never remove one. Returns (pattern, layer, index in
-    that layer) triples, or None when the merged value is not a list (the model then reports
+    that layer) triples, or None when the merged value is not a sequence (the model then reports
     the wrong type where the last layer set it). `layers` are SourceDocs (`.data`)."""
     merged: Any = None
     found = False
@@ -76,14 +76,14 @@ def added_by_layers(layers: Sequence[Any]) -> list[tuple[Any, Any, int]] | None:
         if isinstance(data, dict) and "secret_patterns" in data:
             merged = data["secret_patterns"]
             found = True
-    if not found or not isinstance(merged, list):
+    if not found or not isinstance(merged, list | tuple):
         return None
     out: list[tuple[Any, Any, int]] = []
     seen: list[Any] = []
     for doc in layers:
         data = getattr(doc, "data", None)
         value = data.get("secret_patterns") if isinstance(data, dict) else None
-        if not isinstance(value, list):
+        if not isinstance(value, list | tuple):
             continue
         for index, pattern in enumerate(value):
             if pattern not in seen:
@@ -98,7 +98,10 @@ def union_layers(layers: Sequence[Any], data: dict[str, Any], where: dict[Any, A
     triples = added_by_layers(layers)
     if triples is None:
         return
-    data["secret_patterns"] = [pattern for pattern, _, _ in triples]
+    merged = [pattern for pattern, _, _ in triples]
+    data["secret_patterns"] = (
+        tuple(merged) if isinstance(data["secret_patterns"], tuple) else merged
+    )
     for stale in [k for k in where if len(k) > 1 and k[0] == "secret_patterns"]:
         del where[stale]
     for index, (_, doc, at) in enumerate(triples):

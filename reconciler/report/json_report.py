@@ -17,7 +17,7 @@ from typing import Any
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import summarize
-from reconciler.report.values import as_secret, scrub, secret_changed
+from reconciler.report.values import as_secret, free_json, scrub, secret_changed
 
 # Kept here as literals (and equal to document.SCHEMA_ID / VERSION, which a test checks) so that
 # rendering does not import pydantic.
@@ -77,7 +77,7 @@ def _box(box: BoxResult) -> dict[str, Any]:
         "box": box.box,
         "reachable": box.reachable,
         # Collector order, not sorted: the first error usually explains the rest.
-        "errors": [scrub(e) for e in box.errors],
+        "errors": [free_json(e) for e in box.errors],
         # A map of names (not a value), so a fact called "secret" stays a fact.
         "facts": {str(k): _jsonable(v) for k, v in sorted(box.facts.items(), key=_by_key)},
         "drifts": [_drift(d) for d in ordered_drifts(box.drifts)],

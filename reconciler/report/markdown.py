@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from reconciler.compare.drift import BoxResult, Drift, DriftReport
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import sentence, summarize
-from reconciler.report.values import clean, display, secret_tag
+from reconciler.report.values import clean, display, free_json, secret_tag
 
 DRIFT_COLUMNS = ("subject", "kind", "path", "desired", "observed", "action", "source", "note")
 EXIT_MEANING = {0: "in sync", 1: "a box unreachable or with errors", 2: "drift"}
@@ -86,7 +86,7 @@ def _box_section(box: BoxResult) -> list[str]:
     elif not box.drifts and not box.errors:
         blocks.append(["In sync."])
     if box.errors:
-        blocks.append([f"- error: {code(e)}" for e in box.errors])
+        blocks.append([f"- error: {code(free_json(e))}" for e in box.errors])
     if box.facts:
         facts = ", ".join(code(f"{k}={display(v)}") for k, v in sorted(box.facts.items()))
         blocks.append([f"Facts: {facts}"])

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport
 from reconciler.report.order import by_subject
 from reconciler.report.summary import plural, sentence, summarize
-from reconciler.report.values import abbreviate_pair, clean, display, secret_tag
+from reconciler.report.values import abbreviate_pair, clean, display, free_text, secret_tag
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -118,7 +118,7 @@ def _print_box(console: Console, box: BoxResult, widths: _Widths) -> None:
     console.print(_box_header(box))
     for error in box.errors:
         console.print(
-            Padding(_styled(f"error: {clean(error)}", "error"), (0, 0, 0, SUBJECT_INDENT))
+            Padding(_styled(f"error: {free_text(error)}", "error"), (0, 0, 0, SUBJECT_INDENT))
         )
     for subject, drifts in by_subject(box.drifts):
         console.print(Padding(_styled(clean(subject), "subject"), (0, 0, 0, SUBJECT_INDENT)))

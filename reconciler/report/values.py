@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from enum import Enum
 
 from reconciler.compare.drift import Drift, SecretValue
+from reconciler.scrub import scrub_text
 
 MASK = "***"
+FREE_TEXT_LIMIT = 1000  # a finding's message may be long; an error is cut sooner by its maker
 ABSENT = "(absent)"  # desired None: must not exist; observed None: missing
 ELLIPSIS = "…"
 
@@ -37,6 +39,17 @@ def as_secret(value: object) -> SecretValue | None:
 
 def scrub(text: str) -> str:
     return _WIRE_DIGEST.sub(MASK, text)
+
+
+def free_json(text: str) -> str:
+    """A free-text field (an error, a finding, a reason, a note) as JSON keeps it: through the
+    scrubber (reconciler/scrub.py) whoever made it, the last line of defence of every report."""
+    return scrub(scrub_text(text, limit=FREE_TEXT_LIMIT))
+
+
+def free_text(text: str) -> str:
+    """A free-text field for a terminal or markdown: scrubbed, then cleaned."""
+    return clean(free_json(text))
 
 
 def clean(text: str) -> str:

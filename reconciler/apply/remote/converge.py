@@ -263,7 +263,11 @@ _CREDENTIAL = re.compile(
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
 _BREAK = re.compile(r"[\r\n]|\\r|\\n")
-_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
+_ASSIGNMENTS = tuple(
+    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*%s\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)" % sep)
+    for sep in ("=", ":")
+)
 
 
 def floor_secret(name):
@@ -287,7 +291,8 @@ def scrub(text, secrets=()):
         name, sep, _ = match.groups()
         return name + sep + "***" if floor_secret(name) else match.group(0)
 
-    text = _ASSIGNMENT.sub(assignment, text)
+    for pattern in _ASSIGNMENTS:
+        text = pattern.sub(assignment, text)
     return _CONTROL.sub(" ", text)[:500]
 
 

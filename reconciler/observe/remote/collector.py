@@ -63,8 +63,16 @@ _CREDENTIAL = re.compile(
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
 _BREAK = re.compile(r"[\r\n]|\\r|\\n")
-_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
-_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{24,}")
+# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
+_ASSIGNMENTS = tuple(
+    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*%s\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)" % sep)
+    for sep in ("=", ":")
+)
+# url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
+_RUN = re.compile(
+    r"(?<![A-Za-z0-9+/])(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z0-9+/]{30,}={0,2}"
+    r"|[A-Za-z0-9_\-]{24,}"
+)
 _DIGEST_PREFIX = re.compile(r"(?:sha256|sha512|hmac):$")
 
 
@@ -98,7 +106,8 @@ def scrub_text(text, secrets=()):
         mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
         return "***" if mixed else token
 
-    out = _ASSIGNMENT.sub(assignment, out)
+    for pattern in _ASSIGNMENTS:
+        out = pattern.sub(assignment, out)
     out = _RUN.sub(run, out)
     out = " ".join("".join(c if c.isprintable() else "?" for c in out).split())
     return out if len(out) <= 300 else out[:299] + "\u2026"
