@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
@@ -73,7 +74,9 @@ class BoxObservation:
         if self._fault is not None:
             doc = self._fault
         elif self.collected is not None:
-            doc = parse_collected(self.collected, self._complete, SNAPSHOT_COLLECTOR)
+            # A live answer always says its version; a snapshot's may be cut down without it.
+            assumed = None if self._complete else SNAPSHOT_COLLECTOR
+            doc = parse_collected(self.collected, self._complete, assumed)
         elif self.error is not None:
             doc = Fault(FaultKind.RECORDED, printable(self.error, 500))
         else:
@@ -163,9 +166,10 @@ def _observation(
         fault = collector_failed(result.returncode, result.stderr)
     else:
         raw = load_json(result.stdout)
-        if not isinstance(raw, Fault):
+        if isinstance(raw, dict):
             return BoxObservation(box, raw, None, controller, elapsed)
-        fault = raw
+        refused = raw if isinstance(raw, Fault) else parse_collected(raw)
+        fault = refused if isinstance(refused, Fault) else None
     return BoxObservation(box, None, str(fault), controller, elapsed, fault=fault)
 
 
@@ -205,11 +209,21 @@ SNAPSHOT_VERSION = 1
 
 
 def save_snapshot(
-    directory: Path, observations: dict[str, BoxObservation], meta: dict[str, Any]
+    directory: Path,
+    observations: dict[str, BoxObservation],
+    meta: dict[str, Any],
+    facts: Mapping[str, str] | None = None,
 ) -> None:
-    """One JSON file per box plus an index; secrets were hashed on the boxes already."""
+    """One JSON file per box plus an index; secrets were hashed on the boxes already.
+    `facts`: the desired-state files from outside the repository the run was judged against,
+    copied into facts/ so the snapshot replays anywhere (reconciler/desired/facts.py)."""
+    from reconciler.desired.facts import write_facts
+
     directory.mkdir(parents=True, exist_ok=True)
+    write_facts(directory, facts or {})
     index = {"snapshot": SNAPSHOT_VERSION, **meta, "boxes": sorted(observations)}
+    if facts:
+        index["facts"] = sorted(facts)
     for name, obs in observations.items():
         text = json.dumps(asdict(obs), indent=1, sort_keys=True)
         (directory / f"{name}.json").write_text(text + "\n", encoding="utf-8")

@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import re
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -371,3 +372,33 @@ def test_a_broken_snapshot_file_is_that_boxs_error(tmp_path, case):
     assert report.exit_code == 1
     for out in outputs(report).values():
         assert CANARY not in out
+
+
+# -- the command as an operator runs it --------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
+def test_the_audit_command_reports_every_box_around_a_hostile_one(tmp_path, capsys, fmt):
+    from reconciler.cli import main
+
+    directory = tmp_path / "snapshot"
+    shutil.copytree(FIXTURES / SCENARIO, directory)
+    # The victim's gateway key in clear, where the collector always sends a digest.
+    victim = directory / f"{VICTIM}.json"
+    doc = json.loads(victim.read_text(encoding="utf-8"))
+    (gw,) = [c for c in doc["collected"]["docker"]["containers"] if c["service"] == "gateway"]
+    gw["env"]["GATEWAY_API_KEY"] = CANARY
+    victim.write_text(json.dumps(doc), encoding="utf-8")
+    root = str(FIXTURES.parents[2])
+    argv = ["--root", root, "-i", "hosts", "audit", "--from-snapshot", str(directory)]
+    code = main([*argv, "--format", fmt])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert CANARY not in out + err and not WIRE_DIGEST.search(out + err)
+    if fmt == "json":
+        doc = AuditReportDoc.model_validate_json(out)
+        got = {b.box: (b.audited, b.fault.kind if b.fault else None) for b in doc.boxes}
+        assert got == {"orin": (True, None), "spark": (False, "malformed"), "thor": (True, None)}
+        assert doc.mesh.unaudited == [VICTIM] and doc.summary.exit_code == 1
+    else:
+        for box in ("orin", "thor", "mesh"):
+            assert box in out
+        assert "malformed" in out and "a secret's value in clear text" in out
