@@ -89,7 +89,9 @@ def lane_port_targets(rows: list[BoxEvidence], addresses: dict[str, str]) -> lis
         if row.published is None:
             continue
         for b in row.published.lanes:
-            if b.host_ip.startswith(LOOPBACK_PREFIXES) or not b.host_port:
+            # Not asked: a loopback binding (the controller cannot reach it), no port yet, or a
+            # range (no one port to ask). The document typed both: an IP and a port, no URL part.
+            if b.host_ip.startswith(LOOPBACK_PREFIXES) or not b.host_port.isdigit():
                 continue
             host = addresses[row.box] if b.host_ip in ("", "0.0.0.0", "::") else b.host_ip
             url = f"http://{url_host(host)}:{b.host_port}/v1/models"

@@ -918,9 +918,32 @@ def _ports(raw: Any, path: str) -> dict[str, tuple[Binding, ...]]:
 def _binding(raw: Any, path: str) -> Binding:
     obj = _obj(raw, path)
     return Binding(
-        host_ip=_name(_or(obj.get("HostIp"), ""), f"{path}.HostIp"),
-        host_port=_name(_or(obj.get("HostPort"), ""), f"{path}.HostPort"),
+        host_ip=_host_ip(_or(obj.get("HostIp"), ""), f"{path}.HostIp"),
+        host_port=_host_port(_or(obj.get("HostPort"), ""), f"{path}.HostPort"),
     )
+
+
+def _host_ip(raw: Any, path: str) -> str:
+    # The audit sends a request to a published lane's address: an address, never a URL part.
+    text = _name(raw, path)
+    if text:
+        import ipaddress  # only for a binding to one address ("" is every interface)
+
+        try:
+            ipaddress.ip_address(text)
+        except ValueError:
+            _bad(path, "expected an IP address")
+    return text
+
+
+def _host_port(raw: Any, path: str) -> str:
+    # Docker's HostPort: "" (chosen at start), a port, or a range "8000-8010".
+    text = _name(raw, path)
+    parts = text.split("-") if text else []
+    ports = (p for p in parts if p.isascii() and p.isdigit() and len(p) <= 5)
+    if len(parts) > 2 or sum(1 for p in ports if 0 < int(p) < 65536) != len(parts):
+        _bad(path, "expected a port number or a range of them")
+    return text
 
 
 def _image(raw: Any, path: str) -> Image:

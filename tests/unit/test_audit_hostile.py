@@ -209,6 +209,16 @@ CASES: dict[str, Craft] = {
     "a binding is a string": gateway_container(ports={"8000/tcp": "0.0.0.0:8000"}),
     "a host port is a number": gateway_container(ports={"8000/tcp": [{"HostPort": 8000}]}),
     "a container status is a number": gateway_container(status=1),
+    # the controller sends a request to a published lane's address: no URL parts in it
+    "a host address is a URL": gateway_container(
+        ports={"8000/tcp": [{"HostIp": "evil.example/x?", "HostPort": "8000"}]}
+    ),
+    "a host port carries a path": gateway_container(
+        ports={"8000/tcp": [{"HostIp": "", "HostPort": "80/admin#"}]}
+    ),
+    "a host port is out of range": gateway_container(
+        ports={"8000/tcp": [{"HostIp": "", "HostPort": "70000"}]}
+    ),
     # the gateway probes, the login shell, the variables, the secret sources
     "gateway probes are a list": at("gateway")([]),
     "a gateway probe status is a string": at("gateway", "models_noauth")({"status": "401"}),
@@ -402,3 +412,24 @@ def test_the_audit_command_reports_every_box_around_a_hostile_one(tmp_path, caps
         for box in ("orin", "thor", "mesh"):
             assert box in out
         assert "malformed" in out and "a secret's value in clear text" in out
+
+
+def test_lane_ports_asked_are_the_boxs_own_published_ports():
+    from reconciler.audit.mesh import lane_port_targets
+
+    found = observations()
+    doc = found["orin"].collected
+    assert doc is not None
+    (lane,) = [c for c in doc["docker"]["containers"] if c["service"] == "vllm-embed"]
+    lane["ports"] = {
+        "8000/tcp": [
+            {"HostIp": "", "HostPort": "18001"},
+            {"HostIp": "127.0.0.1", "HostPort": "18002"},
+            {"HostIp": "10.77.0.13", "HostPort": "18003-18005"},
+            {"HostIp": "::", "HostPort": ""},
+        ]
+    }
+    found["orin"] = BoxObservation("orin", doc, None, found["orin"].controller, complete=False)
+    report = judge(found)
+    got = lane_port_targets(list(report.rows), {"orin": "10.77.0.13", "spark": "s", "thor": "t"})
+    assert [(t.box, t.url) for t in got] == [("orin", "http://10.77.0.13:18001/v1/models")]
