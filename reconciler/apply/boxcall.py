@@ -17,6 +17,7 @@ from typing import Any
 
 from reconciler.apply.payload import BOX_PROGRAM, BadPayload, check
 from reconciler.observe.transport import Target, python_command, ssh_argv
+from reconciler.scrub import scrub_text
 
 PROGRAM = BOX_PROGRAM
 
@@ -69,7 +70,7 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
     reader.join(timeout=5)
     call.stderr = "".join(errors)
     if not call.result:
-        last = (call.stderr.strip().splitlines() or [f"exit {code}"])[-1][:300]
+        last = scrub_text((call.stderr.strip().splitlines() or [f"exit {code}"])[-1])
         reason = "unreachable" if code == 255 else "the box program ended without a result"
         call.result = {"event": "result", "ok": False, "failed": f"{reason}: {last}"}
     return call

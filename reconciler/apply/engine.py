@@ -30,6 +30,7 @@ from reconciler.desired.models import BoxSpec
 from reconciler.drift import DriftRun, run_drift
 from reconciler.drift_inputs import expectations, targets
 from reconciler.plan import Plan, actionable, plan_box
+from reconciler.scrub import scrub_text
 
 
 @dataclass
@@ -112,7 +113,7 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
     out.snapshot = call.result.get("snapshot")
     out.changed = out.snapshot is not None
     if not call.result.get("ok"):
-        out.failed = str(call.result.get("failed"))
+        out.failed = scrub_text(call.result.get("failed"))  # the box's words: scrubbed here too
         out.rollback = call.result.get("rollback")
         out.drift_after = run_drift(prep.fleet, [prep.box]).report if out.changed else None
         return _finish(out)

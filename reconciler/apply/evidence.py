@@ -14,8 +14,19 @@ from typing import Any
 from reconciler.apply.engine import Outcome
 from reconciler.compare.drift import DriftReport
 from reconciler.report.json_report import to_document
+from reconciler.scrub import scrub_text
 
 EVIDENCE_VERSION = 1
+
+
+# The box's free-text fields in its events and rollback result: scrubbed before they are kept.
+FREE_TEXT = ("failed", "message", "reason")
+
+
+def _scrubbed(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: scrub_text(v) if k in FREE_TEXT and isinstance(v, str) else v for k, v in event.items()
+    }
 
 
 def record(out: Outcome, inventory: str, who: str) -> dict[str, Any]:
@@ -28,7 +39,7 @@ def record(out: Outcome, inventory: str, who: str) -> dict[str, Any]:
         "started_at": out.started_at,
         "finished_at": out.finished_at,
         "outcome": "converged" if out.ok and out.changed else "no-change" if out.ok else "failed",
-        "failed": out.failed,
+        "failed": scrub_text(out.failed) if out.failed else None,
         "snapshot": out.snapshot,
         "plan": [
             {
@@ -40,8 +51,8 @@ def record(out: Outcome, inventory: str, who: str) -> dict[str, Any]:
             for s in out.plan.steps
         ],
         "blocked": list(out.plan.blocked),
-        "actions": [e for e in out.events if e.get("event") != "wait"],
-        "rollback": out.rollback,
+        "actions": [_scrubbed(e) for e in out.events if e.get("event") != "wait"],
+        "rollback": _scrubbed(out.rollback) if out.rollback is not None else None,
         "drift_before": _doc(out.drift_before),
         "drift_after": _doc(out.drift_after),
     }

@@ -19,6 +19,7 @@ from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
 from reconciler.observe.document import Observed
 from reconciler.plan import Plan, StepKind
+from reconciler.scrub import remember
 
 BOX_PROGRAM = Path(__file__).parent / "remote" / "converge.py"
 
@@ -99,6 +100,7 @@ def managed_env(exp: BoxExpectation, box: BoxSpec, environ: Mapping[str, str]) -
                 raise MissingControllerSecret(
                     f"secret {name}: ${source.variable} is not set on this controller"
                 )
+            remember(environ[source.variable])  # masked in any text this process scrubs
             out[entry.key] = {"secret": name, "value": environ[source.variable]}
         else:
             out[entry.key] = {"secret": name}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reconciler.apply.engine import Outcome
 from reconciler.plan import Plan
+from reconciler.report.values import free_text
 
 
 def plan_lines(plan: Plan) -> list[str]:
@@ -21,7 +22,7 @@ def outcome_lines(out: Outcome) -> list[str]:
         return ["no changes"]
     if out.ok:
         return [f"converged, verified (snapshot {out.snapshot})"]
-    lines = [f"FAILED: {out.failed}"]
+    lines = [f"FAILED: {free_text(out.failed or 'unknown')}"]
     rb = out.rollback
     if rb is not None:
         if rb.get("ok"):
@@ -33,5 +34,5 @@ def outcome_lines(out: Outcome) -> list[str]:
             restored = ", ".join(rb.get("files") or []) or "nothing to restore"
             lines.append(f"rolled back to snapshot {rb.get('snapshot')}: {restored}; {equal}")
         else:
-            lines.append(f"ROLLBACK FAILED: {rb.get('failed')}")
+            lines.append(f"ROLLBACK FAILED: {free_text(str(rb.get('failed')))}")
     return lines

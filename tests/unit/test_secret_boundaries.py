@@ -457,3 +457,43 @@ def test_a_value_is_still_shown_where_no_secret_can_be(tmp_path):
     with pytest.raises(DesiredStateError) as caught:
         load_fleet(root)
     assert "['triton']" in str(caught.value)  # a typo's value helps; only secrets are hidden
+
+
+# -- 2c. apply: the converge's failure texts, summary and evidence ---------------------------------
+def test_an_apply_failure_holding_a_header_is_scrubbed_in_the_summary_and_evidence(tmp_path):
+    from reconciler.apply.engine import Outcome
+    from reconciler.apply.evidence import write
+    from reconciler.apply.summary import outcome_lines
+    from reconciler.plan import Plan
+
+    failed = f"docker compose up gateway failed: Authorization: Bearer {SMUGGLED}"
+    out = Outcome(
+        box="thor",
+        ok=False,
+        changed=True,
+        plan=Plan("thor"),
+        started_at="2026-11-30T16:00:00Z",
+        failed=failed,
+        rollback={"ok": False, "failed": f"restore .env: HF_TOKEN={KEY}"},
+    )
+    lines = "\n".join(outcome_lines(out))
+    assert "docker compose up gateway failed" in lines and "ROLLBACK FAILED" in lines
+    evidence = write(tmp_path, out, "inventory/lab.yaml", "me").read_text()
+    for text in (lines, evidence):
+        assert KEY not in text and "Bearer" not in text
+
+
+def test_a_controller_env_secret_is_masked_in_every_later_scrubbed_text():
+    from reconciler.apply.payload import managed_env
+    from reconciler.desired.models import ControllerEnvSecret
+    from reconciler.drift_inputs import expectations
+
+    loaded = load_fleet(REPO, "hosts")
+    spec = loaded.boxes["thor"]
+    box = spec.model_copy(
+        update={"secrets": {**spec.secrets, "mesh_key": ControllerEnvSecret(
+            source="controller_env", variable="FLEET_MESH_KEY")}}
+    )  # fmt: skip
+    value = "controller-held-mesh-key-0451"
+    managed_env(expectations(loaded, ["thor"])["thor"], box, {"FLEET_MESH_KEY": value})
+    assert scrub_text(f"compose said: {value} is not valid") == "compose said: *** is not valid"
