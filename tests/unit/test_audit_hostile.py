@@ -433,3 +433,57 @@ def test_lane_ports_asked_are_the_boxs_own_published_ports():
     report = judge(found)
     got = lane_port_targets(list(report.rows), {"orin": "10.77.0.13", "spark": "s", "thor": "t"})
     assert [(t.box, t.url) for t in got] == [("orin", "http://10.77.0.13:18001/v1/models")]
+
+
+# -- what a hostile gateway answers the controller ----------------------------------------------
+def gateway_answering(body: bytes | Callable[[], Any], status: int = 200) -> Any:
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if callable(body):
+            return httpx.Response(status, content=body())
+        return httpx.Response(status, content=body, headers={"X-Lobes-Mesh-Member": "spark"})
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize(
+    ("body", "kept"),
+    [
+        pytest.param(b'{"cortex": {"ready": true}}', {"cortex": {"ready": True}}, id="a real one"),
+        pytest.param(b'{"pad": "' + b"x" * (300 * 1024) + b'"}', None, id="oversized"),
+        pytest.param(b'{"mesh": NaN}', None, id="NaN"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, None, id="nested past the parser"),
+        pytest.param(b'{"a": 1, "a": 2}', None, id="a key twice"),
+        pytest.param(b"\xff\xfe not utf-8", None, id="not UTF-8"),
+    ],
+)
+def test_a_gateways_answer_to_the_controller_is_read_bounded(body, kept):
+    from reconciler.audit.probes import _request
+
+    with gateway_answering(body) as client:
+        got = _request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
+    assert got["status"] == 200 and got["body"] == kept
+    assert got["headers"] == {"X-Lobes-Mesh-Member": "spark"}
+
+
+def test_a_gateway_that_breaks_or_drips_fails_that_request_only(monkeypatch):
+    from reconciler.audit import probes
+
+    def chunks() -> Any:
+        yield b'{"cortex": '
+        yield b'{"ready": true}}'
+
+    monkeypatch.setattr(probes, "TOTAL_S", -1.0)  # every read is past the deadline
+    with gateway_answering(chunks) as client:
+        got = probes._request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
+    assert got["status"] is None and "took over" in got["error"]
+
+    def broken() -> Any:
+        yield b"{"
+        raise RuntimeError(CANARY)
+
+    monkeypatch.setattr(probes, "TOTAL_S", 10.0)
+    with gateway_answering(broken) as client:
+        got = probes._request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
+    assert got["status"] is None and CANARY not in got["error"]

@@ -581,3 +581,12 @@ def test_evidence_records_are_private_and_never_overwrite_each_other(tmp_path):
     second = write(tmp_path, out, "inventory/hosts.yaml", "me")
     assert first != second and json.loads(first.read_text())["box"] == "thor"
     assert [stat.S_IMODE(p.stat().st_mode) for p in (first, second)] == [0o600, 0o600]
+
+
+def test_a_temp_file_left_by_a_killed_run_is_swept_under_the_lock(home, commands, monkeypatch):
+    left = home / ".lobes" / f".env.fleet-tmp-{'ab' * 6}"
+    left.write_text(ENV)  # what a SIGKILL mid-write leaves: no `finally` ran
+    sid = snapshot(home)
+    result = run_main(payload(snapshot=sid), monkeypatch)
+    assert result["ok"] is True, result
+    assert not left.exists() and (home / ".lobes" / ".env").read_text() == ENV

@@ -452,6 +452,24 @@ def atomic_write(path, data, mode):
     fsync_dir(directory)
 
 
+_TEMP_NAME = re.compile(r"\.fleet-tmp-[0-9a-f]+\Z")
+
+
+def sweep_temp_files(box):
+    """Remove the temporary files a killed run left (SIGKILL skips every `finally`). Called
+    under the lock: no write of ours is in flight, so any such file is a leftover."""
+    for directory in (box.deploy, known_good_dir(box)):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            if _TEMP_NAME.search(name) and stat.S_ISREG(os.lstat(path).st_mode):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+
 def read_regular(path, limit=64 << 20):
     """The bytes of a regular file, never through a symlink (it could lead out of the dir)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -1168,6 +1186,7 @@ def converge(box, lock):
     # hold, stops here with nothing touched.
     desired = desired_values(box)
     stale = lock.acquire(p["holder"])
+    sweep_temp_files(box)
     if stale.get("pid"):
         emit(
             "note",
@@ -1382,6 +1401,7 @@ def run_action(box, payload):
         if action == "converge":
             return converge(box, lock)
         lock.acquire(payload["holder"])
+        sweep_temp_files(box)
         if action == "mark-good":
             return mark_good(box, payload.get("snapshot"))
         sid = payload.get("snapshot") or (list_snapshots(box) or [None])[-1]
