@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from reconciler import __version__
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from reconciler.desired.fleet import Fleet
     from reconciler.drift_inputs import DriftInputs
     from reconciler.observe.early import EarlyStart
@@ -75,7 +77,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             inputs, boxes = early.inputs, list(early.running)
         else:
             inputs = _drift_inputs(args)
-            found = _boxes(inputs.boxes, args.boxes)
+            found = _boxes(inputs.boxes, args.boxes or _snapshot_boxes(args, inputs.boxes))
             if found is None:
                 return EXIT_ERROR
             boxes = found
@@ -84,13 +86,17 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         from reconciler.drift import run_drift_on
         from reconciler.report import render
 
-        run = run_drift_on(
-            inputs,
-            boxes,
-            save_to=Path(args.save_snapshot) if args.save_snapshot else None,
-            from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
-            early=early,
-        )
+        try:
+            run = run_drift_on(
+                inputs,
+                boxes,
+                save_to=Path(args.save_snapshot) if args.save_snapshot else None,
+                from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+                early=early,
+            )
+        except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     finally:
         if early is not None:
             early.cancel()  # no-op for collectors already finished
@@ -135,6 +141,10 @@ def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
     from reconciler.drift_inputs import remembered_inputs
 
     fleet = _load(args, cached=True)
+    if _snapshot_facts(args) is not None:
+        from reconciler.drift_inputs import drift_inputs
+
+        return drift_inputs(fleet)  # the snapshot's facts: not the inputs of a live run
     return remembered_inputs(fleet, inventory_file(fleet.root, args.inventory))
 
 
@@ -161,6 +171,11 @@ def _load(args: argparse.Namespace, *, cached: bool = False) -> Fleet:
     from pathlib import Path
 
     root = Path(args.root).resolve() if args.root else None
+    facts = _snapshot_facts(args)
+    if facts is not None:  # judged against the snapshot's own facts; never kept in the cache
+        from reconciler.desired.load import load_fleet
+
+        return load_fleet(root, args.inventory, facts=facts)
     if cached:
         from reconciler.desired.cache import load_fleet_cached
 
@@ -168,6 +183,33 @@ def _load(args: argparse.Namespace, *, cached: bool = False) -> Fleet:
     from reconciler.desired.load import load_fleet
 
     return load_fleet(root, args.inventory)
+
+
+def _snapshot_facts(args: argparse.Namespace) -> Path | None:
+    """The facts a `--from-snapshot DIR` carries (reconciler/desired/facts.py), if any."""
+    if not getattr(args, "from_snapshot", None):
+        return None
+    from pathlib import Path
+
+    from reconciler.desired.facts import snapshot_facts
+
+    return snapshot_facts(Path(args.from_snapshot))
+
+
+def _snapshot_boxes(args: argparse.Namespace, known: Sequence[str]) -> list[str]:
+    """Without BOX arguments a replay judges the boxes its snapshot holds (a scenario saved for
+    one box is not three boxes' error); [] (every box) if the snapshot names none we know."""
+    if not getattr(args, "from_snapshot", None):
+        return []
+    import json
+    from pathlib import Path
+
+    try:
+        index = json.loads((Path(args.from_snapshot) / "index.json").read_text(encoding="utf-8"))
+        saved = index["boxes"] if isinstance(index, dict) else []
+    except (OSError, ValueError, KeyError):
+        return []  # the run itself reports what is wrong with the snapshot
+    return [b for b in known if isinstance(saved, list) and b in saved]
 
 
 def build_parser() -> argparse.ArgumentParser:

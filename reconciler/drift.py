@@ -70,7 +70,7 @@ def run_drift_on(
         observations = observe(inputs, boxes, run_key, early=early)
     if save_to is not None:
         meta = {"run_id": run_id, "inventory": inputs.inventory_file, "taken_at": _now()}
-        save_snapshot(save_to, {b: observations[b] for b in boxes}, meta)
+        save_snapshot(save_to, {b: observations[b] for b in boxes}, meta, inputs.facts)
     results = tuple(
         compare_box(
             inputs.expectations[name],

@@ -14,7 +14,7 @@ The entry holds no secret: payloads and expectations name secret sources, never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,8 @@ class DriftInputs:
     payloads: dict[str, dict[str, Any]]  # collector payload per box, without the run key
     targets: dict[str, Target]
     bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
+    # Desired-state files from outside the repository (desired/facts.py), for --save-snapshot.
+    facts: dict[str, str] = field(default_factory=dict)
 
     def payload(self, box: str, run_key: str) -> dict[str, Any]:
         # A remembered payload is re-floored on use: an entry written by older code (or edited
@@ -89,6 +91,7 @@ def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
 def drift_inputs(fleet: Fleet) -> DriftInputs:
     """Everything a drift run of any of the fleet's boxes needs (pure)."""
     from reconciler.desired.envfile import box_env
+    from reconciler.desired.facts import facts_of
     from reconciler.observe.payload import collector_payload
 
     boxes = list(fleet.boxes)
@@ -103,6 +106,7 @@ def drift_inputs(fleet: Fleet) -> DriftInputs:
         payloads=payloads,
         targets=targets(fleet, boxes),
         bases=gateway_bases(fleet, boxes),
+        facts=facts_of(fleet),
     )
 
 

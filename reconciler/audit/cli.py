@@ -44,10 +44,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from reconciler.audit.run import run_audit
-    from reconciler.cli import _boxes, _load
+    from reconciler.cli import _boxes, _load, _snapshot_boxes
 
     fleet = _load(args, cached=True)
-    boxes = _boxes(list(fleet.boxes), args.boxes)
+    boxes = _boxes(list(fleet.boxes), args.boxes or _snapshot_boxes(args, list(fleet.boxes)))
     if boxes is None:
         return EXIT_ERROR
     try:

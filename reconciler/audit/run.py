@@ -13,6 +13,7 @@ from reconciler.audit.mesh import lane_port_targets, mesh_evidence, proof_attemp
 from reconciler.audit.observe import attach_proofs, gateway_base, observe_audit
 from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import box_verdict, mesh_verdict
+from reconciler.desired.facts import facts_of
 from reconciler.desired.fleet import Fleet
 from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import BoxObservation, load_snapshot, save_snapshot
@@ -46,7 +47,7 @@ def run_audit(
         )
     if save_to is not None:
         meta = {"run_id": run_id, "inventory": fleet.inventory_file, "taken_at": _now()}
-        save_snapshot(save_to, {b: observations[b] for b in boxes}, meta)
+        save_snapshot(save_to, {b: observations[b] for b in boxes}, meta, facts_of(fleet))
     return audit_report(fleet, boxes, observations, run_id)
 
 

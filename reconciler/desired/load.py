@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from reconciler.desired.checks import check_box, check_fleet
 from reconciler.desired.explain import explain
+from reconciler.desired.facts import with_facts
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import merge_layers
@@ -41,11 +42,16 @@ def find_root(start: Path | None = None) -> Path:
     return root
 
 
-def load_fleet(root: Path | None = None, inventory: str | None = None) -> Fleet:
+def load_fleet(
+    root: Path | None = None, inventory: str | None = None, facts: Path | None = None
+) -> Fleet:
+    """`facts`: a saved snapshot's facts/, read instead of the overlays the inventory names."""
     root = root or find_root()
     inv_path = inventory_file(root, inventory)
     inv_doc = _load(root, inv_path)
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
+    if facts is not None:
+        inv = with_facts(inv, facts)
     problems = list(_group_membership(inv, inv_doc))
 
     docs, more = _load_group_vars(root, inv)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -175,6 +176,11 @@ def trim_snapshot(src: Path, dst: Path) -> None:
         if path.name != "index.json":
             raw = _trim_observation(raw)
         (dst / path.name).write_text(json.dumps(raw, indent=1, sort_keys=True) + "\n")
+    # The desired-state facts it was judged against (the scenario's gateway.auth is one): the
+    # fixture replays with `reconcile -i lab audit --from-snapshot DST` where no lab runs.
+    if (src / "facts").is_dir():
+        shutil.rmtree(dst / "facts", ignore_errors=True)
+        shutil.copytree(src / "facts", dst / "facts")
 
 
 def _trim_observation(obs: dict[str, Any]) -> dict[str, Any]:
