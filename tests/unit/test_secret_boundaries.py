@@ -497,3 +497,15 @@ def test_a_controller_env_secret_is_masked_in_every_later_scrubbed_text():
     value = "controller-held-mesh-key-0451"
     managed_env(expectations(loaded, ["thor"])["thor"], box, {"FLEET_MESH_KEY": value})
     assert scrub_text(f"compose said: {value} is not valid") == "compose said: *** is not valid"
+
+
+def test_a_flag_named_like_a_secret_is_hashed_in_argv(tmp_path):
+    run = _collector().Run({"run_key": "k" * 32, "secret_patterns": [], "directory": str(tmp_path)})
+    argv = ["vllm", "serve", "--hf-token", KEY, "--max-num-batched-tokens", "8192"]
+    argv += [f"--api-key={KEY}", "--db-password", f"{KEY}-db", "--api-key", "--enforce-eager"]
+    masked = run.mask_argv(argv)
+    assert KEY not in json.dumps(masked)
+    assert masked[:3] == ["vllm", "serve", "--hf-token"] and set(masked[3]) == {"secret"}
+    assert masked[4:6] == ["--max-num-batched-tokens", "8192"]  # compared in the clear
+    assert masked[6].startswith('--api-key={"secret": "hmac:')
+    assert masked[-2:] == ["--api-key", "--enforce-eager"]  # a flag is never taken for a value

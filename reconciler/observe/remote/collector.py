@@ -196,19 +196,29 @@ class Run:
     def mask_env_map(self, env):
         return {k: self.masked(k, "" if v is None else str(v)) for k, v in (env or {}).items()}
 
+    def secret_flag(self, flag):
+        """`--api-key`, `--hf-token`, `--db-password`: a flag named like a secret carries one."""
+        if not flag.startswith("--"):
+            return False
+        return flag == "--api-key" or self.is_secret(flag[2:].replace("-", "_").upper())
+
     def mask_argv(self, argv):
-        """`--api-key=X` / `--api-key X` carry secrets in argv too."""
+        """`--api-key=X` / `--api-key X` (and every flag named like a secret) carry secrets in
+        argv too."""
         out = []  # type: list
         hide_next = False
         for arg in argv or []:
-            if hide_next:
+            if hide_next and isinstance(arg, str) and not arg.startswith("--"):
                 out.append({"secret": self.digest(arg)})
                 hide_next = False
-            elif arg.startswith("--api-key="):
-                out.append("--api-key=" + json.dumps({"secret": self.digest(arg[10:])}))
+                continue
+            hide_next = False
+            flag, eq, value = arg.partition("=") if isinstance(arg, str) else ("", "", "")
+            if eq and self.secret_flag(flag):
+                out.append(flag + "=" + json.dumps({"secret": self.digest(value)}))
             else:
                 out.append(arg)
-                hide_next = arg == "--api-key"
+                hide_next = isinstance(arg, str) and self.secret_flag(arg)
         return out
 
     # -- processes -----------------------------------------------------------------------
