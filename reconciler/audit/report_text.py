@@ -143,7 +143,8 @@ def _table(titles: tuple[str, ...], rows: list[list[Text | str]]) -> Table:
 def access_cells(row: BoxEvidence, verdict: Verdict) -> list[Text | str]:
     verdict_cell = _styled(verdict.verdict.value.upper(), verdict.verdict)
     if not row.audited:
-        return [clean(row.box), row.intent.auth, "?", "not audited", "", "", "", "", verdict_cell]
+        why = f"not audited ({row.fault.kind.value})" if row.fault else "not audited"
+        return [clean(row.box), row.intent.auth, "?", why, "", "", "", "", verdict_cell]
     mesh = "on" if row.mesh_on else "off"
     if row.intent.mesh != row.mesh_on:
         mesh += f" (want {'on' if row.intent.mesh else 'off'})"

@@ -7,6 +7,7 @@ all; any problem raises DesiredStateError and the caller writes nothing.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -106,18 +107,19 @@ def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Pro
 
 
 def _display(root: Path, path: Path) -> str:
+    """The name errors give a file: relative to the repository, the link's own name for a
+    symlink (never resolved: a loop must not raise), non-printable characters escaped."""
+    absolute = Path(os.path.abspath(path))
     try:
-        return str(path.resolve().relative_to(root))
+        shown = str(absolute.relative_to(os.path.abspath(root)))
     except ValueError:
-        return str(path)
+        shown = str(absolute)
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
 
 
 def _load(root: Path, path: Path) -> SourceDoc:
-    if not path.is_file():
-        raise DesiredStateError(
-            [Problem(Location(_display(root, path), 1, 1), "", "file not found")]
-        )
-    return load_yaml(path, _display(root, path))
+    expected = "a mapping with `boxes:` (and `group_order:`)"
+    return load_yaml(path, _display(root, path), within=root, required=expected)
 
 
 def _validate(model: Any, data: Any, positions: dict[PathKey, Location]) -> Any:
@@ -169,7 +171,7 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
             problems.append(Problem(Location(display, 1, 1), "", "both .yaml and .yml exist"))
             continue
         try:
-            docs[path.stem] = load_yaml(path, display)
+            docs[path.stem] = load_yaml(path, display, within=root)
         except DesiredStateError as exc:
             problems += exc.problems
     return docs, problems
@@ -186,14 +188,14 @@ def _box_overlays(
     for name in inv.boxes:
         path = Path(inv.box_overlay.replace("{box}", name))
         path = path if path.is_absolute() else root / path
-        if not path.is_file():
+        if not os.path.lexists(path):  # anything else there is load_yaml's located error
             hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
             problems.append(
                 Problem(at, "box_overlay", f"{_display(root, path)} does not exist{hint}")
             )
             continue
         try:
-            docs[name] = load_yaml(path, _display(root, path))
+            docs[name] = load_yaml(path, _display(root, path), within=root)
         except DesiredStateError as exc:
             problems += exc.problems
     return docs, problems
@@ -208,10 +210,10 @@ def _image_overlay(
     path = Path(inv.image_overlay)
     path = path if path.is_absolute() else root / path
     at = inv_doc.positions.get(("image_overlay",), inv_doc.positions[()])
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there is load_yaml's located error
         hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
         return None, [Problem(at, "image_overlay", f"{inv.image_overlay} does not exist{hint}")]
-    doc = load_yaml(path, _display(root, path))
+    doc = load_yaml(path, _display(root, path), within=root)
     problems = []
     for name, ref in doc.data.items():
         if not isinstance(ref, str) or not is_digest_ref(ref):

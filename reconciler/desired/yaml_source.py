@@ -1,22 +1,64 @@
 """Read YAML files into plain data, remembering the file, line and column of every key.
 
-ruamel.yaml's round-trip loader keeps positions on its CommentedMap/CommentedSeq; we copy them
-into a flat `{path: Location}` table so later stages (merge, pydantic, cross-checks) can name
-the exact line that caused a problem without carrying ruamel types around.
-Sequences become tuples so strict models accept them.
+The desired state needs plain YAML only: mappings with string keys, lists, strings, numbers,
+booleans and null. Everything else YAML can express is refused here, each at its own line,
+before it can cost time or memory or reach a model as something unexpected:
+
+- anchors and aliases (`&a`, `*a`): a 1.4 KB alias bomb expands to gigabytes, and `<<` merge
+  keys only exist to use them; desired state spells every value out;
+- nesting deeper than MAX_DEPTH: checked while composing, before any deep structure exists;
+- tags other than the core ones (`!!python/...`, `!!binary`, `!!set`, `!!timestamp`, `!local`),
+  and `%YAML`/`%TAG` directives (`%YAML 1.1` would turn `yes`/`on` into booleans);
+- keys that are not strings (`1:`, `true:`, `null:`, `[a]:`), duplicate keys (the message
+  names the first occurrence, never a value: a duplicated secret-named key must not echo);
+- control characters, NUL and lone surrogates (from `"\\ud800"` escapes), non-UTF-8 bytes;
+- non-finite numbers (`.inf`, `.nan`, `1e400`) and integers outside 64 bits.
+A date such as `2024-01-01` stays the text it is written as.
+
+ruamel.yaml's pure-Python scanner and parser turn the text into events and nodes, which carry
+the line and column of every key and item; we build plain dicts and tuples (strict models
+accept tuples) plus a flat `{path: Location}` table from those nodes ourselves, so later stages
+(merge, pydantic, cross-checks) can name the exact line without carrying ruamel types around.
+Comments are not needed for that, so the round-trip scanner (which reads a whole line ahead
+of every token to attach comments) is not used.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.composer import Composer, ComposerError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.scanner import Scanner
 
-from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem
+from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
+from reconciler.desired.safe_read import Unreadable, read_regular
+
+MAX_DEPTH = 32  # the deepest path of the desired state today is 5 levels
+# The pure-Python parser costs tens of microseconds per value; the largest layer today holds
+# 172 values (keys, scalars, lists, mappings), so 2,000 leave room and still parse quickly.
+MAX_NODES = 2000
+MAX_INT = 2**63  # every integer of the desired state fits a signed 64-bit value
+
+_CORE = "tag:yaml.org,2002:"
+_STR, _INT, _FLOAT, _BOOL, _NULL = (f"{_CORE}{t}" for t in ("str", "int", "float", "bool", "null"))
+_MAP, _SEQ, _MERGE = f"{_CORE}map", f"{_CORE}seq", f"{_CORE}merge"
+# Implicit tags the 1.2 resolver gives plain scalars that we keep as the text they are.
+_AS_TEXT = {_STR, f"{_CORE}timestamp", f"{_CORE}value", f"{_CORE}yaml", "!"}
+_EXPLICIT_OK = {_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ, "!"}
+
+# Not allowed anywhere in the text: C0 controls but TAB/LF/CR, DEL, C1 controls (a terminal
+# reads some as escape sequences), surrogates, and the two non-characters YAML excludes.
+_BAD_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# A key is a name: no line breaks or tabs either.
+_BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
 @dataclass(frozen=True)
@@ -28,65 +70,304 @@ class SourceDoc:
     positions: dict[PathKey, Location]
 
 
-def load_yaml(path: Path, display: str) -> SourceDoc:
-    """Parse one file; a malformed file raises DesiredStateError pointing at the bad line."""
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
+def load_yaml(
+    path: Path, display: str, *, within: Path | None = None, required: str | None = None
+) -> SourceDoc:
+    """Parse one file; anything wrong with it raises DesiredStateError at its line.
+
+    `within`: the repository a symlinked file must stay in. `required`: what the file must
+    hold (an empty file is then an error naming it); without it an empty layer is empty."""
+    at_start = Location(display, 1, 1)
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"))
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        text = (exc.problem or exc.context or "malformed YAML").strip()
-        problem = Problem(Location(display, line, col), "", f"malformed YAML: {text}")
-        raise DesiredStateError([problem]) from None
-    except YAMLError as exc:
+        raw = read_regular(path, within=within)
+    except Unreadable as exc:
+        raise DesiredStateError([Problem(at_start, "", exc.message)]) from None
+    text = _decode(raw, display)
+    node = _compose(text, display)
+    if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
+        if required is not None:
+            raise DesiredStateError([Problem(at_start, "", f"file is empty, expected {required}")])
+        return SourceDoc(display, {}, {(): at_start})
+    if not isinstance(node, MappingNode):
+        kind = "seq" if isinstance(node, SequenceNode) else "scalar"
         raise DesiredStateError(
-            [Problem(Location(display, 1, 1), "", f"malformed YAML: {exc}")]
-        ) from None
+            [Problem(at_start, "", f"expected a mapping of keys, got a {kind}")]
+        )
+    builder = _Builder(display)
+    data = builder.plain(node, ())
+    if builder.problems:
+        raise DesiredStateError(builder.problems)
+    return SourceDoc(display, data, builder.positions)
+
+
+def _decode(raw: bytes, display: str) -> str:
+    body = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark is allowed, and dropped
+    try:
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DesiredStateError(
-            [Problem(Location(display, 1, 1), "", f"not UTF-8 text: {exc.reason}")]
-        ) from None
-    if raw is None:
-        return SourceDoc(display, {}, {})
-    if not isinstance(raw, CommentedMap):
-        kind = type(raw).__name__.replace("Commented", "").lower()
-        problem = Problem(Location(display, 1, 1), "", f"expected a mapping of keys, got a {kind}")
-        raise DesiredStateError([problem])
-    positions: dict[PathKey, Location] = {(): Location(display, 1, 1)}
-    data = _plain(raw, (), display, positions)
-    return SourceDoc(display, data, positions)
+        line, col = _line_col(body[: exc.start].decode("utf-8", "replace"))
+        problem = Problem(Location(display, line, col), "", f"not UTF-8 text: {exc.reason}")
+        raise DesiredStateError([problem]) from None
+    bad = _BAD_CHAR.search(text)
+    if bad:
+        line, col = _line_col(text[: bad.start()])
+        message = f"{_char_name(bad.group())} is not allowed in a YAML file"
+        raise DesiredStateError([Problem(Location(display, line, col), "", message)])
+    return text
 
 
-def _plain(node: Any, path: PathKey, file: str, positions: dict[PathKey, Location]) -> Any:
-    if isinstance(node, CommentedMap):
+def _line_col(before: str) -> tuple[int, int]:
+    line = before.count("\n") + 1
+    return line, len(before) - (before.rfind("\n") + 1) + 1
+
+
+def _char_name(char: str) -> str:
+    code = ord(char)
+    if 0xD800 <= code <= 0xDFFF:
+        return f"lone surrogate U+{code:04X}"
+    if code in (0xFFFE, 0xFFFF):
+        return f"non-character U+{code:04X}"
+    return f"control character U+{code:04X}"
+
+
+# -- parsing with limits -----------------------------------------------------------------------
+class _Refused(Exception):
+    """Something plain YAML does not need, found while composing (parsing stops there)."""
+
+    def __init__(self, mark: Any, message: str) -> None:
+        self.mark = mark
+        self.message = message
+        super().__init__(message)
+
+
+class _LinearScanner(Scanner):
+    """ruamel's scanner, with its two walks over every pending simple key made proportional to
+    what changes: `[[[[...` 900 deep took 1.8 s (quadratic in the nesting) before the composer
+    could see the first level. Keys are saved in token order, one per flow level, so the dict's
+    insertion order is token order: the nearest key is the first, and stale keys are a prefix.
+    """
+
+    def next_possible_simple_key(self) -> Any:
+        for key in self.possible_simple_keys.values():
+            return key.token_number
+        return None
+
+    def stale_possible_simple_keys(self) -> None:
+        line, index = self.reader.line, self.reader.index
+        stale = []
+        for level, key in self.possible_simple_keys.items():
+            if key.line == line and index - key.index <= 1024:
+                break
+            if key.required:
+                super().stale_possible_simple_keys()  # raises ruamel's own located error
+            stale.append(level)
+        for level in stale:
+            del self.possible_simple_keys[level]
+
+
+class _LimitedComposer(Composer):
+    """ruamel's composer, refusing anchors, aliases, unknown tags, directives and deep nesting
+    at the event that brings them, before a node is built from it."""
+
+    nesting = 0
+    nodes = 0
+
+    def compose_document(self) -> Any:
+        start = self.parser.peek_event()  # DOCUMENT-START
+        if getattr(start, "version", None) or getattr(start, "tags", None):
+            raise _Refused(start.start_mark, "%YAML and %TAG directives are not allowed")
+        return super().compose_document()
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        if isinstance(event, AliasEvent):
+            raise _Refused(
+                event.start_mark,
+                f"alias *{event.anchor} is not allowed: anchors and aliases are refused, "
+                "write the value out",
+            )
+        if event.anchor is not None:
+            raise _Refused(
+                event.start_mark,
+                f"anchor &{event.anchor} is not allowed: anchors and aliases are refused, "
+                "write the value out",
+            )
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _Refused(event.start_mark, f"more than {MAX_NODES} values in one file")
+        tag = getattr(event, "ctag", None)
+        if tag is not None and str(tag) not in _EXPLICIT_OK:
+            raise _Refused(event.start_mark, f"tag {_tag_text(tag)} is not allowed")
+        nests = isinstance(event, MappingStartEvent | SequenceStartEvent)
+        if nests:
+            self.nesting += 1
+            if self.nesting > MAX_DEPTH:
+                raise _Refused(event.start_mark, f"nested deeper than {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            if nests:
+                self.nesting -= 1
+
+
+def _tag_text(tag: Any) -> str:
+    handle, suffix = getattr(tag, "handle", None), getattr(tag, "suffix", None)
+    text = f"{handle}{suffix}" if handle and suffix else str(tag)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _compose(text: str, display: str) -> Node | None:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = _LinearScanner
+    yaml.Composer = _LimitedComposer
+    try:
+        return yaml.compose(text)
+    except _Refused as exc:
+        where = Location(display, exc.mark.line + 1, exc.mark.column + 1)
+        raise DesiredStateError([Problem(where, "", exc.message)]) from None
+    except ComposerError as exc:
+        if exc.context == "expected a single document in the stream":
+            mark = exc.problem_mark or exc.context_mark
+            where = Location(display, mark.line + 1, mark.column + 1)
+            message = "a second YAML document (---); a file holds one document"
+            raise DesiredStateError([Problem(where, "", message)]) from None
+        raise DesiredStateError([_marked(exc, display)]) from None
+    except MarkedYAMLError as exc:
+        raise DesiredStateError([_marked(exc, display)]) from None
+    except YAMLError as exc:
+        message = f"malformed YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        raise DesiredStateError([Problem(Location(display, 1, 1), "", message)]) from None
+    except (RecursionError, MemoryError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        # A parser bug on hostile input is still this file's error, never a traceback.
+        message = f"malformed YAML: the parser failed ({type(exc).__name__})"
+        raise DesiredStateError([Problem(Location(display, 1, 1), "", message)]) from None
+
+
+def _marked(exc: MarkedYAMLError, display: str) -> Problem:
+    mark = exc.problem_mark or exc.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    text = (exc.problem or exc.context or "malformed YAML").strip()
+    return Problem(Location(display, line, col), "", f"malformed YAML: {text}")
+
+
+# -- nodes -> plain data -----------------------------------------------------------------------
+class _Builder:
+    """Plain data and positions from composed nodes; every refusal is collected with its line."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.positions: dict[PathKey, Location] = {(): Location(file, 1, 1)}
+        self.problems: list[Problem] = []
+
+    def where(self, node: Node) -> Location:
+        return Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def refuse(self, node: Node, path: PathKey, message: str) -> None:
+        self.problems.append(Problem(self.where(node), dotted(path), message))
+
+    def plain(self, node: Node, path: PathKey) -> Any:
+        if isinstance(node, MappingNode):
+            return self.mapping(node, path)
+        if isinstance(node, SequenceNode):
+            if node.tag != _SEQ:
+                self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a list")
+            items = []
+            for index, item in enumerate(node.value):
+                child = (*path, index)
+                self.positions[child] = self.where(item)
+                items.append(self.plain(item, child))
+            return tuple(items)
+        return self.scalar(node, path)
+
+    def mapping(self, node: MappingNode, path: PathKey) -> dict[str, Any]:
+        if node.tag != _MAP:
+            self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a mapping")
         out: dict[str, Any] = {}
-        for key, value in node.items():
-            line, col = node.lc.key(key)
-            child = (*path, str(key))
-            positions[child] = Location(file, line + 1, col + 1)
-            out[str(key)] = _plain(value, child, file, positions)
+        for key_node, value_node in node.value:
+            key = self.key(key_node, path)
+            if key is None:
+                continue
+            child = (*path, key)
+            if key in out:
+                first = self.positions[child]
+                self.refuse(key_node, child, f"duplicate key (first at line {first.line})")
+                continue
+            self.positions[child] = self.where(key_node)
+            out[key] = self.plain(value_node, child)
         return out
-    if isinstance(node, CommentedSeq):
-        items = []
-        for index, value in enumerate(node):
-            line, col = node.lc.item(index)
-            child = (*path, index)
-            positions[child] = Location(file, line + 1, col + 1)
-            items.append(_plain(value, child, file, positions))
-        return tuple(items)
-    if isinstance(node, str):
-        return str(node)  # drop ruamel's scalar string subclasses
-    if isinstance(node, bool | int | float) or node is None:
-        return _scalar(node)
-    return node
 
+    def key(self, node: Node, path: PathKey) -> str | None:
+        if not isinstance(node, ScalarNode):
+            kind = "mapping" if isinstance(node, MappingNode) else "list"
+            self.refuse(node, path, f"a {kind} cannot be a key; keys are names")
+            return None
+        if node.tag == _MERGE:
+            self.refuse(node, path, "merge keys (<<) are not allowed: write the keys out")
+            return None
+        if node.tag not in _AS_TEXT:
+            kind = {_INT: "an integer", _FLOAT: "a number", _BOOL: "a boolean"}.get(
+                str(node.tag), "null"
+            )
+            shown = node.value[:40] or "(empty)"
+            self.refuse(node, path, f"key {shown} is {kind}, not a name: quote it")
+            return None
+        bad = _BAD_KEY_CHAR.search(node.value)
+        if bad:
+            self.refuse(node, path, f"{_char_name(bad.group())} is not allowed in a key")
+            return None
+        return str(node.value)
 
-def _scalar(node: Any) -> Any:
-    # ruamel returns ScalarFloat/ScalarInt subclasses; strict models want the builtins.
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    return float(node)
+    def scalar(self, node: Node, path: PathKey) -> Any:
+        tag, value = str(node.tag), str(node.value)
+        if tag in _AS_TEXT or tag == _MERGE:  # `<<` as a value is just the text
+            bad = _BAD_CHAR.search(value)
+            if bad:
+                self.refuse(node, path, f"{_char_name(bad.group())} is not allowed in a value")
+            return value
+        if tag == _NULL:
+            if value not in ("", "~", "null", "Null", "NULL"):
+                self.refuse(node, path, "!!null holds a value; write null or nothing")
+            return None
+        if tag == _BOOL:
+            if value.lower() not in ("true", "false"):
+                self.refuse(node, path, f"{value[:40]!r} is not a boolean (true or false)")
+            return value.lower() == "true"
+        if tag == _INT:
+            return self.integer(node, path, value)
+        if tag == _FLOAT:
+            return self.number(node, path, value)
+        self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a scalar")
+        return None
+
+    def integer(self, node: Node, path: PathKey, value: str) -> int | None:
+        text = value.replace("_", "")
+        sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.removeprefix("+"))
+        base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2].lower(), 10)
+        digits = digits[2:] if base != 10 else digits
+        try:
+            if not digits.isalnum():
+                raise ValueError
+            number = sign * int(digits, base) if len(digits) <= 64 else MAX_INT
+        except ValueError:
+            self.refuse(node, path, f"{value[:40]!r} is not an integer")
+            return None
+        if not -MAX_INT <= number < MAX_INT:
+            self.refuse(node, path, f"{value[:40]} is out of range (a 64-bit integer)")
+            return None
+        return number
+
+    def number(self, node: Node, path: PathKey, value: str) -> float | None:
+        text = value.replace("_", "").lower()
+        try:
+            if text.lstrip("+-") in (".inf", ".nan", "inf", "nan", "infinity"):
+                raise OverflowError
+            number = float(text)
+            if not math.isfinite(number):
+                raise OverflowError
+        except OverflowError:
+            self.refuse(node, path, f"{value[:40]} is not a finite number")
+            return None
+        except ValueError:
+            self.refuse(node, path, f"{value[:40]!r} is not a number")
+            return None
+        return number

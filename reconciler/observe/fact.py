@@ -12,13 +12,13 @@ pyinfra run, never across runs.
 from __future__ import annotations
 
 import functools
-import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
 from pyinfra.api import FactBase
 
 from reconciler.observe.collectors import collector_command
+from reconciler.observe.document import Fault, load_json, parse_collected
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -45,8 +45,15 @@ class Collected(FactBase[dict[str, Any]]):
         return collector_command(_inputs(self._inventory).payload(self._box, RUN_KEY))
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads("\n".join(output))
-        return doc
+        """The collector's JSON, once it passed the same checks as `reconcile drift` reads it
+        with (reconciler/observe/document.py); otherwise that host's fault, as data: a broken
+        or hostile box never raises out of pyinfra's fact machinery."""
+        raw = load_json("\n".join(output))
+        checked = raw if isinstance(raw, Fault) else parse_collected(raw)
+        if isinstance(checked, Fault) or not isinstance(raw, dict):
+            fault = checked if isinstance(checked, Fault) else raw
+            return {"fault": fault.kind.value, "error": str(fault)}
+        return raw
 
 
 @functools.lru_cache(maxsize=2)

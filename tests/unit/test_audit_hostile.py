@@ -296,6 +296,7 @@ def test_a_crafted_answer_is_that_boxs_error(case, baseline):
     for box in BOXES:
         assert box in out["text"] and f"## {box}:" in out["markdown"]
     assert f"{VICTIM}: FAIL (not audited)" in out["text"]
+    assert f"({row.fault.kind.value})" in out["text"]  # the matrix cell may wrap
     assert "## mesh:" in out["markdown"] and "mesh:" in out["text"]
     for name, text in out.items():
         assert CANARY not in text, name

@@ -532,3 +532,14 @@ def test_a_live_answer_must_be_complete_a_snapshot_may_be_cut_down() -> None:
     assert isinstance(parse_collected(cut, complete=False), Observed)
     wrong = parse_collected({"collector": 1, "docker": {"containers": {}}}, complete=False)
     assert isinstance(wrong, Fault) and wrong.path == "docker.containers"
+
+
+def test_the_pyinfra_fact_reads_through_the_same_checks() -> None:
+    from reconciler.observe.fact import Collected
+
+    fact = Collected()
+    assert fact.process([text(collected())]) == collected()
+    truncated = fact.process([text(collected())[:1000]])
+    assert truncated["fault"] == "not-json"
+    hostile = fact.process([edited(_set("docker", [CANARY]))])
+    assert hostile["fault"] == "malformed" and CANARY not in hostile["error"]
