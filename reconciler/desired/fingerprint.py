@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from reconciler.desired.safe_read import Unreadable, read_regular
+
 KEEP = 16  # entries per kind: each repository checkout and inventory has its own
 
 
@@ -27,9 +29,11 @@ def cache_dir() -> Path:
 
 
 def file_digest(path: Path) -> str | None:
+    """None for anything the loader would refuse to read: a layer replaced by a FIFO must
+    miss (and be reported by the loader), not block the check of a remembered entry."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_regular(path)).hexdigest()
+    except Unreadable:
         return None
 
 
