@@ -232,9 +232,26 @@ def save_snapshot(
 
 def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObservation]]:
     index = json.loads((directory / "index.json").read_text(encoding="utf-8"))
-    if index.get("snapshot") != SNAPSHOT_VERSION:
-        raise ValueError(f"{directory}: snapshot version {index.get('snapshot')} is not supported")
+    # The index is the run's, not a box's: a damaged one is the run's error (a ValueError the
+    # commands report), never a traceback. Its version is not echoed: it may be any text.
+    if not isinstance(index, dict) or index.get("snapshot") != SNAPSHOT_VERSION:
+        raise ValueError(
+            f"{directory}/index.json: not a snapshot index of version {SNAPSHOT_VERSION}"
+        )
+    boxes = index.get("boxes")
+    if not isinstance(boxes, list) or not all(_box_file_name(b) for b in boxes):
+        raise ValueError(f"{directory}/index.json: boxes is not a list of box names")
     observations = {}
-    for name in index["boxes"]:
+    for name in boxes:
         observations[name] = snapshot_observation(name, directory / f"{name}.json")
     return index, observations
+
+
+def _box_file_name(name: Any) -> bool:
+    # Each name becomes DIR/<name>.json: a plain name, never a path out of the snapshot.
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= 253
+        and name.replace("-", "").replace("_", "").replace(".", "").isalnum()
+        and not name.startswith(".")
+    )

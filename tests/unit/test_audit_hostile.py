@@ -488,3 +488,27 @@ def test_a_gateway_that_breaks_or_drips_fails_that_request_only(monkeypatch):
     with gateway_answering(broken) as client:
         got = probes._request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
     assert got["status"] is None and CANARY not in got["error"]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        "[]",
+        '{"snapshot": 1}',
+        '{"snapshot": 1, "boxes": "thor"}',
+        '{"snapshot": 1, "boxes": [5]}',
+        '{"snapshot": 1, "boxes": ["../../etc/passwd"]}',
+        '{"snapshot": "' + CANARY + '", "boxes": []}',
+    ],
+)
+def test_a_damaged_snapshot_index_is_the_runs_error_not_a_traceback(tmp_path, capsys, index):
+    from reconciler.cli import main
+
+    directory = tmp_path / "snapshot"
+    shutil.copytree(FIXTURES / SCENARIO, directory)
+    (directory / "index.json").write_text(index, encoding="utf-8")
+    root = str(FIXTURES.parents[2])
+    code = main(["--root", root, "-i", "hosts", "audit", "--from-snapshot", str(directory)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert "index.json" in err and "Traceback" not in err and CANARY not in err
