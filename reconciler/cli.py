@@ -5,6 +5,7 @@ of every drift run's budget), loads the desired state first, and maps outcomes t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -121,7 +122,7 @@ def _start_early(args: argparse.Namespace) -> EarlyStart | None:
     from reconciler.observe.early import start
     from reconciler.observe.payload import new_run_key
 
-    root = Path(args.root).resolve() if args.root else root_or_none()
+    root = Path(os.path.realpath(args.root)) if args.root else root_or_none()
     if root is None:
         return None
     return start(root, inventory_file(root, args.inventory), args.boxes or None, new_run_key())
@@ -170,7 +171,7 @@ def _load(args: argparse.Namespace, *, cached: bool = False) -> Fleet:
     inputs (desired/cache.py); read-only commands take it, `validate` and `apply` never do."""
     from pathlib import Path
 
-    root = Path(args.root).resolve() if args.root else None
+    root = Path(os.path.realpath(args.root)) if args.root else None
     facts = _snapshot_facts(args)
     if facts is not None:  # judged against the snapshot's own facts; never kept in the cache
         from reconciler.desired.load import load_fleet
@@ -325,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `reconcile show | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

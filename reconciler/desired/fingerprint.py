@@ -44,7 +44,10 @@ def layer_listing(root: Path) -> list[str]:
 
 def entry_name(kind: str, root: Path, inventory: Path) -> Path:
     """One cache file per (kind, repository, inventory)."""
-    key = hashlib.sha256(f"{root.resolve()}\0{inventory.resolve()}".encode()).hexdigest()[:24]
+    # realpath, not Path.resolve(): a symlink loop named by `-i` must not raise here (the
+    # loader reports it at the file)
+    where = f"{os.path.realpath(root)}\0{os.path.realpath(inventory)}"
+    key = hashlib.sha256(where.encode()).hexdigest()[:24]
     return cache_dir() / f"{kind}-{key}"
 
 

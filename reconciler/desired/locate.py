@@ -13,7 +13,8 @@ ROOT_ENV = "FLEET_ROOT"
 def root_or_none(start: Path | None = None) -> Path | None:
     """$FLEET_ROOT, else the nearest parent holding inventory/ and group_vars/."""
     if os.environ.get(ROOT_ENV):
-        return Path(os.environ[ROOT_ENV]).resolve()
+        # realpath, not Path.resolve(): a symlink loop is the loader's located error
+        return Path(os.path.realpath(os.environ[ROOT_ENV]))
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / "inventory").is_dir() and (candidate / "group_vars").is_dir():

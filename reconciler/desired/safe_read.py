@@ -76,7 +76,7 @@ def _follow(path: Path, within: Path | None) -> str:
     try:
         is_link = stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError as exc:
-        raise Unreadable(_why(exc)) from None
+        raise Unreadable("symlink loop" if exc.errno == errno.ELOOP else _why(exc)) from None
     if not is_link:
         return str(path)
     try:
