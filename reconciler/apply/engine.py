@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.apply.answer import converge_result
 from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
 from reconciler.apply.payload import base_payload, converge_payload
 from reconciler.compare.context import BoxExpectation
@@ -110,11 +111,13 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
     payload = converge_payload(prep.exp, prep.spec, prep.plan, observed, who)
     call = call_box(_target(prep.fleet, prep.box), payload, on_event)
     out.events += call.events
-    out.snapshot = call.result.get("snapshot")
+    answer = converge_result(call.result)  # typed: a box's answer decides what happens next
+    out.snapshot = answer.snapshot
     out.changed = out.snapshot is not None
-    if not call.result.get("ok"):
-        out.failed = scrub_text(call.result.get("failed"))  # the box's words: scrubbed here too
-        out.rollback = call.result.get("rollback")
+    if not answer.ok:
+        out.failed = scrub_text(answer.failed)  # the box's words: scrubbed here too
+        raw_rollback = call.result.get("rollback")
+        out.rollback = raw_rollback if answer.rollback and isinstance(raw_rollback, dict) else None
         out.drift_after = run_drift(prep.fleet, [prep.box]).report if out.changed else None
         return _finish(out)
     after, remaining = verify(prep, on_event)

@@ -13,6 +13,9 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from reconciler.apply import answer
+from reconciler.report.values import free_text
+
 
 class Reporter:
     def __init__(self, box: str, stream: TextIO | None = None, bar: bool | None = None) -> None:
@@ -30,42 +33,44 @@ class Reporter:
             self.stream.write(f"{self.box}: {text}\n")
             self.stream.flush()
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "wait":
+    def on_event(self, raw: dict[str, Any]) -> None:
+        """One event of the box program, read through its type (reconciler/apply/answer.py):
+        an event that is not understood is not shown; free text is scrubbed and cleaned."""
+        event = answer.event(raw)
+        if isinstance(event, answer.Wait):
             self._wait(event)
-        elif kind == "healthy":
-            self._done(str(event["service"]))
-            self.line(f"{event['service']} healthy after {event['elapsed']:.0f}s")
-        elif kind == "step":
+        elif isinstance(event, answer.Healthy):
+            self._done(event.service)
+            self.line(f"{event.service} healthy after {event.elapsed:.0f}s")
+        elif isinstance(event, answer.StepEvent):
             self._step(event)
-        elif kind == "snapshot":
-            self.line(f"snapshot {event['id']}")
-        elif kind in ("note", "failed"):
-            self.line(("FAILED: " if kind == "failed" else "") + str(event.get("message")))
-        elif kind == "memory":
+        elif isinstance(event, answer.SnapshotTaken):
+            self.line(f"snapshot {event.id}")
+        elif isinstance(event, answer.Message):
+            self.line(("FAILED: " if event.failed else "") + free_text(event.text))
+        elif isinstance(event, answer.Memory):
             self.line(
-                f"memory gate for {event['service']}: {event['available_kib'] / 1048576:.1f} GiB "
-                f"available, {event['need_kib'] / 1048576:.1f} GiB needed "
-                f"(page cache dropped: {event.get('dropped') or 'no'})"
+                f"memory gate for {event.service}: {event.available_kib / 1048576:.1f} GiB "
+                f"available, {event.need_kib / 1048576:.1f} GiB needed "
+                f"(page cache dropped: {event.dropped or 'no'})"
             )
 
-    def _step(self, event: dict[str, Any]) -> None:
-        status, step, subject = event.get("status"), event.get("step"), event.get("subject")
+    def _step(self, event: answer.StepEvent) -> None:
+        status, step, subject = event.status, event.step, event.subject
         if step == "write-env" and status == "done":
-            keys = event.get("keys") or []
+            keys = event.keys
             self.line(f"wrote .env: {', '.join(keys) if keys else 'no key differed'}")
         elif step == "restore-files" and status == "done":
-            self.line(f"restored {', '.join(event.get('files') or []) or 'nothing'}")
+            self.line(f"restored {', '.join(event.files) or 'nothing'}")
         elif step == "rollback":
-            reason = f" ({event['reason']})" if event.get("reason") else ""
+            reason = f" ({free_text(event.reason)})" if event.reason else ""
             self.line(f"rollback to snapshot {subject}: {status}{reason}")
         elif status in ("start", "present", "failed"):
             self.line(f"{step} {subject}" + ("" if status == "start" else f": {status}"))
 
-    def _wait(self, event: dict[str, Any]) -> None:
-        service, state = str(event["service"]), str(event.get("state"))
-        elapsed, timeout = float(event["elapsed"]), float(event["timeout"])
+    def _wait(self, event: answer.Wait) -> None:
+        service, state = event.service, event.state
+        elapsed, timeout = event.elapsed, event.timeout
         if not self.bar:
             if self._last.get(service) != state:
                 self._last[service] = state

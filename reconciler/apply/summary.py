@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reconciler.apply.answer import rollback_result
 from reconciler.apply.engine import Outcome
 from reconciler.plan import Plan
 from reconciler.report.values import free_text
@@ -23,16 +24,16 @@ def outcome_lines(out: Outcome) -> list[str]:
     if out.ok:
         return [f"converged, verified (snapshot {out.snapshot})"]
     lines = [f"FAILED: {free_text(out.failed or 'unknown')}"]
-    rb = out.rollback
+    rb = rollback_result(out.rollback)
     if rb is not None:
-        if rb.get("ok"):
+        if rb.ok:
             equal = (
                 "containers as before"
-                if rb.get("config_equal")
-                else ("containers NOT as before: " + ", ".join(rb.get("unequal") or []))
+                if rb.config_equal
+                else ("containers NOT as before: " + ", ".join(rb.unequal))
             )
-            restored = ", ".join(rb.get("files") or []) or "nothing to restore"
-            lines.append(f"rolled back to snapshot {rb.get('snapshot')}: {restored}; {equal}")
+            restored = ", ".join(rb.files) or "nothing to restore"
+            lines.append(f"rolled back to snapshot {rb.snapshot}: {restored}; {equal}")
         else:
-            lines.append(f"ROLLBACK FAILED: {free_text(str(rb.get('failed')))}")
+            lines.append(f"ROLLBACK FAILED: {free_text(str(rb.failed))}")
     return lines

@@ -543,3 +543,43 @@ def test_the_pyinfra_fact_reads_through_the_same_checks() -> None:
     assert truncated["fault"] == "not-json"
     hostile = fact.process([edited(_set("docker", [CANARY]))])
     assert hostile["fault"] == "malformed" and CANARY not in hostile["error"]
+
+
+# -- the converge program's answer (apply/) --------------------------------------------------------
+def test_a_hostile_converge_result_is_a_failure_naming_the_field() -> None:
+    from reconciler.apply.answer import converge_result
+
+    assert converge_result({"ok": True, "snapshot": "20261130T101010Z"}).ok
+    for raw in (
+        [CANARY],
+        {"ok": "yes"},
+        {"ok": True, "snapshot": "../../" + CANARY},
+        {"ok": True, "snapshot": ["20261130T101010Z"]},
+    ):
+        result = converge_result(raw)
+        assert not result.ok and result.snapshot is None, raw
+        assert result.failed is not None and CANARY not in result.failed
+
+
+def test_hostile_converge_events_are_not_shown_and_never_crash() -> None:
+    import io
+
+    from reconciler.apply.progress import Reporter
+
+    stream = io.StringIO()
+    reporter = Reporter("thor", stream, bar=False)
+    for raw in (
+        {"event": "wait", "service": "vllm-hand", "elapsed": "x", "timeout": 5},
+        {"event": "healthy", "service": ["x"], "elapsed": 1},
+        {"event": "memory", "service": "vllm-hand", "available_kib": float("nan"), "need_kib": 1},
+        {"event": "step", "step": "write-env", "status": "done", "keys": "GATEWAY_API_KEY"},
+        {"event": "snapshot", "id": CANARY},
+        [CANARY],
+        "text",
+    ):
+        reporter.on_event(raw)  # type: ignore[arg-type]
+    reporter.on_event({"event": "note", "message": "done\x1b[2J"})
+    reporter.on_event({"event": "healthy", "service": "vllm-hand", "elapsed": 12})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("thor: done") and "\x1b" not in lines[0]
+    assert lines[1] == "thor: vllm-hand healthy after 12s"

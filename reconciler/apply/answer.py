@@ -1,0 +1,219 @@
+"""The converge program's answer (reconciler/apply/remote/converge.py), typed once.
+
+A box may be broken or hostile, and what its program prints decides what the controller does
+next (verify, roll back, mark good) and what an operator reads. So its result and each of its
+events are read here into frozen values with checked types: a result that does not have the
+result's shape is a failure that names the field (never the value), and an event that is not
+understood is dropped (it is still kept, scrubbed, in the evidence's raw actions).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# converge.py's snapshot ids: UTC time, and a counter when two fall in one second.
+_SNAPSHOT_ID = re.compile(r"^\d{8}T\d{6}Z(?:-\d{1,4})?$")
+_MAX_TEXT = 4096
+_MAX_ITEMS = 1000
+
+
+class _Wrong(Exception):
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path}: {what}")
+
+
+def _text(obj: Mapping[str, Any], key: str, required: bool = False) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise _Wrong(key, "missing")
+        return None
+    if not isinstance(value, str) or len(value) > _MAX_TEXT:
+        raise _Wrong(key, "expected a string")
+    return value
+
+
+def _name(obj: Mapping[str, Any], key: str, required: bool = False) -> str | None:
+    value = _text(obj, key, required)
+    if value is not None and not value.isprintable():
+        raise _Wrong(key, "a name with control characters")
+    return value
+
+
+def _names(obj: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = obj.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > _MAX_ITEMS:
+        raise _Wrong(key, "expected a list of names")
+    if not all(isinstance(v, str) and v.isprintable() and len(v) <= _MAX_TEXT for v in value):
+        raise _Wrong(key, "expected a list of names")
+    return tuple(value)
+
+
+def _flag(obj: Mapping[str, Any], key: str) -> bool:
+    value = obj.get(key, False)
+    if not isinstance(value, bool):
+        raise _Wrong(key, "expected true or false")
+    return value
+
+
+def _number(obj: Mapping[str, Any], key: str) -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Wrong(key, "expected a number")
+    if not math.isfinite(value) or not 0 <= value <= 2**53:
+        raise _Wrong(key, "a number out of range")
+    return float(value)
+
+
+def _snapshot(obj: Mapping[str, Any], key: str) -> str | None:
+    value = _text(obj, key)
+    if value is not None and not _SNAPSHOT_ID.match(value):
+        raise _Wrong(key, "not a snapshot id")
+    return value
+
+
+# -- the result -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RollbackResult:
+    ok: bool
+    snapshot: str | None
+    files: tuple[str, ...] = ()  # restored
+    config_equal: bool = False  # every container's config as in the snapshot
+    unequal: tuple[str, ...] = ()  # services whose config still differs
+    failed: str | None = None
+
+
+@dataclass(frozen=True)
+class ConvergeResult:
+    ok: bool
+    failed: str | None = None
+    snapshot: str | None = None  # taken before anything changed (None: nothing was touched)
+    rollback: RollbackResult | None = None
+
+
+def rollback_result(raw: Any) -> RollbackResult | None:
+    """A rollback's result (inside a failed converge's result, or a `rollback` call's)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        return RollbackResult(False, None, failed="the box's rollback result is not an object")
+    try:
+        return RollbackResult(
+            ok=_flag(raw, "ok"),
+            snapshot=_snapshot(raw, "snapshot"),
+            files=_names(raw, "files"),
+            config_equal=_flag(raw, "config_equal"),
+            unequal=_names(raw, "unequal"),
+            failed=_text(raw, "failed"),
+        )
+    except _Wrong as exc:
+        return RollbackResult(False, None, failed=f"the box's rollback result is malformed: {exc}")
+
+
+def converge_result(raw: Any) -> ConvergeResult:
+    """The program's `result` event; anything not shaped like one is a failed converge."""
+    if not isinstance(raw, Mapping):
+        return ConvergeResult(False, "the box program's result is not an object")
+    try:
+        ok = _flag(raw, "ok")
+        snapshot = _snapshot(raw, "snapshot")
+        failed = _text(raw, "failed")
+    except _Wrong as exc:
+        # A snapshot id we cannot trust is not one to roll back to: nothing is claimed.
+        return ConvergeResult(False, f"the box program's result is malformed: {exc}")
+    return ConvergeResult(ok, failed, snapshot, rollback_result(raw.get("rollback")))
+
+
+# -- events ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Wait:
+    service: str
+    state: str
+    elapsed: float
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Healthy:
+    service: str
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    step: str
+    status: str | None
+    subject: str | None
+    keys: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotTaken:
+    id: str
+
+
+@dataclass(frozen=True)
+class Message:
+    failed: bool  # a `failed` event, else a `note`
+    text: str
+
+
+@dataclass(frozen=True)
+class Memory:
+    service: str
+    available_kib: float
+    need_kib: float
+    dropped: str | None
+
+
+Event = Wait | Healthy | StepEvent | SnapshotTaken | Message | Memory
+
+
+def event(raw: Any) -> Event | None:
+    """One line of the program's output as a typed event; None when it is not one we know."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return _event(raw)
+    except _Wrong:
+        return None
+
+
+def _event(raw: Mapping[str, Any]) -> Event | None:
+    kind = raw.get("event")
+    if kind == "wait":
+        service = _name(raw, "service", required=True) or ""
+        state = _name(raw, "state") or "?"
+        return Wait(service, state, _number(raw, "elapsed"), _number(raw, "timeout"))
+    if kind == "healthy":
+        return Healthy(_name(raw, "service", required=True) or "", _number(raw, "elapsed"))
+    if kind == "step":
+        return StepEvent(
+            step=_name(raw, "step", required=True) or "",
+            status=_name(raw, "status"),
+            subject=_name(raw, "subject"),
+            keys=_names(raw, "keys"),
+            files=_names(raw, "files"),
+            reason=_text(raw, "reason"),
+        )
+    if kind == "snapshot":
+        return SnapshotTaken(_snapshot(raw, "id") or "?")
+    if kind in ("note", "failed"):
+        return Message(kind == "failed", _text(raw, "message") or "")
+    if kind == "memory":
+        dropped = raw.get("dropped")
+        return Memory(
+            _name(raw, "service", required=True) or "",
+            _number(raw, "available_kib"),
+            _number(raw, "need_kib"),
+            dropped if isinstance(dropped, str) and dropped.isprintable() else None,
+        )
+    return None
