@@ -583,3 +583,31 @@ def test_hostile_converge_events_are_not_shown_and_never_crash() -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("thor: done") and "\x1b" not in lines[0]
     assert lines[1] == "thor: vllm-hand healthy after 12s"
+
+
+def test_well_typed_but_nasty_values_are_compared_not_crashed_on() -> None:
+    """Strings are strings: one that nests past json's depth, a window in other digits, an
+    argv secret that is not one. The comparison reports them as drift."""
+    fleet = load_fleet(EXAMPLE, "lab")
+    inputs = drift_inputs(fleet)
+
+    def nasty(doc: dict[str, Any]) -> None:
+        worker = container(doc, "vllm-worker")
+        worker["env"]["WORKER_MAX_MODEL_LEN"] = "[" * 60_000
+        worker["cmd"] = [
+            *worker["cmd"],
+            "--max-model-len=²⁶²¹⁴⁴",
+            '--api-key={"secret": ' + "[" * 9000,
+        ]
+        render = doc["render"]["services"]["vllm-worker"]
+        render["environment"]["WORKER_MAX_MODEL_LEN"] = "[" * 50_000
+
+    handles = {"thor": Answered("thor", edited(nasty))}
+    early = EarlyStart(inputs, handles, "k", done({"thor": capture()["controller"]}))  # type: ignore[arg-type]
+    report = run_drift_on(inputs, ["thor"], early=early).report
+    thor = report.boxes[0]
+    assert thor.reachable and not thor.errors
+    assert any(
+        d.path == "WORKER_MAX_MODEL_LEN" and d.subject == "lane:vllm-worker" for d in thor.drifts
+    )
+    assert "[[[" in render(report, "json")
