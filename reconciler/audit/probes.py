@@ -11,17 +11,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.observe.document import Fault, load_json
-from reconciler.observe.probes import needs_tls, skip_httpx_cli
+from reconciler.observe.probes import body_json, failure, fetch, needs_tls, skip_httpx_cli
 from reconciler.scrub import exception_text
 
 # The response headers that prove a request crossed the mesh (lobes stamps them on every
 # auto-proxied answer, contracts §3.5), and why the gateway routed it where it did.
 MESH_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Reason")
-CONNECT_S, READ_S = 2.0, 5.0
-# A gateway's answers are a few KB (/capabilities with a dozen roles). A hostile one may send
-# gigabytes, or drip bytes to stay under READ_S forever: at most this much, this long.
-MAX_BODY, TOTAL_S = 256 * 1024, 10.0
+CONNECT_S, READ_S = 2.0, 5.0  # each answer is read bounded (observe.probes.fetch)
 
 
 @dataclass(frozen=True)
@@ -109,23 +105,17 @@ def _request(
 
     started = time.monotonic()
     try:
-        with client.stream(method, url, json=json) as resp:
-            raw = _read_capped(resp, started)
+        resp, raw = fetch(client, method, url, json=json)
     except httpx.HTTPError as exc:
         return {"status": None, "error": exception_text(exc)}
-    except _TooSlow:
-        return {"status": None, "error": f"the answer took over {TOTAL_S:.0f} s"}
     except Exception as exc:  # one gateway's odd answer fails that request, never the others
-        return {"status": None, "error": f"{type(exc).__name__} reading the answer"}
+        return {"status": None, "error": failure(exc)}
     elapsed_ms = int((time.monotonic() - started) * 1000)
     result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
     headers = {h: resp.headers[h] for h in MESH_HEADERS if h in resp.headers}
     if headers:
         result["headers"] = headers
-    # Read as a box's answer is (observe/document.py): bounded, no NaN, no absurd nesting.
-    body = load_json(raw, MAX_BODY) if raw else None
-    if isinstance(body, Fault):
-        body = None
+    body = body_json(raw)  # read as a box's answer is: bounded, no NaN, no absurd nesting
     if keep_body:
         result["body"] = body
     elif isinstance(body, dict) and isinstance(body.get("error"), dict):
@@ -133,20 +123,3 @@ def _request(
         # evidence and could echo anything, so it is never kept.
         result["error_type"] = str(body["error"].get("type"))[:80]
     return result
-
-
-class _TooSlow(Exception):
-    pass
-
-
-def _read_capped(resp: Any, started: float) -> bytes:
-    """The body up to one byte past MAX_BODY (load_json then refuses it as too large)."""
-    chunks, size = [], 0
-    for chunk in resp.iter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_BODY:
-            break
-        if time.monotonic() - started > TOTAL_S:
-            raise _TooSlow
-    return b"".join(chunks)[: MAX_BODY + 1]

@@ -63,14 +63,57 @@ def _get(client: Any, url: str, keep_body: bool) -> dict[str, Any]:
 
     started = time.monotonic()
     try:
-        resp = client.get(url)
+        resp, raw = fetch(client, "GET", url)
     except httpx.HTTPError as exc:
         return {"status": None, "error": exception_text(exc)}
+    except Exception as exc:  # one gateway's odd answer fails that probe, never the others
+        return {"status": None, "error": failure(exc)}
     elapsed_ms = int((time.monotonic() - started) * 1000)
     result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
     if keep_body:
-        try:
-            result["body"] = resp.json()
-        except ValueError:
-            result["body"] = None
+        result["body"] = body_json(raw)
     return result
+
+
+# -- reading a gateway's answer: it is the box's, so bounded like the collector's ----------------
+# A gateway's answers are a few KB (/capabilities with a dozen roles). A hostile one may send
+# gigabytes, or drip bytes to stay under the read timeout forever: at most this much, this long.
+MAX_BODY, TOTAL_S = 256 * 1024, 10.0
+
+
+class TooSlow(Exception):
+    """The answer kept coming past TOTAL_S."""
+
+
+def fetch(client: Any, method: str, url: str, json: Any = None) -> tuple[Any, bytes]:
+    """One request: the response (headers and status) and at most MAX_BODY + 1 bytes of its
+    body. Raises what httpx raises, or TooSlow."""
+    started = time.monotonic()
+    with client.stream(method, url, json=json) as resp:
+        chunks, size = [], 0
+        for chunk in resp.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BODY:
+                break
+            if time.monotonic() - started > TOTAL_S:
+                raise TooSlow
+    return resp, b"".join(chunks)[: MAX_BODY + 1]
+
+
+def body_json(raw: bytes) -> Any:
+    """The body as JSON, read as a box's answer is (document.load_json: within MAX_BODY, UTF-8,
+    no NaN, duplicate keys or absurd nesting); None when it is not that."""
+    # Imported here: a drift run's early start imports this module before it launches the
+    # collectors, and the document module is not needed until the answers come back.
+    from reconciler.observe.document import Fault, load_json
+
+    parsed = load_json(raw, MAX_BODY) if raw else None
+    return None if isinstance(parsed, Fault) else parsed
+
+
+def failure(exc: BaseException) -> str:
+    """A probe's failure other than httpx's own: its kind only (the text could hold anything)."""
+    if isinstance(exc, TooSlow):
+        return f"the answer took over {TOTAL_S:.0f} s"
+    return f"{type(exc).__name__} reading the answer"

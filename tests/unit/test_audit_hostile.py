@@ -461,21 +461,26 @@ def gateway_answering(body: bytes | Callable[[], Any], status: int = 200) -> Any
 )
 def test_a_gateways_answer_to_the_controller_is_read_bounded(body, kept):
     from reconciler.audit.probes import _request
+    from reconciler.observe.probes import _get
 
     with gateway_answering(body) as client:
         got = _request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
-    assert got["status"] == 200 and got["body"] == kept
-    assert got["headers"] == {"X-Lobes-Mesh-Member": "spark"}
+        assert got["status"] == 200 and got["body"] == kept
+        assert got["headers"] == {"X-Lobes-Mesh-Member": "spark"}
+        # drift's mesh-side probes read it the same way
+        got = _get(client, "http://spark:8000/capabilities", keep_body=True)
+        assert got["status"] == 200 and got["body"] == kept
 
 
 def test_a_gateway_that_breaks_or_drips_fails_that_request_only(monkeypatch):
     from reconciler.audit import probes
+    from reconciler.observe import probes as reading
 
     def chunks() -> Any:
         yield b'{"cortex": '
         yield b'{"ready": true}}'
 
-    monkeypatch.setattr(probes, "TOTAL_S", -1.0)  # every read is past the deadline
+    monkeypatch.setattr(reading, "TOTAL_S", -1.0)  # every read is past the deadline
     with gateway_answering(chunks) as client:
         got = probes._request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
     assert got["status"] is None and "took over" in got["error"]
@@ -484,7 +489,7 @@ def test_a_gateway_that_breaks_or_drips_fails_that_request_only(monkeypatch):
         yield b"{"
         raise RuntimeError(CANARY)
 
-    monkeypatch.setattr(probes, "TOTAL_S", 10.0)
+    monkeypatch.setattr(reading, "TOTAL_S", 10.0)
     with gateway_answering(broken) as client:
         got = probes._request(client, "GET", "http://spark:8000/capabilities", keep_body=True)
     assert got["status"] is None and CANARY not in got["error"]
