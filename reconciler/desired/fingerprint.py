@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -85,8 +86,11 @@ def write_private(path: Path, data: bytes, keep: int = KEEP) -> None:
     (one per repository and inventory); a cache that cannot be written only costs time."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(os.lstat(path.parent), directory=True):
+            return  # not ours alone: remembered() would not read it back either
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp.unlink(missing_ok=True)  # O_EXCL below: never write through a planted name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
         tmp.replace(path)
@@ -100,14 +104,25 @@ def write_private(path: Path, data: bytes, keep: int = KEEP) -> None:
         pass
 
 
+def _private(info: os.stat_result, directory: bool) -> bool:
+    kind_ok = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)
+    return kind_ok and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
 def remembered(kind: str, root: Path, inventory: Path, code: str) -> Any | None:
     """The value stored for (kind, repository, inventory) if it was stored by this code and no
-    input changed since; None otherwise. A file owned by another user is never read."""
+    input changed since; None otherwise. A file another user owns or could write is never read."""
     path = entry_name(kind, root, inventory).with_suffix(".pickle")
     try:
-        if path.stat().st_uid != os.getuid():
+        # Unpickling runs code: only a regular file this user alone could have written, in a
+        # directory only this user can write (no link followed, no FIFO waited on).
+        if not _private(os.lstat(path.parent), directory=True):
             return None
-        entry: dict[str, Any] = pickle.loads(path.read_bytes())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as source:
+            if not _private(os.fstat(source.fileno()), directory=False):
+                return None
+            entry: dict[str, Any] = pickle.loads(source.read())
     except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
         return None
     if entry.get("code") != code or not unchanged(root, entry):
