@@ -611,3 +611,71 @@ def test_well_typed_but_nasty_values_are_compared_not_crashed_on() -> None:
         d.path == "WORKER_MAX_MODEL_LEN" and d.subject == "lane:vllm-worker" for d in thor.drifts
     )
     assert "[[[" in render(report, "json")
+
+
+# -- generated: random mutations of the captures never crash a run ---------------------------------
+_POOL: list[Any] = [
+    None, "", "x", -1, 0, 2**60, 1.5, [], {}, [None], {"secret": DIGEST}, {"secret": 3},
+    "[" * 100, "²", True, False, ["a", "b"], {"a": 1}, "0o777", "--max-model-len=5", 200, 401,
+    "running", "exited", "gateway", "vllm-worker",
+]  # fmt: skip
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path] if path else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out += _paths(value, (*path, index))
+    return out
+
+
+def _mutate(raw: dict[str, Any], rng: Any) -> None:
+    paths = _paths(raw)
+    for _ in range(rng.randint(1, 3)):
+        *parents, last = rng.choice(paths)
+        node: Any = raw
+        try:
+            for key in parents:
+                node = node[key]
+            roll = rng.random()
+            if roll < 0.15 and isinstance(node, dict):
+                node.pop(last, None)
+            elif roll < 0.7:  # mostly the same type: past the parser, into the comparison
+                kin = [v for v in _POOL if type(v) is type(node[last])] or _POOL
+                node[last] = copy.deepcopy(rng.choice(kin))
+            else:
+                node[last] = copy.deepcopy(rng.choice(_POOL))
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation removed the way there
+
+
+def test_random_mutations_of_real_answers_are_faults_or_reports_never_crashes() -> None:
+    import random
+
+    from reconciler.apply.payload import fingerprint
+    from reconciler.compare.box import compare_box
+    from reconciler.compare.drift import DriftReport
+    from reconciler.plan import plan_box
+
+    inputs = drift_inputs(load_fleet(EXAMPLE, "lab"))
+    captures = {b: capture(b) for b in ("thor", "spark", "orin")}
+    rng = random.Random(20261130)
+    outcomes = {"fault": 0, "compared": 0}
+    for case in range(200):
+        box = rng.choice(sorted(captures))
+        raw = copy.deepcopy(captures[box])
+        _mutate(raw, rng)
+        obs = BoxObservation(box, raw["collected"], None, raw["controller"] or {})
+        outcomes["fault" if obs.failure else "compared"] += 1
+        result = compare_box(inputs.expectations[box], obs.document, obs.probes, obs.failure)
+        report = DriftReport((result,), "lab", "t", "r")
+        formats = ("json", "text", "markdown") if case % 10 == 0 else ("json",)
+        for fmt in formats:
+            render(report, fmt)  # type: ignore[arg-type]
+        plan_box(result, inputs.expectations[box]).summary()
+        fingerprint(obs.document)
+    # Both halves exercised: the parser refuses some, the comparison meets the rest.
+    assert outcomes["fault"] > 20 and outcomes["compared"] > 20, outcomes
