@@ -11,13 +11,16 @@ from typing import Any
 
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
+from reconciler.desired.types import check_host, check_user_name
 
 
 def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
     conn = fleet.connection(box)
     data: dict[str, Any] = {
-        "ssh_hostname": conn.ssh_hostname,
-        "ssh_user": conn.ssh_user,
+        # Checked again here, whatever built the Fleet (a model_construct skips validation):
+        # pyinfra hands these to ssh, where `-o...` would be an option.
+        "ssh_hostname": check_host(conn.ssh_hostname),
+        "ssh_user": check_user_name(conn.ssh_user),
         "ssh_port": conn.ssh_port,
     }
     if conn.ssh_key:

@@ -7,11 +7,14 @@ itself is linked in, so the copy runs this code)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
@@ -80,3 +83,21 @@ def test_the_unmodified_copy_loads_so_the_refusal_above_is_the_edit(tmp_path: Pa
     proc = _pyinfra(root, tmp_path)
     assert "inventory/hosts.yaml:" not in proc.stderr
     assert "boxes.thor" not in proc.stderr
+
+
+def test_pyinfra_host_data_checks_again_whatever_built_the_fleet() -> None:
+    """A Fleet built without validation (model_construct) still never hands pyinfra an
+    option-like user or host."""
+    from reconciler.desired.load import load_fleet
+    from reconciler.desired.pyinfra_data import host_data
+
+    fleet = load_fleet(ROOT, "hosts")
+    assert host_data(fleet, "thor")["ssh_user"] == "lobes"
+    for field in ("ssh_user", "ssh_hostname"):
+        thor = fleet.inventory.boxes["thor"].model_copy(update={field: "-oProxyCommand=x"})
+        boxes = {**fleet.inventory.boxes, "thor": thor}
+        bad = dataclasses.replace(
+            fleet, inventory=fleet.inventory.model_copy(update={"boxes": boxes})
+        )
+        with pytest.raises(ValueError, match="-oProxyCommand=x"):
+            host_data(bad, "thor")
