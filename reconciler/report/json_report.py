@@ -17,7 +17,7 @@ from typing import Any
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import summarize
-from reconciler.report.values import as_secret, free_json, scrub, secret_changed
+from reconciler.report.values import as_secret, free_json, guarded, scrub, secret_changed
 
 # Kept here as literals (and equal to document.SCHEMA_ID / VERSION, which a test checks) so that
 # rendering does not import pydantic.
@@ -27,6 +27,7 @@ DIGEST_CHARS = 12
 
 
 def to_document(report: DriftReport) -> dict[str, Any]:
+    report = guarded(report)
     s = summarize(report)
     return {
         "schema": SCHEMA_ID,

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from reconciler.compare.drift import BoxResult, Drift, DriftReport
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import sentence, summarize
-from reconciler.report.values import clean, display, free_json, secret_tag
+from reconciler.report.values import clean, display, free_json, guarded, secret_tag
 
 DRIFT_COLUMNS = ("subject", "kind", "path", "desired", "observed", "action", "source", "note")
 EXIT_MEANING = {0: "in sync", 1: "a box unreachable or with errors", 2: "drift"}
@@ -20,6 +20,7 @@ _PROSE_SPECIALS = re.compile(r"([\\`*_\[\]<>|~&])")
 
 
 def render_markdown(report: DriftReport) -> str:
+    report = guarded(report)
     s = summarize(report)
     lines = [
         f"# Drift report: {text(report.inventory)}, run {code(report.run_id)}, "

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING
 from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport
 from reconciler.report.order import by_subject
 from reconciler.report.summary import plural, sentence, summarize
-from reconciler.report.values import abbreviate_pair, clean, display, free_text, secret_tag
+from reconciler.report.values import (
+    abbreviate_pair,
+    clean,
+    display,
+    free_text,
+    guarded,
+    secret_tag,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -78,6 +85,7 @@ class _Widths:
 
 
 def render_text(report: DriftReport, color: bool, width: int = 100) -> str:
+    report = guarded(report)
     from rich.console import Console  # lazy: rich costs import time the JSON path never needs
 
     out = io.StringIO()

@@ -7,12 +7,17 @@ Everything printed here came from a box, so it is untrusted: control characters 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
 import re
+import secrets
 import shlex
 from collections.abc import Mapping
 from enum import Enum
 
-from reconciler.compare.drift import Drift, SecretValue
+from reconciler.compare.drift import Drift, DriftReport, SecretValue, Value
+from reconciler.desired.secret_names import is_secret_name
 from reconciler.scrub import scrub_text
 
 MASK = "***"
@@ -23,6 +28,48 @@ ELLIPSIS = "…"
 # The collector's digest as it travels ("hmac:" + hex). Compare turns `{"secret": digest}` into a
 # SecretValue; if one ever slips through inside a string or a dict, reports still mask it.
 _WIRE_DIGEST = re.compile(r"hmac:[0-9a-fA-F]{16,}")
+
+
+# Clear values under a secret name are masked with a key of this process: equal values give
+# equal digests within one report (changed/unchanged still reads right), nothing across runs.
+_GUARD_KEY = secrets.token_bytes(32)
+
+
+def guarded(report: DriftReport) -> DriftReport:
+    """The report with every clear value under a secret-named path masked: the collector hashes
+    them on the box, but a snapshot saved by an older collector or with a narrower list, or an
+    edited one, could still carry one. Reports say `***` whatever they were given."""
+    if not any(_secret_path(d.path) for d in report.drifts):
+        return report
+    boxes = tuple(
+        dataclasses.replace(box, drifts=tuple(_guard(d) for d in box.drifts))
+        for box in report.boxes
+    )
+    return dataclasses.replace(report, boxes=boxes)
+
+
+def _secret_path(path: str) -> bool:
+    # "HF_TOKEN", "env.HF_TOKEN", "--hf-token": the variable or flag a value belongs to
+    last = path.rsplit(".", 1)[-1]
+    return is_secret_name(last.lstrip("-").replace("-", "_").upper() if last[:1] == "-" else last)
+
+
+def _guard(drift: Drift) -> Drift:
+    if not _secret_path(drift.path):
+        return drift
+    return dataclasses.replace(
+        drift, desired=_masked(drift.desired), observed=_masked(drift.observed)
+    )
+
+
+def _masked(value: Value) -> Value:
+    if isinstance(value, str) and value and not _WIRE_DIGEST.search(value):  # else: masked below
+        return SecretValue(
+            "guard:" + hmac.new(_GUARD_KEY, value.encode(), hashlib.sha256).hexdigest()
+        )
+    if isinstance(value, tuple | list):
+        return tuple(_masked(v) for v in value)
+    return value
 
 
 def as_secret(value: object) -> SecretValue | None:

@@ -509,3 +509,32 @@ def test_a_flag_named_like_a_secret_is_hashed_in_argv(tmp_path):
     assert masked[4:6] == ["--max-num-batched-tokens", "8192"]  # compared in the clear
     assert masked[6].startswith('--api-key={"secret": "hmac:')
     assert masked[-2:] == ["--api-key", "--enforce-eager"]  # a flag is never taken for a value
+
+
+# -- 2d. a clear value under a secret name in a drift report (an old or edited snapshot) --------
+def test_a_clear_value_under_a_secret_name_is_masked_in_every_drift_report():
+    from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport, Kind
+    from reconciler.report.json_report import render_json
+    from reconciler.report.markdown import render_markdown
+    from reconciler.report.text import render_text
+
+    old = f"{KEY}-old"
+    drifts = (
+        Drift("thor", Kind.ENVFILE, "file:.env", "HF_TOKEN", KEY, old, Action.REWRITE_ENV),
+        Drift("thor", Kind.ARGV, "lane:vllm-worker", "--hf-token", (KEY,), (old,), Action.RECREATE),
+        Drift("thor", Kind.ENV, "lane:vllm-worker", "HF_TOKEN", KEY, KEY, Action.RECREATE),
+        Drift(
+            "thor", Kind.ENVFILE, "file:.env", "WORKER_MAX_NUM_SEQS", "1", "2", Action.REWRITE_ENV
+        ),
+    )
+    report = DriftReport(
+        (BoxResult("thor", True, drifts=drifts),), "lab", "2026-11-30T16:00:00Z", "run-1"
+    )
+    outputs = (render_text(report, color=False), render_json(report), render_markdown(report))
+    for out in outputs:
+        assert KEY not in out
+    text = outputs[0]
+    assert "changed" in text and "unchanged" in text  # equal values still compare equal
+    doc = json.loads(outputs[1])
+    seqs = next(d for d in doc["boxes"][0]["drifts"] if d["path"] == "WORKER_MAX_NUM_SEQS")
+    assert (seqs["desired"], seqs["observed"]) == ("1", "2")  # not a secret: shown
