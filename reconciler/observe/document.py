@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NoReturn, TypeVar
@@ -321,7 +322,7 @@ def _texts(raw: Any, path: str) -> tuple[str, ...]:
 
 def _names(raw: Any, path: str) -> tuple[str, ...]:
     items = _list(raw, path)
-    if all(type(v) is str and _fine_name(v) for v in items):
+    if all(type(v) is str for v in items) and _fine_texts(items, names=True):
         return tuple(items)
     return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(items))
 
@@ -362,12 +363,14 @@ class SecretValue:
 EnvValue = str | SecretValue
 
 _DIGEST_PREFIX = "hmac:"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX = re.compile(r"[0-9a-f]{1,64}")
 
 
 def _digest(raw: Any, path: str) -> str:
     text = _text(raw, path)
     hexpart = text.removeprefix(_DIGEST_PREFIX)
-    if hexpart == text or len(hexpart) != 64 or not all(c in "0123456789abcdef" for c in hexpart):
+    if hexpart == text or not _HEX64.fullmatch(hexpart):
         _bad(path, "expected a keyed digest (hmac: and 64 hex digits)")
     return text
 
@@ -395,30 +398,31 @@ def _opt_env_value(raw: Any, path: str) -> EnvValue | None:
 
 
 def _env(raw: Any, path: str) -> dict[str, EnvValue]:
-    # Environments are most of an answer (thousands of entries): plain text entries take a
-    # check without building a path; anything else goes through the full, located check.
+    # Environments are most of an answer (thousands of entries): the plain-text entries are
+    # checked in bulk (C loops over one joined string), without building a path; a secret, or
+    # every entry of a map that fails the bulk check, goes through the full, located check.
+    obj = _obj(raw, path)
+    plain: dict[str, str] = {k: v for k, v in obj.items() if type(v) is str}
     out: dict[str, EnvValue] = {}
-    for key, value in _obj(raw, path).items():
-        if (
-            type(value) is str
-            and len(value) <= MAX_TEXT
-            and len(key) <= MAX_TEXT
-            and key.isprintable()
-            and (value.isascii() or _encodes(value))
-            and (key.isascii() or _encodes(key))
-        ):
-            out[key] = value
-        else:
+    if _fine_texts(plain.keys(), names=True) and _fine_texts(plain.values()):
+        out.update(plain)
+    for key, value in obj.items():
+        if key not in out:
             out[_name(key, path)] = _env_value(value, _at(path, key))
     return out
 
 
-def _fine_text(text: str) -> bool:
-    return len(text) <= MAX_TEXT and (text.isascii() or _encodes(text))
-
-
-def _fine_name(text: str) -> bool:
-    return text.isprintable() and _fine_text(text)
+def _fine_texts(texts: Iterable[str], names: bool = False) -> bool:
+    """Every one of these strings within MAX_TEXT, valid Unicode (and printable, for names)."""
+    texts = list(texts)
+    if not texts:
+        return True
+    joined = "".join(texts)
+    if names and not joined.isprintable():
+        return False
+    if not joined.isascii() and not _encodes(joined):
+        return False
+    return len(joined) <= MAX_TEXT or max(map(len, texts)) <= MAX_TEXT
 
 
 def _encodes(text: str) -> bool:
@@ -796,7 +800,7 @@ def _opt_sha256(raw: Any, path: str) -> str | None:
     if raw is None:
         return None
     text = _text(raw, path)
-    if len(text) != 64 or not all(c in "0123456789abcdef" for c in text):
+    if not _HEX64.fullmatch(text):
         _bad(path, "expected 64 lowercase hex digits")
     return text
 
@@ -901,7 +905,7 @@ def _container_id(r: _Reader, raw: Any, path: str) -> str:
     if raw is None and not r.complete:
         return ""  # a snapshot cut down to what the audit reads
     text = _name(raw, path)
-    if not text or not all(c in "0123456789abcdef" for c in text):
+    if not _HEX.fullmatch(text):
         _bad(path, "expected a hex container id")
     return text
 

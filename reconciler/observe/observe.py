@@ -33,7 +33,7 @@ from reconciler.observe.document import (
     transport_fault,
 )
 from reconciler.observe.early import EarlyStart, launch
-from reconciler.observe.transport import RemoteResult, Running
+from reconciler.observe.transport import Running
 
 # The collector version a snapshot's document is in when it does not say (documents cut down
 # by tests/lab/audit_scenarios.py keep only what the audit reads, without `collector`).
@@ -59,13 +59,14 @@ class BoxObservation:
     elapsed_s: float = 0.0
     complete: InitVar[bool] = True  # False for a snapshot: absent fields read as not observed
     fault: InitVar[Fault | None] = None  # the answer was refused before it was JSON
+    parsed: InitVar[Observed | None] = None  # `collected`, already read (while others answered)
 
-    def __post_init__(self, complete: bool, fault: Fault | None) -> None:
+    def __post_init__(self, complete: bool, fault: Fault | None, parsed: Observed | None) -> None:
         self._complete = complete
         self._fault = fault
-        self.reread()
+        self.reread(parsed)
 
-    def reread(self) -> None:
+    def reread(self, parsed: Observed | None = None) -> None:
         """(Re)build the typed view from the raw fields."""
         self.document: Observed | None = None
         self.probes: ControllerProbes = NO_PROBES
@@ -73,6 +74,8 @@ class BoxObservation:
         doc: Observed | Fault | None = None
         if self._fault is not None:
             doc = self._fault
+        elif parsed is not None and self.collected is not None:
+            doc = parsed
         elif self.collected is not None:
             # A live answer always says its version; a snapshot's may be cut down without it.
             assumed = None if self._complete else SNAPSHOT_COLLECTOR
@@ -121,56 +124,59 @@ def gather(
 ) -> dict[str, BoxObservation]:
     """Wait for every box's collector and for the controller's probes: one observation each."""
     started = time.monotonic()
-    results = _finish_each(running, timeout)
+    answers = _finish_each(running, timeout)
     try:
         controller = probes.result()
     except Exception:  # the probes are a part of each box's observation, never the run's end
         controller = {}
     elapsed = time.monotonic() - started
-    return {
-        box: _observation(box, result, controller.get(box) or {}, elapsed)
-        for box, result in results.items()
-    }
+    out = {}
+    for box, (raw, doc) in answers.items():
+        probed = controller.get(box) or {}
+        if isinstance(doc, Fault):
+            out[box] = BoxObservation(box, None, str(doc), probed, elapsed, fault=doc)
+        else:
+            out[box] = BoxObservation(box, raw, None, probed, elapsed, parsed=doc)
+    return out
 
 
-def _finish_each(running: dict[str, Running], timeout: float) -> dict[str, RemoteResult | Fault]:
-    """Every box's result at once; whatever goes wrong reading one box is that box's fault
-    (an answer that is not UTF-8 makes the pipe's decoding raise, for one)."""
+Answer = tuple[dict[str, Any] | None, Observed | Fault]
+
+
+def _finish_each(running: dict[str, Running], timeout: float) -> dict[str, Answer]:
+    """Every box's answer at once, each read as soon as it arrives (while slower boxes are
+    still working); whatever goes wrong reading one box is that box's fault (an answer that is
+    not UTF-8 makes the pipe's decoding raise, for one)."""
     if not running:
         return {}
     with ThreadPoolExecutor(max_workers=len(running)) as pool:
-        futures = {box: pool.submit(handle.finish, timeout) for box, handle in running.items()}
-        out: dict[str, RemoteResult | Fault] = {}
+        futures = {box: pool.submit(_answer, handle, timeout) for box, handle in running.items()}
+        out: dict[str, Answer] = {}
         for box, future in futures.items():
             try:
                 out[box] = future.result()
             except UnicodeDecodeError:
                 running[box].cancel()
-                out[box] = Fault(FaultKind.NOT_JSON, "not UTF-8")
+                out[box] = (None, Fault(FaultKind.NOT_JSON, "not UTF-8"))
             except Exception as exc:  # one box's trouble, never the run's
                 running[box].cancel()
-                out[box] = Fault(
-                    FaultKind.UNREACHABLE, f"reading the answer failed ({type(exc).__name__})"
-                )
+                failed = f"reading the answer failed ({type(exc).__name__})"
+                out[box] = (None, Fault(FaultKind.UNREACHABLE, failed))
         return out
 
 
-def _observation(
-    box: str, result: RemoteResult | Fault, controller: dict[str, Any], elapsed: float
-) -> BoxObservation:
-    if isinstance(result, Fault):
-        fault: Fault | None = result
-    elif result.error:
-        fault = transport_fault(result.error)
-    elif result.returncode != 0:
-        fault = collector_failed(result.returncode, result.stderr)
-    else:
-        raw = load_json(result.stdout)
-        if isinstance(raw, dict):
-            return BoxObservation(box, raw, None, controller, elapsed)
-        refused = raw if isinstance(raw, Fault) else parse_collected(raw)
-        fault = refused if isinstance(refused, Fault) else None
-    return BoxObservation(box, None, str(fault), controller, elapsed, fault=fault)
+def _answer(handle: Running, timeout: float) -> Answer:
+    """One box's result -> its raw document and its typed reading, or its fault."""
+    result = handle.finish(timeout)
+    if result.error:
+        return None, transport_fault(result.error)
+    if result.returncode != 0:
+        return None, collector_failed(result.returncode, result.stderr)
+    raw = load_json(result.stdout)
+    if isinstance(raw, Fault):
+        return None, raw
+    doc = parse_collected(raw)  # a live answer: complete, and it states its version
+    return (raw if isinstance(raw, dict) and not isinstance(doc, Fault) else None), doc
 
 
 def snapshot_observation(box: str, path: Path) -> BoxObservation:
