@@ -39,25 +39,27 @@ LIMIT = 300
 _KNOWN: set[str] = set()
 _SHORTEST = 4  # shorter "secrets" would mask ordinary words; they are refused upstream anyway
 
+# Pattern sources, compiled by re (and cached there) on first use: importing this module costs
+# nothing on a run that never scrubs.
 # A credential follows these: everything from the marker on is dropped.
-_CREDENTIAL = re.compile(
+_CREDENTIAL = (
     r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
 # A line break, real or as repr() escapes it: what follows can be an injected header line.
-_BREAK = re.compile(r"[\r\n]|\\r|\\n")
+_BREAK = r"[\r\n]|\\r|\\n"
 # `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
 _ASSIGNMENTS = tuple(
-    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*" + sep + r"\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*" + sep + r"\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
     for sep in ("=", ":")
 )
 # Keys and tokens: long runs of base64/hex/url-safe characters that mix letters and digits.
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
-_RUN = re.compile(
+_RUN = (
     r"(?<![A-Za-z0-9+/])(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z0-9+/]{30,}={0,2}"
     r"|[A-Za-z0-9_\-]{24,}"
 )
-_DIGEST_PREFIX = re.compile(r"(?:sha256|sha512|hmac):$")
+_DIGEST_PREFIX = r"(?:sha256|sha512|hmac):$"
 
 
 def remember(value: str) -> None:
@@ -73,16 +75,16 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
     for value in sorted({*_KNOWN, *(s for s in secrets if isinstance(s, str))}, key=len)[::-1]:
         if len(value) >= _SHORTEST:
             out = out.replace(value, MASK)
-    cut = _CREDENTIAL.search(out)
+    cut = re.search(_CREDENTIAL, out)
     if cut:
         out = out[: cut.start()].rstrip() + " " + REDACTED
-    cut = _BREAK.search(out)
+    cut = re.search(_BREAK, out)
     if cut:
         rest = out[cut.end() :]
         out = out[: cut.start()].rstrip() + (" " + REDACTED if rest.strip() else "")
     for assignment in _ASSIGNMENTS:
-        out = assignment.sub(_mask_assignment, out)
-    out = _RUN.sub(_mask_run(out), out)
+        out = re.sub(assignment, _mask_assignment, out)
+    out = re.sub(_RUN, _mask_run(out), out)
     out = "".join(c if c.isprintable() else "?" for c in out)
     out = " ".join(out.split())
     return out if len(out) <= limit else out[: limit - 1] + "…"
@@ -96,7 +98,7 @@ def _mask_assignment(match: re.Match[str]) -> str:
 def _mask_run(text: str) -> Callable[[re.Match[str]], str]:
     def mask(match: re.Match[str]) -> str:
         run = match.group(0)
-        if _DIGEST_PREFIX.search(text[max(0, match.start() - 8) : match.start()]):
+        if re.search(_DIGEST_PREFIX, text[max(0, match.start() - 8) : match.start()]):
             return run  # a content digest names a file or an image, it is not a key
         letters = any(c.isalpha() for c in run)
         digits = any(c.isdigit() for c in run)

@@ -58,22 +58,22 @@ FLOOR = (
 )
 MIN_RUN_KEY = 32  # the controller's run keys are 32 hex; a shorter one could be guessed
 _KNOWN = set()  # type: set  # every secret value this run hashed: masked in any error text
-_CREDENTIAL = re.compile(
+_CREDENTIAL = (
     r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
-_BREAK = re.compile(r"[\r\n]|\\r|\\n")
+_BREAK = r"[\r\n]|\\r|\\n"
 # `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
 _ASSIGNMENTS = tuple(
-    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*%s\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)" % sep)
+    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*%s\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)" % sep
     for sep in ("=", ":")
 )
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
-_RUN = re.compile(
+_RUN = (
     r"(?<![A-Za-z0-9+/])(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z0-9+/]{30,}={0,2}"
     r"|[A-Za-z0-9_\-]{24,}"
 )
-_DIGEST_PREFIX = re.compile(r"(?:sha256|sha512|hmac):$")
+_DIGEST_PREFIX = r"(?:sha256|sha512|hmac):$"
 
 
 def floor_secret(name):
@@ -87,10 +87,10 @@ def scrub_text(text, secrets=()):
     for value in sorted(set(_KNOWN) | set(secrets), key=len, reverse=True):
         if isinstance(value, str) and len(value) >= 4:
             out = out.replace(value, "***")
-    cut = _CREDENTIAL.search(out)
+    cut = re.search(_CREDENTIAL, out)
     if cut:
         out = out[: cut.start()].rstrip() + " [redacted]"
-    cut = _BREAK.search(out)
+    cut = re.search(_BREAK, out)
     if cut:
         rest = out[cut.end() :]
         out = out[: cut.start()].rstrip() + (" [redacted]" if rest.strip() else "")
@@ -101,14 +101,14 @@ def scrub_text(text, secrets=()):
 
     def run(match):
         token = match.group(0)
-        if _DIGEST_PREFIX.search(out[max(0, match.start() - 8) : match.start()]):
+        if re.search(_DIGEST_PREFIX, out[max(0, match.start() - 8) : match.start()]):
             return token
         mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
         return "***" if mixed else token
 
     for pattern in _ASSIGNMENTS:
-        out = pattern.sub(assignment, out)
-    out = _RUN.sub(run, out)
+        out = re.sub(pattern, assignment, out)
+    out = re.sub(_RUN, run, out)
     out = " ".join("".join(c if c.isprintable() else "?" for c in out).split())
     return out if len(out) <= 300 else out[:299] + "\u2026"
 
