@@ -44,6 +44,7 @@ def show_text(fleet: Fleet, box: str) -> str:
         f"# box {box}: {conn.ssh_user}@{conn.ssh_hostname}:{conn.ssh_port}"
         f" ({fleet.inventory_file})",
         f"# layers: {layers}",
+        "# secret_patterns: every layer's, plus the built-in floor (a layer can only add names)",
     ]
     env = [
         f"# .env keys managed on {box} ({spec.deployment.directory}/.env)",
