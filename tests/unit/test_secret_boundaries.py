@@ -399,6 +399,9 @@ def test_a_crlf_key_never_reaches_an_audit_report(tmp_path, gateway):
         ("  VLLM_GDN_DECODE_KERNEL: triton", f"  MY_SECRET: {{value: {KEY}}}"),
         ("  VLLM_GDN_DECODE_KERNEL: triton", f"  DB_PASSWORD: {{secret: x, also: {KEY}}}"),
         ("      WORKER_MAX_NUM_SEQS: 1", f"      WORKER_API_KEY: {KEY}"),
+        # refused by the value's own type (one line of text): its message must not quote it
+        ("  VLLM_GDN_DECODE_KERNEL: triton", f'  HF_TOKEN: "{KEY}\\nX-Smuggled: yes"'),
+        ("  VLLM_GDN_DECODE_KERNEL: triton", f'  GATEWAY_API_KEY: "{KEY}\\u0000"'),
     ],
 )
 def test_a_secret_named_env_key_never_echoes_its_value(tmp_path, old, new):
