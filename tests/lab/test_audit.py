@@ -68,8 +68,8 @@ def audit(
                             "--from-snapshot", str(snap))  # fmt: skip
         assert offline.returncode == live.returncode, offline.stderr
         outputs[fmt] = offline.stdout + offline.stderr
-    for path in sorted(snap.iterdir()):
-        outputs[path.name] = path.read_text()
+    for path in sorted(p for p in snap.rglob("*") if p.is_file()):  # facts/ included
+        outputs[str(path.relative_to(snap))] = path.read_text()
     values = [*sc.lab_secrets().values(), *secrets]
     for name, text in outputs.items():
         for value in values:
