@@ -54,9 +54,12 @@ _MAP, _SEQ, _MERGE = f"{_CORE}map", f"{_CORE}seq", f"{_CORE}merge"
 _AS_TEXT = {_STR, f"{_CORE}timestamp", f"{_CORE}value", f"{_CORE}yaml", "!"}
 _EXPLICIT_OK = {_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ, "!"}
 
-# Not allowed anywhere in the text: C0 controls but TAB/LF/CR, DEL, C1 controls (a terminal
+# Not allowed anywhere in a value: C0 controls but TAB/LF/CR, DEL, C1 controls (a terminal
 # reads some as escape sequences), surrogates, and the two non-characters YAML excludes.
 _BAD_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# In the file's text also what YAML counts as a line break and an editor does not (a lone CR,
+# U+2028, U+2029): every line number we report must be the line the operator's editor shows.
+_BAD_TEXT = re.compile(f"{_BAD_CHAR.pattern}|\r(?!\n)|[\u2028\u2029]")
 # A key is a name: no line breaks or tabs either.
 _BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
@@ -108,7 +111,7 @@ def _decode(raw: bytes, display: str) -> str:
         line, col = _line_col(body[: exc.start].decode("utf-8", "replace"))
         problem = Problem(Location(display, line, col), "", f"not UTF-8 text: {exc.reason}")
         raise DesiredStateError([problem]) from None
-    bad = _BAD_CHAR.search(text)
+    bad = _BAD_TEXT.search(text)
     if bad:
         line, col = _line_col(text[: bad.start()])
         message = f"{_char_name(bad.group())} is not allowed in a YAML file"
@@ -127,6 +130,10 @@ def _char_name(char: str) -> str:
         return f"lone surrogate U+{code:04X}"
     if code in (0xFFFE, 0xFFFF):
         return f"non-character U+{code:04X}"
+    if code == 0x0D:
+        return "carriage return without a line feed"
+    if code in (0x2028, 0x2029):
+        return f"line separator U+{code:04X}"
     return f"control character U+{code:04X}"
 
 

@@ -94,8 +94,20 @@ def load_variant(root: Path, case: Variant, original: bytes) -> list[Any]:
         target.write_bytes(original)
 
 
+@pytest.fixture
+def same_variants_whatever_ran_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """derandomize fixes hypothesis' random stream, but its generator also mixes in constants
+    it collects from every local module imported so far, so the variants would depend on which
+    other test files ran first. Without those constants a run is the same alone and in CI."""
+    from hypothesis.internal.conjecture import providers
+
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants"):
+        monkeypatch.setattr(providers, "_get_local_constants", providers.Constants)
+        providers.CONSTANTS_CACHE.cache.clear()
+
+
 def test_generated_variants_are_loaded_or_refused_at_a_real_line(
-    fleet_copy: Path, parsed_once: None
+    fleet_copy: Path, parsed_once: None, same_variants_whatever_ran_before: None
 ) -> None:
     originals = corpus(fleet_copy)
     ran: list[str] = []
