@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Prove .ci/setup-machine.sh on a machine that has nothing: a fresh Debian 12 root (the lab's
-# cached debootstrap rootfs: minbase + python3 + curl + ca-certificates, built from the Debian
-# mirror on first use), the set-up run inside it with chroot, twice (the second run must find
-# nothing to do), then `docker compose version` and `lobes --version` checked in there, as root
-# and as an unprivileged user (the lab's box users run both). The host's own packages cannot
-# help: nothing of the host is visible in the root but what is mounted below.
+# Prove the set-up on a machine that has nothing: a fresh Debian 12 root (the lab's cached
+# debootstrap rootfs: minbase + python3 + curl + ca-certificates, built from the Debian mirror
+# on first use) with a copy of the repository, where `bash scripts/setup.sh` (the README's
+# first command before `lab up`: .ci/setup-machine.sh, then the project's venv) runs inside
+# chroot; .ci/setup-machine.sh runs once more and must change nothing. Then, in there:
+# `docker compose version` and `lobes --version`, as root and as an unprivileged user (the
+# lab's box users run both), `reconcile --version`, and the README's offline audit replay
+# (no lab in there). The host's own packages cannot help: nothing of the host is visible in
+# the root but what is mounted below.
 #
 # What the root borrows from the host, and why:
 # - /proc, /sys, /dev, /dev/pts: apt, dpkg maintainer scripts and pip need them.
@@ -17,7 +20,7 @@
 # A policy-rc.d keeps package scripts from starting services (dockerd, sshd) from inside the
 # root: they would run on this machine, outside any namespace.
 #
-# Usage: bash .ci/fresh-root-check.sh [SETUP_SCRIPT]   (as root; 1-2 minutes, mostly downloads;
+# Usage: bash .ci/fresh-root-check.sh [SETUP_SCRIPT]   (as root; 2-3 minutes, mostly downloads;
 # SETUP_SCRIPT defaults to .ci/setup-machine.sh: another one shows that the check can fail)
 set -euo pipefail
 setup=$(realpath "${1:-$(dirname "$0")/setup-machine.sh}")
@@ -139,30 +142,39 @@ for dir in $(grep -oE '(file://)?/[^[:space:]]+' <<<"$pip_texts" | sed 's#^file:
 done
 echo "pip configuration: ${!bound[*]} bound read-only; ${#pip_env[@]} PIP_* variables"
 
-install -m 0755 "$setup" "$root/root/setup-machine.sh"
+# The repository as a clone has it (tracked and new files; no .lab/, .venv/ or caches), with
+# the set-up under test in place of its own.
+copy=$root/root/fleet-reconciler
+mkdir -p "$copy"
+git -C "$REPO" ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' name; do  # a file deleted in the working tree is still listed
+        if [[ -f $REPO/$name ]]; then printf '%s\0' "$name"; fi
+    done | (cd "$REPO" && xargs -0 cp --parents -t "$copy")
+install -m 0755 "$setup" "$copy/.ci/setup-machine.sh"
 in_root() {
     chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${pip_env[@]}" "$@"
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${pip_env[@]}" \
+        bash -c 'cd /root/fleet-reconciler && "$@"' in_root "$@"
 }
 
-echo "--- first run of .ci/setup-machine.sh in the fresh root"
+echo "--- first run of scripts/setup.sh (.ci/setup-machine.sh, then the project's venv)"
 first=$SECONDS
 # apt's and dpkg's few hundred lines go to a log, shown when the run fails.
-if ! in_root bash /root/setup-machine.sh >"$log" 2>&1; then
+if ! in_root bash scripts/setup.sh >"$log" 2>&1; then
     tail -n 80 "$log" >&2
-    echo "fresh-root-check: the first run of .ci/setup-machine.sh failed" >&2
+    echo "fresh-root-check: the first run of scripts/setup.sh failed" >&2
     exit 1
 fi
-echo "$(grep -c '^Setting up' "$log") Debian packages set up; last lines:"
-tail -n 3 "$log"
+echo "$(grep -c '^Setting up' "$log") Debian packages set up"
+grep -E '^(lobes [0-9]|fleet lab machine setup)' "$log"
 echo "first run: $((SECONDS - first)) s"
-echo "--- second run (must install nothing)"
+echo "--- second run of .ci/setup-machine.sh (must install nothing)"
 # What a run that installs something changes: dpkg's database, a venv, the plugin.
 changed() { stat -c '%n %Y %s' "$root/var/lib/dpkg/status" "$root/opt/fleet-lab/"*/pyvenv.cfg \
                 "$root/usr/local/lib/docker/cli-plugins/docker-compose"; }
 before=$(changed)
 second=$SECONDS
-in_root bash /root/setup-machine.sh
+in_root bash .ci/setup-machine.sh
 if [[ $(changed) != "$before" ]]; then
     echo "fresh-root-check: the second run changed the root:" >&2
     diff <(echo "$before") <(changed) >&2 || true
@@ -178,4 +190,15 @@ chroot --userspec=nobody:nogroup "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/bin
     docker compose version >/dev/null
 chroot --userspec=nobody:nogroup "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/bin:/bin \
     /opt/fleet-lab/lobes-venv/bin/lobes --version >/dev/null
+in_root .venv/bin/reconcile --version
+# The README's offline replay, where no lab ever ran: the weakest link, exit 2 (a finding).
+replay=0
+in_root .venv/bin/reconcile -i lab audit --from-snapshot \
+    tests/fixtures/audit/weakest_link_proven_live >"$log" 2>&1 || replay=$?
+tail -n 1 "$log"
+if [[ $replay != 2 ]] || grep -q Traceback "$log"; then
+    cat "$log" >&2
+    echo "fresh-root-check: the README's offline audit replay exited $replay, not 2" >&2
+    exit 1
+fi
 echo "fresh-root-check: ok in $((SECONDS - started)) s"
