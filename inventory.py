@@ -20,8 +20,11 @@ from reconciler.desired.pyinfra_data import pyinfra_groups as _pyinfra_groups  #
 try:
     _fleet = _load_fleet(_root)
 except _DesiredStateError as _exc:
-    # pyinfra would print a traceback; the operator needs file:line:col instead.
+    # pyinfra would print a traceback; the operator needs file:line:col instead. The loader
+    # turns every hostile input (alias bombs, FIFOs, tags, ...) into this one error type.
     print(_exc, file=_sys.stderr)
+    _count = len(_exc.problems)
+    print(f"invalid desired state: {_count} problem{'s' if _count != 1 else ''}", file=_sys.stderr)
     raise SystemExit(1) from None
 
 globals().update(_pyinfra_groups(_fleet))

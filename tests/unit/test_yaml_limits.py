@@ -165,6 +165,11 @@ CASES: list[tuple[str, Callable[[Path], None], list[str]]] = [
         [f"{DGX}:2:9: not UTF-8 text: invalid continuation byte"],
     ),
     (
+        "lone_carriage_return",  # YAML breaks the line there, an editor does not
+        _write(DGX, b"env:\n  A: x\rB: y\n"),
+        [f"{DGX}:2:7: carriage return without a line feed is not allowed in a YAML file"],
+    ),
+    (
         "raw_nul",
         _write(DGX, b"env:\n  A: x\x00y\n"),
         [f"{DGX}:2:7: control character U+0000 is not allowed in a YAML file"],
@@ -349,8 +354,10 @@ def test_every_command_reports_the_located_error_exits_1_and_touches_nothing(
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     assert [line for line in lines if line in expected] == expected, done.stderr
-    if command != "pyinfra":  # pyinfra adds its own progress lines around ours
+    if command != "pyinfra":  # pyinfra adds its own progress lines before ours
         assert lines == [*expected, "invalid desired state: 1 problem"]
+    else:
+        assert lines[-2:] == [*expected, "invalid desired state: 1 problem"]
     assert done.stdout == "" or command == "pyinfra"
     assert _snapshot(tmp_path) == before
 
