@@ -81,7 +81,12 @@ def test_the_evidence_record_hashes_secrets_and_keeps_the_actions(exp, tmp_path)
 def test_outcome_lines_say_what_was_rolled_back(exp):
     out = Outcome("thor", ok=False, changed=True, plan=plan_box(_result(), exp), started_at="t")
     out.failed = "vllm-hand not healthy after 20s (running/starting)"
-    out.rollback = {"ok": True, "snapshot": "20261130T101010Z", "files": [".env"], "config_equal": True}
+    out.rollback = {
+        "ok": True,
+        "snapshot": "20261130T101010Z",
+        "files": [".env"],
+        "config_equal": True,
+    }
     assert outcome_lines(out) == [
         "FAILED: vllm-hand not healthy after 20s (running/starting)",
         "rolled back to snapshot 20261130T101010Z: .env; containers as before",
