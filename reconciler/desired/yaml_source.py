@@ -13,6 +13,7 @@ before it can cost time or memory or reach a model as something unexpected:
   names the first occurrence, never a value: a duplicated secret-named key must not echo);
 - control characters, NUL and lone surrogates (from `"\\ud800"` escapes), non-UTF-8 bytes;
 - non-finite numbers (`.inf`, `.nan`, `1e400`) and integers outside 64 bits.
+No message quotes a value (it may sit under a secret-named key); keys and tags are quoted.
 A date such as `2024-01-01` stays the text it is written as.
 
 ruamel.yaml's pure-Python scanner and parser turn the text into events and nodes, which carry
@@ -190,13 +191,13 @@ class _LimitedComposer(Composer):
         if isinstance(event, AliasEvent):
             raise _Refused(
                 event.start_mark,
-                f"alias *{event.anchor} is not allowed: anchors and aliases are refused, "
+                f"alias *{event.anchor[:40]} is not allowed: anchors and aliases are refused, "
                 "write the value out",
             )
         if event.anchor is not None:
             raise _Refused(
                 event.start_mark,
-                f"anchor &{event.anchor} is not allowed: anchors and aliases are refused, "
+                f"anchor &{event.anchor[:40]} is not allowed: anchors and aliases are refused, "
                 "write the value out",
             )
         self.nodes += 1
@@ -244,7 +245,16 @@ def _compose(text: str, display: str) -> Node | None:
     except YAMLError as exc:
         message = f"malformed YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         raise DesiredStateError([Problem(Location(display, 1, 1), "", message)]) from None
-    except (RecursionError, MemoryError, ValueError, TypeError, AttributeError, IndexError) as exc:
+    except (
+        RecursionError,
+        MemoryError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        AssertionError,
+    ) as exc:
         # A parser bug on hostile input is still this file's error, never a traceback.
         message = f"malformed YAML: the parser failed ({type(exc).__name__})"
         raise DesiredStateError([Problem(Location(display, 1, 1), "", message)]) from None
@@ -337,7 +347,7 @@ class _Builder:
             return None
         if tag == _BOOL:
             if value.lower() not in ("true", "false"):
-                self.refuse(node, path, f"{value[:40]!r} is not a boolean (true or false)")
+                self.refuse(node, path, "!!bool value is not true or false")
             return value.lower() == "true"
         if tag == _INT:
             return self.integer(node, path, value)
@@ -356,10 +366,10 @@ class _Builder:
                 raise ValueError
             number = sign * int(digits, base) if len(digits) <= 64 else MAX_INT
         except ValueError:
-            self.refuse(node, path, f"{value[:40]!r} is not an integer")
+            self.refuse(node, path, "!!int value is not an integer")
             return None
         if not -MAX_INT <= number < MAX_INT:
-            self.refuse(node, path, f"{value[:40]} is out of range (a 64-bit integer)")
+            self.refuse(node, path, "integer out of range (more than 64 bits)")
             return None
         return number
 
@@ -372,9 +382,9 @@ class _Builder:
             if not math.isfinite(number):
                 raise OverflowError
         except OverflowError:
-            self.refuse(node, path, f"{value[:40]} is not a finite number")
+            self.refuse(node, path, "number is not finite (.inf, .nan, or too large)")
             return None
         except ValueError:
-            self.refuse(node, path, f"{value[:40]!r} is not a number")
+            self.refuse(node, path, "!!float value is not a number")
             return None
         return number
