@@ -48,11 +48,16 @@ _CREDENTIAL = (
 )
 # A line break, real or as repr() escapes it: what follows can be an injected header line.
 _BREAK = r"[\r\n]|\\r|\\n"
-# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
-_ASSIGNMENTS = tuple(
-    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*" + sep + r"\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
-    for sep in ("=", ":")
+# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN). The
+# colon form takes only a variable written in upper case: in prose a lower-case word before a
+# colon is a label (`secret:gateway_api_key` names a secret, it does not hold one).
+_ASSIGNMENTS = (
+    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
+    r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
 )
+# What the reports themselves say of a secret (`GATEWAY_API_KEY: set (digest …)`, `: empty`):
+# words, never a value, so there is nothing to mask.
+_STATE_WORDS = frozenset({"set", "empty", "absent", "unset", "missing", "commented", MASK})
 # Keys and tokens: long runs of base64/hex/url-safe characters that mix letters and digits.
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
 _RUN = (
@@ -91,8 +96,10 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
 
 
 def _mask_assignment(match: re.Match[str]) -> str:
-    name, sep, _ = match.groups()
-    return f"{name}{sep}{MASK}" if is_secret_name(name) else match.group(0)
+    name, sep, value = match.groups()
+    if value in _STATE_WORDS or not is_secret_name(name):
+        return match.group(0)
+    return f"{name}{sep}{MASK}"
 
 
 def _mask_run(text: str) -> Callable[[re.Match[str]], str]:

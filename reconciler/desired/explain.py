@@ -24,6 +24,9 @@ from reconciler.desired.secret_names import is_secret_name
 HIDDEN = "(value not shown: a secret-named key)"
 # Keys whose value is a secret whatever they are called: a literal here is the key itself.
 _SECRET_SLOTS: tuple[PathKey, ...] = (("gateway", "api_key"), ("mesh", "key"))
+# Fields named like a secret that hold where one is, never the secret: an inventory's path to an
+# SSH key file. Hiding their value would hide why a path was refused.
+_LOCATORS = frozenset({"ssh_key"})
 
 
 def explain(
@@ -73,7 +76,8 @@ def holds_secret(path: PathKey, patterns: tuple[str, ...] = ()) -> bool:
         if not isinstance(part, str):
             continue
         under_env = index > 0 and path[index - 1] == "env"
-        if (under_env or index == len(path) - 1) and is_secret_name(part, patterns):
+        last = index == len(path) - 1 and part not in _LOCATORS
+        if (under_env or last) and is_secret_name(part, patterns):
             return True
     return False
 

@@ -473,7 +473,7 @@ BAD_INPUTS = [
         "    ssh_user: lobes\n  spark",
         '    ssh_user: lobes\n    ssh_key: "-oProxyCommand=x"\n  spark',
         [
-            "inventory/hosts.yaml:7:5: boxes.thor.ssh_key: invalid value (value not shown: a secret-named key)",
+            "inventory/hosts.yaml:7:5: boxes.thor.ssh_key: '-oProxyCommand=x' is not a plain file path (letters, digits and . _ / ~ + -, not starting with -): ssh would parse anything else",
         ],
     ),
     (
@@ -491,7 +491,7 @@ BAD_INPUTS = [
         "    ssh_user: lobes\n  spark",
         '    ssh_user: lobes\n    ssh_key: "keys/%u"\n  spark',
         [
-            "inventory/hosts.yaml:7:5: boxes.thor.ssh_key: invalid value (value not shown: a secret-named key)",
+            "inventory/hosts.yaml:7:5: boxes.thor.ssh_key: 'keys/%u' is not a plain file path (letters, digits and . _ / ~ + -, not starting with -): ssh would parse anything else",
         ],
     ),
     (

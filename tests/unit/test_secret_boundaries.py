@@ -288,6 +288,7 @@ def test_ssh_errors_pass_through_readable():
             "401",
         ),
         (f"compose: HF_TOKEN={KEY} is not valid", KEY, "HF_TOKEN=***"),
+        ("env: LOBES_MESH_KEY: hunter2 refused", "hunter2", "LOBES_MESH_KEY: ***"),
         (f"first line\n{KEY}", KEY, "first line"),
         (
             "token 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
@@ -311,6 +312,10 @@ def test_scrub_text_drops_what_can_hold_a_secret(text, gone, kept):
         "1543f98bc7add33fcd6d1b95dfe4b59d0cf9f43ab2513cbf3bc8e7f06c5e662e failed",
         "secret source missing: gateway_api_key (GATEWAY_API_KEY in ~/.lobes/.secrets.env)",
         "GET http://10.77.0.11:8000/v1/chat/completions gave 401",
+        # the audit's own sentences about a key: states and a secret's name, never a value
+        "the gateway's GATEWAY_API_KEY: set (digest 7d4425…) from .env:1194",
+        "the gateway's GATEWAY_API_KEY: empty (.env and login shell agree)",
+        "with the key from secret:gateway_api_key (digest 7d4425…): GET /v1/models 200",
     ],
 )
 def test_scrub_text_keeps_what_an_operator_needs(text):

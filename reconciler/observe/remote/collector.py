@@ -64,10 +64,11 @@ _CREDENTIAL = (
 )
 _BREAK = r"[\r\n]|\\r|\\n"
 # `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
-_ASSIGNMENTS = tuple(
-    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*%s\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)" % sep
-    for sep in ("=", ":")
+_ASSIGNMENTS = (
+    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
+    r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
 )
+_STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
 _RUN = (
     r"(?<![A-Za-z0-9+/])(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z0-9+/]{30,}={0,2}"
@@ -96,8 +97,10 @@ def scrub_text(text, secrets=()):
         out = out[: cut.start()].rstrip() + (" [redacted]" if rest.strip() else "")
 
     def assignment(match):
-        name, sep, _ = match.groups()
-        return name + sep + "***" if floor_secret(name) else match.group(0)
+        name, sep, value = match.groups()
+        if value in _STATE_WORDS or not floor_secret(name):
+            return match.group(0)
+        return name + sep + "***"
 
     def run(match):
         token = match.group(0)
