@@ -99,6 +99,8 @@ def _mask_assignment(match: re.Match[str]) -> str:
     name, sep, value = match.groups()
     if value in _STATE_WORDS or not is_secret_name(name):
         return match.group(0)
+    if ":" in sep and len(value) < _SHORTEST:
+        return match.group(0)  # `GATEWAY_API_KEY: a secret's value…` is prose, not a key
     return f"{name}{sep}{MASK}"
 
 

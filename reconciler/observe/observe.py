@@ -167,7 +167,11 @@ def _finish_each(running: dict[str, Running], timeout: float) -> dict[str, Answe
 
 def _answer(handle: Running, timeout: float) -> Answer:
     """One box's result -> its raw document and its typed reading, or its fault."""
-    result = handle.finish(timeout)
+    result = handle.finish(timeout, MAX_ANSWER_BYTES)
+    if result.truncated:
+        return None, Fault(
+            FaultKind.TOO_LARGE, f"more than {MAX_ANSWER_BYTES} bytes: reading stopped"
+        )
     if result.error:
         return None, transport_fault(result.error)
     if result.returncode != 0:

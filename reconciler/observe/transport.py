@@ -15,9 +15,12 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reconciler.scrub import exception_text, scrub_text
 
@@ -42,6 +45,17 @@ class RemoteResult:
     stdout: str
     stderr: str
     error: str | None  # set when the command could not run at all (unreachable, timeout)
+    truncated: bool = False  # stdout passed the reading limit: reading stopped, ssh was killed
+
+
+# What is read of a box's answer at most. A box is not trusted to be brief: a hostile or broken
+# one could stream gigabytes, and a pipe read whole (communicate()) would hold them all in the
+# controller's memory before anything could check the size. observe/document.py refuses answers
+# over its own limit (the same 8 MiB); reading stops one byte past it and the ssh client is
+# killed. Real answers are 120-160 KB. stderr is only ever shown as its last line.
+OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024
+STDERR_LIMIT_BYTES = 64 * 1024
+_CHUNK = 64 * 1024
 
 
 class UnsafeTarget(ValueError):
@@ -145,27 +159,79 @@ class Running:
     """A remote command in flight; `finish()` waits for it."""
 
     box: str
-    proc: subprocess.Popen[str] | None
+    proc: subprocess.Popen[bytes] | None
     error: str | None = None
 
-    def finish(self, timeout: float) -> RemoteResult:
+    def finish(self, timeout: float, limit: int = OUTPUT_LIMIT_BYTES) -> RemoteResult:
         if self.proc is None:
             return RemoteResult(self.box, None, "", "", self.error)
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
+        proc = self.proc
+        out = _Capped(limit + 1, kill=proc)  # one byte past the limit: the parser says too large
+        err = _Capped(STDERR_LIMIT_BYTES, kill=None)  # past the cap: drained, not kept
+        readers = [
+            threading.Thread(target=out.drain, args=(proc.stdout,), daemon=True),
+            threading.Thread(target=err.drain, args=(proc.stderr,), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + timeout
+        for reader in readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        if any(reader.is_alive() for reader in readers):
+            proc.kill()
+            proc.wait()
             return RemoteResult(self.box, None, "", "", f"no answer within {timeout:g} s")
-        if self.proc.returncode == 255:
-            last = (err.strip().splitlines() or ["ssh failed"])[-1]
-            return RemoteResult(self.box, 255, out, err, f"unreachable: {scrub_text(last)}")
-        return RemoteResult(self.box, self.proc.returncode, out, err, None)
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return RemoteResult(self.box, None, "", "", f"no answer within {timeout:g} s")
+        # Undecodable bytes stay as lone surrogates: observe/document.py names them, no raise.
+        stdout = out.data().decode("utf-8", "surrogateescape")
+        stderr = err.data().decode("utf-8", "replace")
+        if out.overflowed:
+            return RemoteResult(self.box, proc.returncode, stdout, stderr, None, truncated=True)
+        if proc.returncode == 255:
+            last = (stderr.strip().splitlines() or ["ssh failed"])[-1]
+            return RemoteResult(self.box, 255, stdout, stderr, f"unreachable: {scrub_text(last)}")
+        return RemoteResult(self.box, proc.returncode, stdout, stderr, None)
 
     def cancel(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+
+
+class _Capped:
+    """One pipe read in chunks into at most `cap` bytes. Past the cap, either the process is
+    killed (stdout: the answer is refused whole anyway) or the rest is read and dropped
+    (stderr: ssh must never block on a full pipe)."""
+
+    def __init__(self, cap: int, kill: subprocess.Popen[bytes] | None) -> None:
+        self.cap = cap
+        self.kill = kill
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.overflowed = False
+
+    def drain(self, stream: Any) -> None:
+        while True:
+            chunk = stream.read1(_CHUNK)
+            if not chunk:
+                return
+            room = self.cap - self.size
+            if room > 0:
+                self.chunks.append(chunk[:room])
+                self.size += min(room, len(chunk))
+            if len(chunk) > room:
+                self.overflowed = True
+                if self.kill is not None:
+                    self.kill.kill()
+                    return
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
 
 
 def spawn(target: Target, remote_command: str) -> Running:
@@ -175,7 +241,6 @@ def spawn(target: Target, remote_command: str) -> Running:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
         )
     except OSError as exc:
         return Running(target.box, None, f"cannot run ssh: {exception_text(exc)}")

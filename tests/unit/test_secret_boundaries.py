@@ -316,6 +316,7 @@ def test_scrub_text_drops_what_can_hold_a_secret(text, gone, kept):
         "the gateway's GATEWAY_API_KEY: set (digest 7d4425…) from .env:1194",
         "the gateway's GATEWAY_API_KEY: empty (.env and login shell agree)",
         "with the key from secret:gateway_api_key (digest 7d4425…): GET /v1/models 200",
+        "malformed: env.GATEWAY_API_KEY: a secret's value in clear text (expected a hashed secret)",
     ],
 )
 def test_scrub_text_keeps_what_an_operator_needs(text):

@@ -100,6 +100,8 @@ def scrub_text(text, secrets=()):
         name, sep, value = match.groups()
         if value in _STATE_WORDS or not floor_secret(name):
             return match.group(0)
+        if ":" in sep and len(value) < 4:
+            return match.group(0)
         return name + sep + "***"
 
     def run(match):
