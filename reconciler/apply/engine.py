@@ -23,7 +23,7 @@ from typing import Any
 
 from reconciler.apply.answer import converge_result
 from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
-from reconciler.apply.payload import base_payload, converge_payload
+from reconciler.apply.payload import MissingControllerSecret, base_payload, converge_payload
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxResult, DriftReport
 from reconciler.desired.fleet import Fleet
@@ -108,7 +108,12 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         out.drift_after = prep.run.report
         return _finish(out)
     observed = prep.run.observations[prep.box].document
-    payload = converge_payload(prep.exp, prep.spec, prep.plan, observed, who)
+    try:
+        payload = converge_payload(prep.exp, prep.spec, prep.plan, observed, who)
+    except MissingControllerSecret as exc:
+        # Nothing was sent: the box is untouched, and the operator is told which variable.
+        out.failed = f"cannot converge: {exc}"
+        return _finish(out)
     call = call_box(_target(prep.fleet, prep.box), payload, on_event)
     out.events += call.events
     answer = converge_result(call.result)  # typed: a box's answer decides what happens next
