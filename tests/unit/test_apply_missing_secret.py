@@ -23,7 +23,10 @@ def controller_sourced(tmp_path: Path) -> Path:
     shutil.copytree(EXAMPLE, root)
     layer = root / "group_vars" / "all.yaml"
     text = layer.read_text(encoding="utf-8")
-    box_file = "  mesh_key:                    # shared by every mesh member\n    source: box_file\n    path: ~/.lobes/.secrets.env\n    key: LOBES_MESH_KEY\n"
+    box_file = (
+        "  mesh_key:                    # shared by every mesh member\n"
+        "    source: box_file\n    path: ~/.lobes/.secrets.env\n    key: LOBES_MESH_KEY\n"
+    )
     assert box_file in text
     layer.write_text(
         text.replace(
