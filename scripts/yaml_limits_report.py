@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import random
 import resource
 import signal
@@ -59,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(1, str(ROOT))
     from reconciler.desired import load as load_module
     from reconciler.desired.problems import DesiredStateError
-    from tests.unit.yaml_mutations import corpus, judge, make_repo, variant
+    from tests.unit.yaml_mutations import corpus, judge, make_repo, parse_unchanged_once, variant
 
     limit = int(args.memory_gib * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    _parse_unchanged_once(load_module)
+    load_module.load_yaml = parse_unchanged_once(load_module.load_yaml)
 
     def alarm(signum: int, frame: Any) -> None:
         raise Hang
@@ -123,23 +122,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {name}: {text}")
     worst = counts["tracebacks"] + counts["hangs"] + counts["accepted"] + counts["unlocated"]
     return 1 if worst else 0
-
-
-def _parse_unchanged_once(load_module: Any) -> None:
-    """As in the test: unchanged files are parsed once, the mutated one every time."""
-    real = load_module.load_yaml
-    seen: dict[tuple[str, bytes], Any] = {}
-
-    def load_yaml(path: Path, display: str, **kwargs: Any) -> Any:
-        try:
-            key = (str(path), path.read_bytes())
-        except OSError:
-            return real(path, display, **kwargs)
-        if key not in seen:
-            seen[key] = real(path, display, **kwargs)
-        return copy.deepcopy(seen[key])
-
-    load_module.load_yaml = load_yaml
 
 
 if __name__ == "__main__":

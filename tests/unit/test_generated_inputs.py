@@ -13,7 +13,6 @@ off; a real hang is caught by an alarm at HANG_S seconds instead.
 
 from __future__ import annotations
 
-import copy
 import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from reconciler.desired import load as load_module
 from reconciler.desired.load import load_fleet
 from reconciler.desired.problems import DesiredStateError
 
-from .yaml_mutations import Variant, corpus, judge, make_repo, variant
+from .yaml_mutations import Variant, corpus, judge, make_repo, parse_unchanged_once, variant
 
 EXAMPLES = 1000  # per run, as the issue asks; the test asserts that many ran
 HANG_S = 10
@@ -56,21 +55,9 @@ def fleet_copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unchanged files are parsed once for the whole run (a copy of the real parse is reused);
-    the mutated file always goes through the real loader. Keeps 1,000 loads near a minute."""
-    real = load_module.load_yaml
-    seen: dict[tuple[str, bytes], Any] = {}
-
-    def load_yaml(path: Path, display: str, **kwargs: Any) -> Any:
-        try:
-            key = (str(path), path.read_bytes())
-        except OSError:
-            return real(path, display, **kwargs)
-        if key not in seen:
-            seen[key] = real(path, display, **kwargs)
-        return copy.deepcopy(seen[key])
-
-    monkeypatch.setattr(load_module, "load_yaml", load_yaml)
+    """Unchanged files are parsed once for the whole run; the mutated file always goes through
+    the real loader."""
+    monkeypatch.setattr(load_module, "load_yaml", parse_unchanged_once(load_module.load_yaml))
 
 
 def load_variant(root: Path, case: Variant, original: bytes) -> list[Any]:

@@ -14,6 +14,7 @@ generator serves both and hypothesis can shrink a failure to its smallest varian
 
 from __future__ import annotations
 
+import copy
 import io
 import shutil
 from collections.abc import Callable, Sequence
@@ -444,6 +445,24 @@ class Outcome:
     accepted: bool
     problems: tuple[str, ...]  # str(problem) of each
     unlocated: tuple[str, ...]  # problems without a FILE:LINE that exists
+
+
+def parse_unchanged_once(real: Callable[..., Any]) -> Callable[..., Any]:
+    """The loader's `load_yaml`, remembering each unchanged file's parse (a copy is handed out):
+    only the mutated file goes through the real parser every time, which keeps 1,000 loads near
+    a minute. Shared by the test and scripts/yaml_limits_report.py."""
+    seen: dict[tuple[str, bytes], Any] = {}
+
+    def load_yaml(path: Path, display: str, **kwargs: Any) -> Any:
+        try:
+            key = (str(path), path.read_bytes())
+        except OSError:
+            return real(path, display, **kwargs)
+        if key not in seen:
+            seen[key] = real(path, display, **kwargs)
+        return copy.deepcopy(seen[key])
+
+    return load_yaml
 
 
 def judge(root: Path, problems: Sequence[Any], case: Variant) -> Outcome:
