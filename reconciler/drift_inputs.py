@@ -24,6 +24,7 @@ from reconciler.desired.secret_names import effective
 from reconciler.observe.transport import Target
 
 if TYPE_CHECKING:
+    from reconciler.desired.entries import EnvEntry
     from reconciler.desired.fleet import Fleet
 
 CACHE_VERSION = 1
@@ -48,9 +49,12 @@ class DriftInputs:
         return {**self.payloads[box], "secret_patterns": list(patterns), "run_key": run_key}
 
 
-def expectations(fleet: Fleet, boxes: list[str]) -> dict[str, BoxExpectation]:
+def expectations(
+    fleet: Fleet, boxes: list[str], envs: dict[str, list[EnvEntry]] | None = None
+) -> dict[str, BoxExpectation]:
+    """`envs`: the boxes' managed `.env`, if the caller derived it already (fleet_env)."""
     from reconciler.compare.context import expectation
-    from reconciler.desired.envfile import box_env
+    from reconciler.desired.envfile import fleet_env
 
     hosts: dict[str, str] = {
         str(role): name
@@ -58,7 +62,8 @@ def expectations(fleet: Fleet, boxes: list[str]) -> dict[str, BoxExpectation]:
         for role, contract in spec.contract.items()
         if contract.context is not None
     }
-    return {name: expectation(fleet.boxes[name], box_env(fleet, name), hosts) for name in boxes}
+    envs = envs if envs is not None else fleet_env(fleet, boxes)
+    return {name: expectation(fleet.boxes[name], envs[name], hosts) for name in boxes}
 
 
 def targets(fleet: Fleet, boxes: list[str]) -> dict[str, Target]:
@@ -90,19 +95,20 @@ def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
 
 def drift_inputs(fleet: Fleet) -> DriftInputs:
     """Everything a drift run of any of the fleet's boxes needs (pure)."""
-    from reconciler.desired.envfile import box_env
+    from reconciler.desired.envfile import fleet_env
     from reconciler.desired.facts import facts_of
     from reconciler.observe.payload import collector_payload
 
     boxes = list(fleet.boxes)
+    envs = fleet_env(fleet, boxes)  # once per box, for both its expectation and its payload
     payloads = {}
     for name in boxes:
-        payload = collector_payload(fleet.boxes[name], box_env(fleet, name), run_key="")
+        payload = collector_payload(fleet.boxes[name], envs[name], run_key="")
         payloads[name] = {k: v for k, v in payload.items() if k != "run_key"}
     return DriftInputs(
         inventory_file=fleet.inventory_file,
         boxes=tuple(boxes),
-        expectations=expectations(fleet, boxes),
+        expectations=expectations(fleet, boxes, envs),
         payloads=payloads,
         targets=targets(fleet, boxes),
         bases=gateway_bases(fleet, boxes),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.audit.probes import Endpoint, LanePort, ProofAttempt, mesh_side, prove
-from reconciler.desired.envfile import box_env
+from reconciler.desired.envfile import fleet_env
 from reconciler.desired.fleet import Fleet
 from reconciler.drift_inputs import gateway_bases, targets
 from reconciler.observe.collectors import in_background, start_collectors
@@ -26,8 +26,9 @@ def gateway_base(fleet: Fleet, box: str) -> str:
 def observe_audit(
     fleet: Fleet, boxes: list[str], run_key: str, timeout: float = 60.0
 ) -> dict[str, BoxObservation]:
+    envs = fleet_env(fleet, boxes)
     payloads = {
-        name: collector_payload(fleet.boxes[name], box_env(fleet, name), run_key, audit=True)
+        name: collector_payload(fleet.boxes[name], envs[name], run_key, audit=True)
         for name in boxes
     }
     endpoints = [

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry
-from reconciler.desired.envfile import desired_env
+from reconciler.desired.envfile import MeshSeeds, desired_env
 from reconciler.desired.models import (
     BoxSpec,
     EnvValue,
@@ -25,9 +25,7 @@ from reconciler.desired.secret_names import is_secret_name
 Finding = tuple[PathKey, str]
 
 
-def check_box(
-    box: BoxSpec, inventory: dict[str, InventoryBox], members: list[BoxSpec]
-) -> list[Finding]:
+def check_box(box: BoxSpec, inventory: dict[str, InventoryBox], mesh: MeshSeeds) -> list[Finding]:
     findings: list[Finding] = []
     findings += _images(box)
     findings += _gpu_budget(box)
@@ -36,7 +34,7 @@ def check_box(
     findings += _auth(box)
     findings += _contract_local(box)
     findings += _compose_chain(box)
-    findings += _env_keys(desired_env(box, inventory, members))
+    findings += _env_keys(desired_env(box, inventory, mesh))
     return findings
 
 

@@ -7,6 +7,7 @@ drift report can say where a desired value came from.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reconciler.desired import roles
@@ -31,8 +32,34 @@ def gateway_origin(inv: InventoryBox, box: BoxSpec) -> str:
     return inv.gateway_origin or f"http://{url_host(inv.ssh_hostname)}:{box.gateway.port}"
 
 
+@dataclass(frozen=True)
+class MeshSeeds:
+    """Every mesh member's gateway origin, derived and sorted once per fleet.
+
+    A member's LOBES_MESH_SEEDS is all of them but its own, so one box's seeds are a slice of
+    this, not a pass over the fleet: deriving them per box from the member list cost 2 million
+    `gateway_origin` calls at 1,000 boxes (quadratic)."""
+
+    origins: tuple[str, ...]  # sorted
+    position: dict[str, int]  # member name -> the index of its own origin in `origins`
+
+    @classmethod
+    def of(cls, inventory: dict[str, InventoryBox], members: list[BoxSpec]) -> MeshSeeds:
+        ordered = sorted(
+            (gateway_origin(inventory[m.name], m), m.name) for m in members if m.mesh.enabled
+        )
+        return cls(tuple(o for o, _ in ordered), {n: i for i, (_, n) in enumerate(ordered)})
+
+    def seeds(self, box: str) -> str:
+        """The other members' origins, sorted, comma-separated."""
+        at = self.position.get(box)
+        if at is None:
+            return ",".join(self.origins)
+        return ",".join(self.origins[:at] + self.origins[at + 1 :])
+
+
 def desired_env(
-    box: BoxSpec, inventory: dict[str, InventoryBox], mesh_members: list[BoxSpec]
+    box: BoxSpec, inventory: dict[str, InventoryBox], mesh: MeshSeeds
 ) -> list[EnvEntry]:
     """Every managed `.env` key of `box`, in a stable order (derived keys, then pins)."""
     out: list[EnvEntry] = []
@@ -83,16 +110,11 @@ def desired_env(
 
     if box.mesh.enabled and box.mesh.key is not None:
         inv = inventory[box.name]
-        seeds = [
-            gateway_origin(inventory[m.name], m)
-            for m in mesh_members
-            if m.name != box.name and m.mesh.enabled
-        ]
         put("LOBES_MESH_NAME", box.name, "inventory (box name)")
         put("LOBES_MESH_KEY", box.mesh.key, "mesh.key")
         put("LOBES_MESH_HEARTBEAT_S", box.mesh.heartbeat_s, "mesh.heartbeat_s")
         put("GATEWAY_SELF_ORIGIN", gateway_origin(inv, box), "inventory.gateway_origin")
-        put("LOBES_MESH_SEEDS", ",".join(sorted(seeds)), "inventory (other mesh members)")
+        put("LOBES_MESH_SEEDS", mesh.seeds(box.name), "inventory (other mesh members)")
     else:
         put("LOBES_MESH_KEY", "", "mesh.enabled")
 
@@ -101,6 +123,16 @@ def desired_env(
     return out
 
 
+def mesh_seeds(fleet: Fleet) -> MeshSeeds:
+    return MeshSeeds.of(fleet.inventory.boxes, fleet.mesh_members())
+
+
 def box_env(fleet: Fleet, box: str) -> list[EnvEntry]:
-    """The managed `.env` of one box of the fleet."""
-    return desired_env(fleet.boxes[box], fleet.inventory.boxes, fleet.mesh_members())
+    """The managed `.env` of one box of the fleet (for many boxes: `fleet_env`)."""
+    return desired_env(fleet.boxes[box], fleet.inventory.boxes, mesh_seeds(fleet))
+
+
+def fleet_env(fleet: Fleet, boxes: list[str]) -> dict[str, list[EnvEntry]]:
+    """The managed `.env` of each of `boxes`, the mesh's seeds derived once for all."""
+    mesh = mesh_seeds(fleet)
+    return {name: desired_env(fleet.boxes[name], fleet.inventory.boxes, mesh) for name in boxes}

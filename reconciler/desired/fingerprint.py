@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reconciler.desired.safe_read import Unreadable, read_regular
+from reconciler.desired.safe_read import INVENTORY_MAX_BYTES, Unreadable, read_regular
 
 KEEP = 16  # entries per kind: each repository checkout and inventory has its own
 
@@ -33,7 +33,9 @@ def file_digest(path: Path) -> str | None:
     """None for anything the loader would refuse to read: a layer replaced by a FIFO must
     miss (and be reported by the loader), not block the check of a remembered entry."""
     try:
-        return hashlib.sha256(read_regular(path)).hexdigest()
+        # The inventory's limit, the largest: a file within it must be hashed, never None (an
+        # inventory past a layer's limit would otherwise match any edit of itself).
+        return hashlib.sha256(read_regular(path, limit=INVENTORY_MAX_BYTES)).hexdigest()
     except Unreadable:
         return None
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.desired.checks import check_box, check_fleet
+from reconciler.desired.envfile import MeshSeeds
 from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
 from reconciler.desired.fleet import Fleet
@@ -87,9 +88,9 @@ def load_fleet(
     if problems:
         raise DesiredStateError(problems)
 
-    members = [b for b in boxes.values() if b.mesh.enabled]
+    mesh = MeshSeeds.of(inv.boxes, [b for b in boxes.values() if b.mesh.enabled])
     for name, box in boxes.items():
-        for path, message in check_box(box, inv.boxes, members):
+        for path, message in check_box(box, inv.boxes, mesh):
             problems.append(_problem(positions[name], path, message))
     for path, message in check_fleet(boxes):
         problems.append(_problem(positions[str(path[0])], path[1:], message))
@@ -119,7 +120,7 @@ def _display(root: Path, path: Path) -> str:
 
 def _load(root: Path, path: Path) -> SourceDoc:
     expected = "a mapping with `boxes:` (and `group_order:`)"
-    return load_yaml(path, _display(root, path), within=root, required=expected)
+    return load_yaml(path, _display(root, path), within=root, required=expected, inventory=True)
 
 
 def _validate(model: Any, data: Any, positions: dict[PathKey, Location]) -> Any:

@@ -29,6 +29,9 @@ import stat
 from pathlib import Path
 
 MAX_BYTES = 64 * 1024
+# The inventory is the one file that grows with the fleet (about 200 bytes a box): 2 MiB holds
+# some 10,000 boxes, and its value count is capped by yaml_source.py as well.
+INVENTORY_MAX_BYTES = 2 * 1024 * 1024
 
 
 class Unreadable(Exception):

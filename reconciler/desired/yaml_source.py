@@ -40,12 +40,20 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.scanner import Scanner
 
 from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
-from reconciler.desired.safe_read import Unreadable, read_regular
+from reconciler.desired.safe_read import (
+    INVENTORY_MAX_BYTES,
+    MAX_BYTES,
+    Unreadable,
+    read_regular,
+)
 
 MAX_DEPTH = 32  # the deepest path of the desired state today is 5 levels
 # The pure-Python parser costs tens of microseconds per value; the largest layer today holds
 # 172 values (keys, scalars, lists, mappings), so 2,000 leave room and still parse quickly.
 MAX_NODES = 2000
+# The inventory grows with the fleet (about 20 values a box): room for 5,000 boxes, parsed in
+# a few seconds. Every other file is a layer and keeps MAX_NODES.
+INVENTORY_MAX_NODES = 100_000
 MAX_INT = 2**63  # every integer of the desired state fits a signed 64-bit value
 
 _CORE = "tag:yaml.org,2002:"
@@ -75,19 +83,27 @@ class SourceDoc:
 
 
 def load_yaml(
-    path: Path, display: str, *, within: Path | None = None, required: str | None = None
+    path: Path,
+    display: str,
+    *,
+    within: Path | None = None,
+    required: str | None = None,
+    inventory: bool = False,
 ) -> SourceDoc:
     """Parse one file; anything wrong with it raises DesiredStateError at its line.
 
     `within`: the repository a symlinked file must stay in. `required`: what the file must
-    hold (an empty file is then an error naming it); without it an empty layer is empty."""
+    hold (an empty file is then an error naming it); without it an empty layer is empty.
+    `inventory`: the file that lists the boxes, with limits that grow with a fleet."""
     at_start = Location(display, 1, 1)
     try:
-        raw = read_regular(path, within=within)
+        raw = read_regular(
+            path, within=within, limit=INVENTORY_MAX_BYTES if inventory else MAX_BYTES
+        )
     except Unreadable as exc:
         raise DesiredStateError([Problem(at_start, "", exc.message)]) from None
     text = _decode(raw, display)
-    node = _compose(text, display)
+    node = _compose(text, display, _InventoryComposer if inventory else _LimitedComposer)
     if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
         if required is not None:
             raise DesiredStateError([Problem(at_start, "", f"file is empty, expected {required}")])
@@ -179,6 +195,7 @@ class _LimitedComposer(Composer):
 
     nesting = 0
     nodes = 0
+    max_nodes = MAX_NODES
 
     def compose_document(self) -> Any:
         start = self.parser.peek_event()  # DOCUMENT-START
@@ -201,8 +218,8 @@ class _LimitedComposer(Composer):
                 "write the value out",
             )
         self.nodes += 1
-        if self.nodes > MAX_NODES:
-            raise _Refused(event.start_mark, f"more than {MAX_NODES} values in one file")
+        if self.nodes > self.max_nodes:
+            raise _Refused(event.start_mark, f"more than {self.max_nodes} values in one file")
         tag = getattr(event, "ctag", None)
         if tag is not None and str(tag) not in _EXPLICIT_OK:
             raise _Refused(event.start_mark, f"tag {_tag_text(tag)} is not allowed")
@@ -218,16 +235,20 @@ class _LimitedComposer(Composer):
                 self.nesting -= 1
 
 
+class _InventoryComposer(_LimitedComposer):
+    max_nodes = INVENTORY_MAX_NODES
+
+
 def _tag_text(tag: Any) -> str:
     handle, suffix = getattr(tag, "handle", None), getattr(tag, "suffix", None)
     text = f"{handle}{suffix}" if handle and suffix else str(tag)
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
-def _compose(text: str, display: str) -> Node | None:
+def _compose(text: str, display: str, composer: type[_LimitedComposer]) -> Node | None:
     yaml = YAML(typ="safe", pure=True)
     yaml.Scanner = _LinearScanner
-    yaml.Composer = _LimitedComposer
+    yaml.Composer = composer
     try:
         return yaml.compose(text)
     except _Refused as exc:
