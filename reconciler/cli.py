@@ -94,6 +94,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
                 save_to=Path(args.save_snapshot) if args.save_snapshot else None,
                 from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
                 early=early,
+                keep_observations=False,  # the report is all this command prints
             )
         except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory
             print(f"error: {exc}", file=sys.stderr)

@@ -241,6 +241,15 @@ def save_snapshot(
 
 
 def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObservation]]:
+    index = snapshot_index(directory)
+    observations = {}
+    for name in index["boxes"]:
+        observations[name] = snapshot_observation(name, directory / f"{name}.json")
+    return index, observations
+
+
+def snapshot_index(directory: Path) -> dict[str, Any]:
+    """A snapshot's index.json, checked: its `boxes` are plain names (one file each)."""
     index = json.loads((directory / "index.json").read_text(encoding="utf-8"))
     # The index is the run's, not a box's: a damaged one is the run's error (a ValueError the
     # commands report), never a traceback. Its version is not echoed: it may be any text.
@@ -251,10 +260,7 @@ def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObserva
     boxes = index.get("boxes")
     if not isinstance(boxes, list) or not all(_box_file_name(b) for b in boxes):
         raise ValueError(f"{directory}/index.json: boxes is not a list of box names")
-    observations = {}
-    for name in boxes:
-        observations[name] = snapshot_observation(name, directory / f"{name}.json")
-    return index, observations
+    return index
 
 
 def _box_file_name(name: Any) -> bool:
