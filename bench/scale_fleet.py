@@ -10,7 +10,8 @@ and nothing else:
   (so thor-1 proxies its senses to orin, exactly as thor does);
 - snapshot/<name>.json: the original's observation with the box's own identity replaced: the
   `box` field, its deploy user (`fl-thor` -> `fl-thor-1`, which also moves /home/fl-thor), its
-  mesh name and its address. Other boxes' addresses inside it (the mesh seeds it saw) stay.
+  mesh name (in its containers' environments and its .env) and its address. Other boxes'
+  addresses inside it (the mesh seeds it saw) stay.
 
     .venv/bin/python bench/scale_fleet.py DIR N   # then: reconcile --root DIR -i lab drift \
         --from-snapshot DIR/snapshot
@@ -22,6 +23,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "lab-incidents"
@@ -75,14 +77,28 @@ def observation_text(original_text: str, name: str) -> str:
     original = original_of(name)
     if name == original:
         return original_text
-    data = json.loads(original_text)
+    data = _renamed(json.loads(original_text), original, name)
     data["box"] = name
     text = json.dumps(data, indent=1)
-    # The deploy user (also in every path under its home), the mesh name, the own address:
-    # each is a quoted value or a path component, never part of another word.
+    # The deploy user (also in every path under its home) and the own address: each is a
+    # quoted value or a path component, never part of another word.
     text = text.replace(f"fl-{original}", f"fl-{name}")
-    text = text.replace(f'"LOBES_MESH_NAME": "{original}"', f'"LOBES_MESH_NAME": "{name}"')
     return text.replace(f"//{address(original)}:", f"//{address(name)}:")
+
+
+def _renamed(value: Any, original: str, name: str) -> Any:
+    """LOBES_MESH_NAME set to `name` wherever it was the original's: in every container's
+    environment (a map) and in the .env file's entries ({"key": ..., "value": ...})."""
+    if isinstance(value, list):
+        return [_renamed(v, original, name) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _renamed(v, original, name) for k, v in value.items()}
+    if out.get("LOBES_MESH_NAME") == original:
+        out["LOBES_MESH_NAME"] = name
+    if out.get("key") == "LOBES_MESH_NAME" and out.get("value") == original:
+        out["value"] = name
+    return out
 
 
 def build_fleet(directory: Path, count: int) -> list[str]:

@@ -1,0 +1,165 @@
+"""Benchmark the offline engine at fleet scale: `reconcile drift --from-snapshot` over fleets of
+10, 100 and 1,000 boxes built from examples/lab-incidents (bench/scale_fleet.py), against the
+least any replay must do, in one run.
+
+The floor is a Python process that reads and parses every observation file of the snapshot
+with `json` (interpreter start included, as the tool pays it too). Each replay is a separate
+`reconcile` process:
+- cold: an empty cache directory (XDG_CACHE_HOME), so the YAML is parsed and validated;
+- warm: the validated desired state remembered from the previous run (desired/cache.py);
+- text: warm, the text report instead of JSON.
+Every figure is the median of N rounds; peak memory is the child's maximum RSS (wait4).
+The table goes into BENCHMARKS.md between its own markers; the rest of the file is kept.
+
+    .venv/bin/python bench/scale_bench.py [--runs 3] [--sizes 10,100,1000] [--output BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from time import perf_counter
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.scale_fleet import build_fleet  # noqa: E402
+
+START, END = "<!-- scale-bench:start -->", "<!-- scale-bench:end -->"
+RECONCILE = [sys.executable, "-m", "reconciler"]
+FLOOR = (
+    "import json, pathlib, sys\n"
+    "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.json')):\n"
+    "    json.loads(p.read_bytes())\n"
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    seconds: float
+    peak_mb: float
+
+
+def run_child(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> Sample:
+    """Wall time and peak RSS of one child process (its own rusage, via wait4)."""
+    started = perf_counter()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert child.stderr is not None
+    err = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode not in ok:
+        raise SystemExit(f"{argv[:4]} exited {child.returncode}: {err.decode()[-500:]}")
+    return Sample(seconds, usage.ru_maxrss / 1024)
+
+
+def median(samples: list[Sample]) -> Sample:
+    return Sample(
+        statistics.median(s.seconds for s in samples),
+        statistics.median(s.peak_mb for s in samples),
+    )
+
+
+def replay(root: Path, fmt: str) -> list[str]:
+    return [
+        *RECONCILE, "--root", str(root), "-i", "lab", "drift",
+        "--from-snapshot", str(root / "snapshot"), "--format", fmt,
+    ]  # fmt: skip
+
+
+def measure(size: int, runs: int, work: Path) -> dict[str, Sample]:
+    root = work / f"fleet-{size}"
+    build_fleet(root, size)
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out: dict[str, list[Sample]] = {"floor": [], "cold": [], "warm": [], "text": []}
+    warm_cache = work / f"cache-warm-{size}"
+    env_warm = {**base, "XDG_CACHE_HOME": str(warm_cache)}
+    run_child(replay(root, "json"), env_warm, ok=(2,))  # remembers the state
+    for index in range(runs):
+        cold_cache = work / f"cache-cold-{size}-{index}"  # new and empty: nothing remembered
+        env_cold = {**base, "XDG_CACHE_HOME": str(cold_cache)}
+        out["floor"].append(run_child([sys.executable, "-c", FLOOR, str(root / "snapshot")], base))
+        out["cold"].append(run_child(replay(root, "json"), env_cold, ok=(2,)))
+        out["warm"].append(run_child(replay(root, "json"), env_warm, ok=(2,)))
+        out["text"].append(run_child(replay(root, "text"), env_warm, ok=(2,)))
+        print(f"{size} boxes, round {index + 1}: " + ", ".join(
+            f"{k} {v[-1].seconds:.2f}s" for k, v in out.items()), file=sys.stderr)  # fmt: skip
+    return {k: median(v) for k, v in out.items()}
+
+
+def table(results: dict[int, dict[str, Sample]], runs: int) -> list[str]:
+    lines = [
+        START,
+        "## Offline engine at scale",
+        "",
+        f"`bench/scale_bench.py`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f} at the end. Fleets built from "
+        "examples/lab-incidents by bench/scale_fleet.py (thor, spark, orin, thor-1, ...); "
+        f"median of {runs} rounds, each a new process. Floor: a Python process parsing every "
+        "observation file of the snapshot with `json`. Cold: `reconcile drift --from-snapshot "
+        "--format json` with an empty cache directory (the YAML parsed and validated); warm: "
+        "the validated state remembered; text: warm, the text report. Peak: the process's "
+        "maximum RSS.",
+        "",
+        "| boxes | floor s | cold s | cold × floor | warm s | warm × floor | text s "
+        "| peak MB cold | peak MB warm |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size, r in results.items():
+        floor = r["floor"].seconds
+        lines.append(
+            f"| {size} | {floor:.2f} | {r['cold'].seconds:.2f} | {r['cold'].seconds / floor:.1f} "
+            f"| {r['warm'].seconds:.2f} | {r['warm'].seconds / floor:.1f} "
+            f"| {r['text'].seconds:.2f} | {r['cold'].peak_mb:.0f} | {r['warm'].peak_mb:.0f} |"
+        )
+    sizes = sorted(results)
+    if len(sizes) >= 2:
+        small, large = sizes[-2], sizes[-1]
+        growth = ", ".join(
+            f"{what} {results[large][what].seconds / results[small][what].seconds:.1f}x"
+            for what in ("floor", "cold", "warm", "text")
+        )
+        lines += ["", f"{large} boxes against {small} ({large // small}x the boxes): {growth}."]
+    lines.append(END)
+    return lines
+
+
+def with_section(text: str, section: list[str]) -> str:
+    """`text` with its scale-bench section replaced (or appended): nothing else changes."""
+    block = "\n".join(section)
+    if START in text and END in text:
+        before, rest = text.split(START, 1)
+        after = rest.split(END, 1)[1]
+        return before + block + after
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args()
+    # Measure the tool as installed (scripts/setup.sh compiles it), as drift_bench.py does.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "reconciler"], cwd=ROOT, check=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as work:
+        results = {size: measure(size, args.runs, Path(work)) for size in sizes}
+    section = table(results, args.runs)
+    output = Path(args.output)
+    old = output.read_text(encoding="utf-8") if output.exists() else ""
+    output.write_text(with_section(old, section), encoding="utf-8")
+    print("\n".join(section))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
