@@ -138,7 +138,32 @@ def _print_box(console: Console, box: BoxResult, widths: _Widths) -> None:
         parts.append(line or Padding(title, (0, 0, 0, SUBJECT_INDENT)))
         for drift in drifts:
             parts += _row(drift, widths)
-    console.print(Group(*parts))
+    if console.no_color:
+        _print_plain(console, parts, widths.total)
+    else:
+        console.print(Group(*parts))
+
+
+def _print_plain(console: Console, parts: list[RenderableType], width: int) -> None:
+    """Without colour a line that fits is its own text: written as is, it is what rich would
+    print (rich lays out each line again, ~10 ms a box); the rest goes through rich."""
+    from rich.cells import cell_len
+    from rich.console import Group
+    from rich.text import Text
+
+    pending: list[RenderableType] = []
+    for part in parts:
+        if isinstance(part, Text):
+            plain = part.plain
+            if plain.isprintable() and cell_len(plain) <= width:
+                if pending:
+                    console.print(Group(*pending))
+                    pending = []
+                console.file.write(plain + "\n")
+                continue
+        pending.append(part)
+    if pending:
+        console.print(Group(*pending))
 
 
 def _box_header(box: BoxResult) -> Text:
@@ -205,10 +230,20 @@ def _row(drift: Drift, widths: _Widths) -> list[RenderableType]:
                 values.add_row(*row)
             out.append(Padding(values, (0, 0, 0, under), expand=False))
     if source_below:
-        out.append(Padding(_styled(f"source: {source}", "source"), (0, 0, 0, under)))
+        out.append(_indented(_styled(f"source: {source}", "source"), under, widths.total))
     if drift.note:
-        out.append(Padding(_styled(f"note: {clean(drift.note)}", "note"), (0, 0, 0, under)))
+        out.append(_indented(_styled(f"note: {clean(drift.note)}", "note"), under, widths.total))
     return out
+
+
+def _indented(text: Text, indent: int, total: int) -> RenderableType:
+    """`text` after `indent` spaces: one line if it fits, else wrapped under its start."""
+    from rich.cells import cell_len
+    from rich.padding import Padding
+
+    width = cell_len(text.plain)
+    line = _padded([text], [width], indent) if indent + width <= total else None
+    return line or Padding(text, (0, 0, 0, indent))
 
 
 def _columns(widths: _Widths) -> list[int]:
