@@ -17,7 +17,10 @@ names the field path and what was wrong with it, never the value (a box's values
 secrets, or text crafted to mislead a reader).
 
 Stdlib dataclasses, not pydantic: a repeated `reconcile drift` imports this module on its fast
-path, which must stay as light as BENCHMARKS.md says (no pydantic, no ruamel there).
+path, which must stay as light as BENCHMARKS.md says (no pydantic, no ruamel there). For the
+same reason the document classes are `eq=False`: Python 3.11 compiles each generated method of
+a dataclass at import, and `__eq__`/`__hash__` of some thirty classes cost about a millisecond
+each on every run, while a document is only ever read field by field, never compared whole.
 
 A field the collector always writes must be present in a live answer (`complete=True`); a saved
 snapshot may hold a document cut down to what one command reads (tests/fixtures/audit keep a
@@ -451,7 +454,7 @@ def _error(obj: Mapping[str, Any], path: str) -> str | None:
 
 
 # -- the collector's document ----------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FileFact:
     exists: bool
     sha256: str | None = None
@@ -460,7 +463,7 @@ class FileFact:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EnvLine:
     """One assignment of the deployed `.env`, parsed like compose (the last one wins)."""
 
@@ -472,7 +475,7 @@ class EnvLine:
 SourceStatus = Literal["ok", "file-missing", "key-missing"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SecretSource:
     """A box_file secret's source as the collector read it (digest only when found)."""
 
@@ -481,13 +484,13 @@ class SecretSource:
     digest: SecretValue | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Binding:
     host_ip: str  # "" = every interface
     host_port: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Container:
     """One container of the compose project, as `docker inspect` showed it (secrets hashed)."""
 
@@ -516,14 +519,14 @@ class Container:
         return self.service or self.name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Image:
     repo_digests: tuple[str, ...]
     repo_tags: tuple[str, ...]
     env: Mapping[str, EnvValue]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Docker:
     """The project's containers and their images, or why the engine could not be asked."""
 
@@ -532,7 +535,7 @@ class Docker:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Service:
     """One service of `docker compose config` (secrets hashed)."""
 
@@ -546,31 +549,31 @@ class Service:
     runtime: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Render:
     services: Mapping[str, Service] | None  # None: the render failed (see error)
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Variables:
     names: frozenset[str]  # the variables the compose files interpolate
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Export:
     value: EnvValue
     source: str | None  # "~/.bashrc:6": the file and line that last assigned it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LoginShell:
     exports: Mapping[str, Export]
     error: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Probe:
     """One HTTP request's outcome: a status, or why there was none (`error`)."""
 
@@ -586,7 +589,7 @@ class Probe:
         return self.error or self.error_type
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RoleEntry:
     """One role of the gateway's `/capabilities` (only what the tool reads)."""
 
@@ -597,22 +600,22 @@ class RoleEntry:
     proxied: bool | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class HealthProbe(Probe):
     version: str | None = None  # /health's `version`
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class CapabilitiesProbe(Probe):
     roles: Mapping[str, RoleEntry] | None = None  # None: no JSON object in the answer
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class LaneProbe(Probe):
     max_model_len: int | None = None  # the first served model's window (/v1/models)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GatewayProbes:
     """`/health`, `/capabilities` and an unauthenticated `/v1/models` from one place."""
 
@@ -622,7 +625,7 @@ class GatewayProbes:
     error: str | None = None  # the probes themselves could not run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MemInfo:
     total_kib: int | None = None
     available_kib: int | None = None
@@ -632,7 +635,7 @@ class MemInfo:
 LineState = Literal["set", "empty", "commented-out", "absent", "no-file"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EnvKeyState:
     """One audited key's line in `.env`: set, empty, commented out or absent (digest only)."""
 
@@ -641,7 +644,7 @@ class EnvKeyState:
     digest: SecretValue | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class KeyedProbe(Probe):
     """`GET /v1/models` with a key, sent on the box (only the key's digest comes back)."""
 
@@ -650,13 +653,13 @@ class KeyedProbe(Probe):
     skipped: str | None = None  # why no request was sent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HostNetwork:
     containers: tuple[str, ...] | None  # None: not observed (see error)
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AuditSection:
     envfile_keys: Mapping[str, EnvKeyState]
     chat_noauth: Probe | None
@@ -667,7 +670,7 @@ class AuditSection:
 
 
 # -- the whole answer ------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Observed:
     """One box's collector answer, typed. Version `collector`; see COLLECTOR_VERSIONS."""
 
@@ -1159,12 +1162,12 @@ def _audit(r: _Reader, raw: Any, path: str) -> AuditSection:
 
 
 # -- the controller's probes -----------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class MeshDetectProbe(Probe):
     mesh: bool | None = None  # /mesh/detect's `mesh`
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ProofProbe(Probe):
     """A weakest-link request: through `via`, for `role`, which `host` serves (audit phase 2)."""
 
@@ -1174,7 +1177,7 @@ class ProofProbe(Probe):
     url: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class LanePortProbe(Probe):
     """An unauthenticated request to a lane port published on the box (audit phase 2)."""
 
@@ -1183,7 +1186,7 @@ class LanePortProbe(Probe):
     url: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ControllerAudit:
     chat_noauth: Probe | None = None
     mesh_detect: MeshDetectProbe | None = None
@@ -1191,7 +1194,7 @@ class ControllerAudit:
     lane_ports: tuple[LanePortProbe, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ControllerProbes:
     """What a caller on the network got from the box's gateway, without a key."""
 
