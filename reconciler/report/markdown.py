@@ -15,7 +15,7 @@ from reconciler.report.summary import sentence, summarize
 from reconciler.report.values import clean, display, free_json, guarded, secret_tag
 
 DRIFT_COLUMNS = ("subject", "kind", "path", "desired", "observed", "action", "source", "note")
-EXIT_MEANING = {0: "in sync", 1: "a box unreachable or with errors", 2: "drift"}
+EXIT_MEANING = {0: "in sync", 1: "a box not observed or with errors", 2: "drift"}
 _PROSE_SPECIALS = re.compile(r"([\\`*_\[\]<>|~&])")
 
 
@@ -63,7 +63,7 @@ def code(value: str) -> str:
 
 def _status(box: BoxResult) -> str:
     if not box.reachable:
-        return "unreachable"
+        return "not observed"
     if box.drifts:
         return "drift"
     return "errors" if box.errors else "in sync"
@@ -83,7 +83,7 @@ def _box_section(box: BoxResult) -> list[str]:
     """Paragraphs, in order: status, errors, facts, the drift table; blank lines between."""
     blocks: list[list[str]] = []
     if not box.reachable:
-        blocks.append(["Unreachable: not observed."])
+        blocks.append(["Not observed (the error says why)."])
     elif not box.drifts and not box.errors:
         blocks.append(["In sync."])
     if box.errors:

@@ -41,7 +41,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def sentence(s: Summary) -> str:
-    """`drift: 7 differences on 2 of 3 boxes (envfile 2, contract 1, ...); 1 box unreachable`.
+    """`drift: 7 differences on 2 of 3 boxes (envfile 2, contract 1, ...); 1 box not observed`.
 
     Kinds are listed most frequent first (then by name): the reader wants the bulk of the work.
     """
@@ -54,7 +54,7 @@ def sentence(s: Summary) -> str:
     else:
         line = f"drift: no differences on {s.reachable} {of_boxes}"
     if s.unreachable:
-        line += f"; {plural(s.unreachable, 'box', 'boxes')} unreachable"
+        line += f"; {plural(s.unreachable, 'box', 'boxes')} not observed"
     if s.reachable_with_errors:
         line += f"; {plural(s.reachable_with_errors, 'box', 'boxes')} with errors"
     return line

@@ -9,11 +9,11 @@
       shell
         shell-leak  GATEWAY_API_KEY       *** -> *** (changed)  report-only:shell  ~/.bashrc:6
                     note: a plain `docker compose up` would start the gateway with the shell's key
-    orin: unreachable, 1 error
+    orin: not observed, 1 error
       error: ssh: connect to host 10.77.0.4 port 22: No route to host
     spark: in sync
 
-    drift: 3 differences on 1 of 3 boxes (envfile 1, shell-leak 1, state 1); 1 box unreachable
+    drift: 3 differences on 1 of 3 boxes (envfile 1, shell-leak 1, state 1); 1 box not observed
 
 Column widths are computed once for the whole report, so columns line up across subjects and
 boxes. What does not fit its column goes on a line of its own below the row (values across the
@@ -173,7 +173,7 @@ def _box_header(box: BoxResult) -> Text:
     header.append(clean(box.box), style=STYLE["box"])
     header.append(": ")
     if not box.reachable:
-        header.append("unreachable", style=STYLE["unreachable"])
+        header.append("not observed", style=STYLE["unreachable"])
         if box.drifts:
             header.append(f", {plural(len(box.drifts), 'difference')}")
     elif box.drifts:

@@ -142,7 +142,7 @@ def make_report(thor_drifts: tuple[Drift, ...] = THOR_DRIFTS) -> DriftReport:
 REPORT = make_report()
 SUMMARY = (
     "drift: 7 differences on 1 of 3 boxes (argv 2, shell-leak 2, contract 1, envfile 1, "
-    "image 1); 1 box unreachable"
+    "image 1); 1 box not observed"
 )
 
 
@@ -162,7 +162,7 @@ def test_text_box_headers_rows_and_summary() -> None:
     lines = _plain().splitlines()
     assert "thor: reachable, 7 differences" in lines
     assert "spark: in sync" in lines
-    assert "orin: unreachable, 1 error" in lines
+    assert "orin: not observed, 1 error" in lines
     assert f"  error: {ORIN_ERROR}" in lines
     assert any(
         re.fullmatch(
@@ -195,7 +195,7 @@ def test_text_groups_by_box_then_subject() -> None:
         "gateway",
         "lane:vllm-worker",
         "shell",
-        "orin: unreachable, 1 error",
+        "orin: not observed, 1 error",
         "spark: in sync",
     ]
 
@@ -506,7 +506,7 @@ def test_schema_models_reject_malformed_documents(change: str) -> None:
         (
             (BoxResult("spark", True), BoxResult("orin", False, errors=(ORIN_ERROR,))),
             1,
-            "drift: no differences on 1 of 2 boxes; 1 box unreachable",
+            "drift: no differences on 1 of 2 boxes; 1 box not observed",
         ),
     ],
 )
@@ -531,7 +531,7 @@ def test_markdown_title_summary_table_and_sections() -> None:
     assert lines[0] == "# Drift report: lab, run `20261129T083000Z-7f3a`, 2026-11-29T08:30:00Z"
     assert f"**{SUMMARY}**" in lines
     assert "| thor | yes | 7 | 0 | drift |" in lines
-    assert "| orin | **no** | 0 | 1 | unreachable |" in lines
+    assert "| orin | **no** | 0 | 1 | not observed |" in lines
     assert "| spark | yes | 0 | 0 | in sync |" in lines
     assert [x for x in lines if x.startswith("## ")] == [
         "## Summary",
