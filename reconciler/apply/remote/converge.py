@@ -1439,6 +1439,10 @@ def main():
         secrets = box.secrets
         if not os.path.isdir(box.deploy):
             raise Failed("deployment directory %s does not exist" % box.deploy)
+        if payload["action"] == "rollback" and payload.get("snapshot") is not None:
+            # An id this box does not hold is refused before the lock is taken (which would
+            # create .fleet/lock on a box that never had one); checked again under the lock.
+            snapshot_path(box, payload["snapshot"])
         result = run_action(box, payload)
     except Exception as exc:  # still one result line, never a traceback with values in it
         result = {"ok": False, "failed": reason_of(exc, secrets)}
