@@ -4,12 +4,12 @@ what compose renders from the desired `.env` (scrubbed) and against `docker insp
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
+from reconciler.compare.argv import desired_split, diff_argv
 from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.compare.drift import Action, Drift
 from reconciler.compare.rules import Rule, rule
-from reconciler.compare.values import changed_keys, parse_argv, same, value
+from reconciler.compare.values import changed_keys, same, value
 from reconciler.desired.refs import is_digest_ref
 from reconciler.observe.document import Container, EnvValue, Image, Observed, Service
 
@@ -141,52 +141,23 @@ def _image(
 
 
 def _argv(exp: BoxExpectation, service: str, spec: Service, c: Container) -> Iterator[Drift]:
-    r = rule("container.argv")
-    want_pos, want_flags = parse_argv(spec.command)
-    got_pos, got_flags = parse_argv(c.cmd)
-    subject = _subject(service)
-    for index in range(max(len(want_pos), len(got_pos))):
-        w = want_pos[index] if index < len(want_pos) else None
-        g = got_pos[index] if index < len(got_pos) else None
-        if not same(w, g):
-            yield Drift(
-                exp.name,
-                r.kind,
-                subject,
-                f"argv[{index}]",
-                value(w),
-                value(g),
-                _action(r, service),
-                source=c.name,
-            )
-    for flag in sorted(set(want_flags) | set(got_flags)):
-        w_vals, g_vals = want_flags.get(flag), got_flags.get(flag)
-        if _same_values(w_vals, g_vals):
-            continue
+    """The command line that runs (entrypoint + command) against the render's (compare/argv.py):
+    flags by name, positionals as a sequence, a different entrypoint/command cut on its own."""
+    want_entry, want_cmd = desired_split(spec.entrypoint, spec.command, c.entrypoint, c.cmd)
+    diffs = diff_argv(want_entry, want_cmd, c.entrypoint or (), c.cmd or ())
+    for d in diffs:
+        r = rule("container.argv-split" if d.split_only else "container.argv")
         yield Drift(
             exp.name,
             r.kind,
-            subject,
-            flag,
-            _one(w_vals),
-            _one(g_vals),
+            _subject(service),
+            d.path,
+            d.desired,
+            d.observed,
             _action(r, service),
             source=c.name,
-            note=None if g_vals is not None else "missing from the running command",
+            note=d.note,
         )
-
-
-def _same_values(a: list[Any] | None, b: list[Any] | None) -> bool:
-    if a is None or b is None or len(a) != len(b):
-        return False
-    return all(same(x, y) for x, y in zip(a, b, strict=True))
-
-
-def _one(values: list[Any] | None) -> Any:
-    if values is None:
-        return None
-    shown = [value(v) for v in values]
-    return shown[0] if len(shown) == 1 else tuple(shown)
 
 
 def _env(

@@ -39,8 +39,11 @@ RULES: dict[str, Rule] = {
              "RepoDigests of the running image", "strict", Action.PULL_RECREATE),
         Rule("image.pinned", Kind.IMAGE, "repo@sha256 reference", "Config.Image", "strict",
              Action.PULL_RECREATE),
-        Rule("container.argv", Kind.ARGV, "compose render: command", "docker inspect: Config.Cmd",
-             "strict", Action.RECREATE),
+        Rule("container.argv", Kind.ARGV, "compose render: entrypoint + command",
+             "docker inspect: Config.Entrypoint + Config.Cmd", "strict", Action.RECREATE),
+        # The same argv cut elsewhere between entrypoint and command: report-only (argv.py).
+        Rule("container.argv-split", Kind.ARGV, "compose render: entrypoint",
+             "docker inspect: Config.Entrypoint", "strict", Action.REPORT),
         # Image ENV lines are merged into the expected side first, so only real drift is left;
         # variables docker adds on its own (none today) would be allow_more_present.
         Rule("container.env", Kind.ENV, "image env + compose render: environment",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from reconciler.compare.drift import SecretValue, Value
@@ -53,10 +53,23 @@ def parse_argv(
     """
     positionals: list[EnvValue] = []
     flags: dict[str, list[EnvValue | bool]] = {}
+    for _, name, parsed in argv_items(argv):
+        if name is not None:
+            flags.setdefault(name, []).append(parsed)
+        elif not isinstance(parsed, bool):  # True stands only for a bare flag
+            positionals.append(parsed)
+    return positionals, flags
+
+
+def argv_items(
+    argv: Sequence[EnvValue] | None,
+) -> Iterator[tuple[int, str | None, EnvValue | bool]]:
+    """(index in argv, flag name or None for a positional, value) in order: parse_argv's walk,
+    with each item's position kept so a sequence diff can name where a positional sits."""
     items = list(argv or ())
     i = 0
     while i < len(items):
-        token = items[i]
+        token, at = items[i], i
         if isinstance(token, str) and token.startswith("--"):
             name, eq, inline = token.partition("=")
             parsed: EnvValue | bool
@@ -67,11 +80,10 @@ def parse_argv(
                 i += 1
             else:
                 parsed = True
-            flags.setdefault(name, []).append(parsed)
+            yield at, name, parsed
         else:
-            positionals.append(token)
+            yield at, None, token
         i += 1
-    return positionals, flags
 
 
 def _is_flag(token: Any) -> bool:

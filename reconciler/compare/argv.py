@@ -1,0 +1,173 @@
+"""A container's command line compared as what runs: entrypoint + command, one sequence.
+
+Docker runs `Entrypoint + Cmd`; where the line is cut between them does not change the process.
+`docker run --entrypoint` takes one word, so a hand-made copy of a compose container carries
+`Entrypoint ["bash"]` and a `Cmd` that starts with the wrapper: the same argv, cut elsewhere.
+Comparing `command` against `Cmd` position by position reported that as a change of every
+position; here it is one finding, and the effective argv is compared as a sequence:
+
+- flags by name, as before (`--max-model-len` 262144 -> 131072 is one finding naming the flag;
+  a flag added or dropped is one finding, wherever it sits);
+- positionals (the program, the wrapper, the model...) with difflib's sequence matcher, so an
+  inserted, removed or replaced run of tokens is one finding, not a shift of every later one.
+
+Pure, no I/O; stdlib difflib only (this runs on every lane of every drift).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import Any
+
+from reconciler.compare.drift import Value
+from reconciler.compare.values import argv_items, same, value
+from reconciler.observe.document import EnvValue
+
+Argv = tuple[EnvValue, ...]
+
+
+@dataclass(frozen=True)
+class ArgvDiff:
+    """One difference of two command lines, in drift terms."""
+
+    path: str  # "--max-model-len", "argv[3]", "argv[2:4]", "entrypoint"
+    desired: Value
+    observed: Value
+    note: str | None = None
+    split_only: bool = False  # the argv that runs is equal; only the entrypoint/command cut
+
+
+def desired_split(
+    entrypoint: Sequence[EnvValue] | None,
+    command: Sequence[EnvValue] | None,
+    observed_entrypoint: Sequence[EnvValue] | None,
+    observed_cmd: Sequence[EnvValue] | None,
+) -> tuple[Argv, Argv]:
+    """(Entrypoint, Cmd) docker gives a container created from a compose service.
+
+    The engine fills what the service leaves out from the image: an unset entrypoint is the
+    image's, and an unset command is the image's too, unless the service sets an entrypoint
+    (then Cmd stays empty, as `docker run --entrypoint` does). The observation does not carry
+    the image's own ENTRYPOINT/CMD, so an image default is taken as the container runs it:
+    which image runs is the `image` rule's finding, not this one.
+    """
+    want_entry = tuple(entrypoint) if entrypoint else tuple(observed_entrypoint or ())
+    if command:
+        want_cmd = tuple(command)
+    elif entrypoint:
+        want_cmd = ()
+    else:
+        want_cmd = tuple(observed_cmd or ())
+    return want_entry, want_cmd
+
+
+def diff_argv(
+    want_entry: Sequence[EnvValue],
+    want_cmd: Sequence[EnvValue],
+    got_entry: Sequence[EnvValue],
+    got_cmd: Sequence[EnvValue],
+) -> list[ArgvDiff]:
+    want, got = (*want_entry, *want_cmd), (*got_entry, *got_cmd)
+    if want == got:  # the common case, a converged lane: no parsing at all
+        return [] if len(want_entry) == len(got_entry) else [_split(want_entry, got_entry)]
+    found = [*_positionals(want, got), *_flags(want, got)]
+    if not found and len(want_entry) != len(got_entry):
+        # Equal as a command (JSON-equal values, flags in another order), cut elsewhere.
+        found.append(_split(want_entry, got_entry))
+    return found
+
+
+def _split(want_entry: Sequence[EnvValue], got_entry: Sequence[EnvValue]) -> ArgvDiff:
+    # Report-only, not a recreate: the lane runs exactly the argv the render asks for, and a
+    # recreate reloads the model (minutes without the lane) to change nothing it does. It is
+    # still worth a line: the cut is the mark of a container made by hand (`docker run` copies
+    # compose's labels, so compose itself believes the lane is current), and the next converge
+    # that recreates the lane for any other reason puts the render's cut back.
+    return ArgvDiff(
+        "entrypoint",
+        value(tuple(want_entry)),
+        value(tuple(got_entry)),
+        note="entrypoint/command split differs; effective command equal (a hand-made "
+        "container: `docker run --entrypoint` takes one word); recreate optional",
+        split_only=True,
+    )
+
+
+def _positionals(want: Argv, got: Argv) -> Iterator[ArgvDiff]:
+    want_at, got_at = _positionals_at(want), _positionals_at(got)
+    a, b = [_key(t) for _, t in want_at], [_key(t) for _, t in got_at]
+    if a == b:
+        return
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        # Named by where it sits in the desired command line (entrypoint + command), the line
+        # a person compares against; an insertion sits before the desired token that follows.
+        start = want_at[i1][0] if i1 < len(want_at) else len(want)
+        path = f"argv[{start}]" if i2 - i1 <= 1 else f"argv[{start}:{want_at[i2 - 1][0] + 1}]"
+        desired = _tokens([t for _, t in want_at[i1:i2]])
+        observed = _tokens([t for _, t in got_at[j1:j2]])
+        note = {
+            "insert": "not in the render: inserted in the running command",
+            "delete": "missing from the running command",
+            "replace": None,
+        }[op]
+        yield ArgvDiff(path, desired, observed, note)
+
+
+def _positionals_at(argv: Argv) -> list[tuple[int, EnvValue]]:
+    # (a positional is never a bool: True stands only for a bare flag)
+    return [(i, t) for i, name, t in argv_items(argv) if name is None and not isinstance(t, bool)]
+
+
+def _flags(want: Argv, got: Argv) -> Iterator[ArgvDiff]:
+    want_flags: dict[str, list[Any]] = {}
+    got_flags: dict[str, list[Any]] = {}
+    for flags, argv in ((want_flags, want), (got_flags, got)):
+        for _, name, parsed in argv_items(argv):
+            if name is not None:
+                flags.setdefault(name, []).append(parsed)
+    for flag in sorted(want_flags.keys() | got_flags.keys()):
+        w, g = want_flags.get(flag), got_flags.get(flag)
+        if _same_values(w, g):
+            continue
+        note = None
+        if g is None:
+            note = "missing from the running command"
+        elif w is None:
+            note = "not in the render: added to the running command"
+        yield ArgvDiff(flag, _one(w), _one(g), note)
+
+
+def _key(token: EnvValue) -> Any:
+    """What the sequence matcher compares: a token, or a JSON-looking token by its content
+    (compose and a hand edit may space `{"a": 1}` differently; `same` says they are equal)."""
+    if isinstance(token, str) and token[:1] in "{[":
+        try:
+            return ("json", json.dumps(json.loads(token), sort_keys=True))
+        except (ValueError, RecursionError):
+            return token
+    return token
+
+
+def _tokens(tokens: list[EnvValue]) -> Value:
+    if not tokens:
+        return None
+    return value(tokens[0]) if len(tokens) == 1 else value(tokens)
+
+
+def _same_values(a: list[Any] | None, b: list[Any] | None) -> bool:
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(same(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _one(values: list[Any] | None) -> Any:
+    if values is None:
+        return None
+    shown = [value(v) for v in values]
+    return shown[0] if len(shown) == 1 else tuple(shown)
