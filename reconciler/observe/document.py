@@ -36,7 +36,28 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+# The document classes. mypy (run by CI on this package) checks them as frozen dataclasses:
+# no code may assign to a field of a parsed document. At run time they are plain dataclasses
+# with only a generated `__init__`: Python 3.11 compiles every generated method of every
+# dataclass at import, and the frozen `__setattr__`/`__delattr__`, `__repr__` and `__eq__` of
+# some thirty classes cost ~25 ms on each `reconcile drift` (BENCHMARKS.md), while a frozen
+# `__init__` also pays a call per field for every container parsed. Nothing compares a document
+# whole (identity equality is enough) or prints one.
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+
+    @dataclass_transform(frozen_default=True, eq_default=False, field_specifiers=(field,))
+    def document(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+else:
+
+    def document(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
+        return dataclass(eq=False, repr=False, kw_only=kw_only)
+
 
 # What this reconciler reads: the collector's `collector` field. A collector that changes the
 # meaning of a field bumps it, and an answer in a version not listed here is refused whole.
@@ -186,7 +207,6 @@ def _no_constant(name: str) -> NoReturn:
 
 
 # -- field readers ---------------------------------------------------------------------------------
-T = TypeVar("T")
 
 
 class _Reader:
@@ -454,7 +474,7 @@ def _error(obj: Mapping[str, Any], path: str) -> str | None:
 
 
 # -- the collector's document ----------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
+@document()
 class FileFact:
     exists: bool
     sha256: str | None = None
@@ -463,7 +483,7 @@ class FileFact:
     error: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class EnvLine:
     """One assignment of the deployed `.env`, parsed like compose (the last one wins)."""
 
@@ -472,25 +492,26 @@ class EnvLine:
     line: int
 
 
-SourceStatus = Literal["ok", "file-missing", "key-missing"]
+SourceStatus = Literal["ok", "file-missing", "key-missing", "not-sent"]
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class SecretSource:
-    """A box_file secret's source as the collector read it (digest only when found)."""
+    """A secret's source as the collector read it (box_file) or was sent it on stdin
+    (controller_env, `path` "$VAR on the controller"); digest only when found."""
 
     status: SourceStatus
     path: str | None
     digest: SecretValue | None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Binding:
     host_ip: str  # "" = every interface
     host_port: str
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Container:
     """One container of the compose project, as `docker inspect` showed it (secrets hashed)."""
 
@@ -519,14 +540,14 @@ class Container:
         return self.service or self.name
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Image:
     repo_digests: tuple[str, ...]
     repo_tags: tuple[str, ...]
     env: Mapping[str, EnvValue]
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Docker:
     """The project's containers and their images, or why the engine could not be asked."""
 
@@ -535,7 +556,7 @@ class Docker:
     error: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Service:
     """One service of `docker compose config` (secrets hashed)."""
 
@@ -549,31 +570,31 @@ class Service:
     runtime: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Render:
     services: Mapping[str, Service] | None  # None: the render failed (see error)
     error: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Variables:
     names: frozenset[str]  # the variables the compose files interpolate
     error: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class Export:
     value: EnvValue
     source: str | None  # "~/.bashrc:6": the file and line that last assigned it
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class LoginShell:
     exports: Mapping[str, Export]
     error: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class Probe:
     """One HTTP request's outcome: a status, or why there was none (`error`)."""
 
@@ -589,7 +610,7 @@ class Probe:
         return self.error or self.error_type
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class RoleEntry:
     """One role of the gateway's `/capabilities` (only what the tool reads)."""
 
@@ -600,22 +621,22 @@ class RoleEntry:
     proxied: bool | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class HealthProbe(Probe):
     version: str | None = None  # /health's `version`
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class CapabilitiesProbe(Probe):
     roles: Mapping[str, RoleEntry] | None = None  # None: no JSON object in the answer
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class LaneProbe(Probe):
     max_model_len: int | None = None  # the first served model's window (/v1/models)
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class GatewayProbes:
     """`/health`, `/capabilities` and an unauthenticated `/v1/models` from one place."""
 
@@ -625,7 +646,7 @@ class GatewayProbes:
     error: str | None = None  # the probes themselves could not run
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class MemInfo:
     total_kib: int | None = None
     available_kib: int | None = None
@@ -635,7 +656,7 @@ class MemInfo:
 LineState = Literal["set", "empty", "commented-out", "absent", "no-file"]
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class EnvKeyState:
     """One audited key's line in `.env`: set, empty, commented out or absent (digest only)."""
 
@@ -644,7 +665,7 @@ class EnvKeyState:
     digest: SecretValue | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class KeyedProbe(Probe):
     """`GET /v1/models` with a key, sent on the box (only the key's digest comes back)."""
 
@@ -653,13 +674,13 @@ class KeyedProbe(Probe):
     skipped: str | None = None  # why no request was sent
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class HostNetwork:
     containers: tuple[str, ...] | None  # None: not observed (see error)
     error: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class AuditSection:
     envfile_keys: Mapping[str, EnvKeyState]
     chat_noauth: Probe | None
@@ -670,7 +691,7 @@ class AuditSection:
 
 
 # -- the whole answer ------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class Observed:
     """One box's collector answer, typed. Version `collector`; see COLLECTOR_VERSIONS."""
 
@@ -836,7 +857,7 @@ def _envfile(raw: Any, path: str) -> tuple[EnvLine, ...]:
     return tuple(out)
 
 
-_SOURCE_STATUSES: tuple[SourceStatus, ...] = ("ok", "file-missing", "key-missing")
+_SOURCE_STATUSES: tuple[SourceStatus, ...] = ("ok", "file-missing", "key-missing", "not-sent")
 
 
 def _secret_source(raw: Any, path: str) -> SecretSource:
@@ -1162,12 +1183,12 @@ def _audit(r: _Reader, raw: Any, path: str) -> AuditSection:
 
 
 # -- the controller's probes -----------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class MeshDetectProbe(Probe):
     mesh: bool | None = None  # /mesh/detect's `mesh`
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class ProofProbe(Probe):
     """A weakest-link request: through `via`, for `role`, which `host` serves (audit phase 2)."""
 
@@ -1177,7 +1198,7 @@ class ProofProbe(Probe):
     url: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+@document(kw_only=True)
 class LanePortProbe(Probe):
     """An unauthenticated request to a lane port published on the box (audit phase 2)."""
 
@@ -1186,7 +1207,7 @@ class LanePortProbe(Probe):
     url: str
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class ControllerAudit:
     chat_noauth: Probe | None = None
     mesh_detect: MeshDetectProbe | None = None
@@ -1194,7 +1215,7 @@ class ControllerAudit:
     lane_ports: tuple[LanePortProbe, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@document()
 class ControllerProbes:
     """What a caller on the network got from the box's gateway, without a key."""
 
