@@ -85,6 +85,7 @@ def run_drift_on(
             observations[name].document,
             observations[name].probes,
             observations[name].failure,
+            observations[name].connection,
         )
         for name in boxes
     )
@@ -104,7 +105,9 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
         else:
             obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
         results.append(
-            compare_box(inputs.expectations[name], obs.document, obs.probes, obs.failure)
+            compare_box(
+                inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
+            )
         )
     report = DriftReport(
         boxes=tuple(results),

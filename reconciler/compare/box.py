@@ -14,6 +14,7 @@ from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxError, BoxResult, Drift, Part, sorted_drifts
 from reconciler.compare.envfile import compare_envfile, compare_host, secret_source_errors
 from reconciler.compare.gateway import compare_auth, compare_contract
+from reconciler.compare.partial import partial_result
 from reconciler.compare.shell import compare_shell
 from reconciler.observe.document import NO_PROBES, ControllerProbes, Fault, Observed
 
@@ -23,10 +24,13 @@ def compare_box(
     doc: Observed | None,
     controller: ControllerProbes = NO_PROBES,
     fault: Fault | str | None = None,
+    connection: str | None = None,
 ) -> BoxResult:
+    """`connection`: why the box was reached only through an existing SSH connection
+    (observe.BoxObservation.connection), an error of the box however complete its answer."""
     if doc is None:
         why = BoxError(Part.OBSERVATION, str(fault) if fault is not None else "not observed")
-        return BoxResult(exp.name, reachable=False, errors=(why,))
+        return partial_result(exp, controller, why)
     drifts: list[Drift] = []
     drifts += compare_envfile(exp, doc)
     drifts += compare_compose_files(exp, doc)
@@ -39,14 +43,16 @@ def compare_box(
         exp.name,
         reachable=True,
         drifts=sorted_drifts(drifts),
-        errors=tuple(observation_errors(exp, doc)),
+        errors=tuple(observation_errors(exp, doc, connection)),
         facts=facts(doc, controller),
     )
 
 
-def observation_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
+def observation_errors(
+    exp: BoxExpectation, doc: Observed, connection: str | None = None
+) -> list[BoxError]:
     """Parts of the box that could not be observed: each one is a fault, not drift."""
-    errors = []
+    errors = [BoxError(Part.CONNECTION, "ssh", connection)] if connection else []
     if not doc.deploy_dir_exists:
         where = f"deployment directory {doc.deploy_dir} does not exist"
         errors.append(BoxError(Part.DEPLOYMENT, where))

@@ -98,6 +98,7 @@ class Part(StrEnum):
     VARIABLES = "variables"  # `docker compose config --variables` failed
     LOGIN_SHELL = "login_shell"  # the login shell could not be traced
     GATEWAY_PROBE = "gateway-probe"  # a loopback probe of the gateway got no answer
+    CONNECTION = "connection"  # reached only through an existing SSH connection
     SECRET_SOURCE = "secret-source"  # a box_file secret's file or key is missing
 
 
@@ -128,6 +129,16 @@ class BoxResult:
     drifts: tuple[Drift, ...] = ()
     errors: tuple[BoxError, ...] = ()  # per-box faults: unreachable, dockerd down, gateway timeout
     facts: dict[str, Any] = field(default_factory=dict)  # small observed facts for the report
+    # Not observed, but its gateway answered the controller: what was seen (compare/partial.py)
+    partial: str | None = None
+
+    @property
+    def observation(self) -> str:
+        """How much of the box was seen: `full` (its own answer), `partial` (only the
+        controller's probes of its gateway: SSH failed) or `none`."""
+        if self.partial is not None:
+            return "partial"
+        return "full" if self.reachable else "none"
 
 
 @dataclass(frozen=True)

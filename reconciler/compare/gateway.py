@@ -10,13 +10,20 @@ lane's own /v1/models. Auth posture is only visible on a gated route: /health an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
 from reconciler.compare.values import parse_argv
-from reconciler.observe.document import ControllerProbes, Observed, RoleEntry
+from reconciler.observe.document import (
+    CapabilitiesProbe,
+    ControllerProbes,
+    HealthProbe,
+    LaneProbe,
+    Observed,
+    RoleEntry,
+)
 
 NO_ROLE = RoleEntry()
 
@@ -42,7 +49,21 @@ def _window(raw: object) -> int | None:
 
 
 def compare_contract(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
-    health, caps_probe = doc.gateway.health, doc.gateway.capabilities
+    gateway = doc.gateway
+    windows = lane_windows(exp, doc)
+    yield from contract_drifts(exp, gateway.health, gateway.capabilities, windows, doc.lanes)
+
+
+def contract_drifts(
+    exp: BoxExpectation,
+    health: HealthProbe | None,
+    caps_probe: CapabilitiesProbe | None,
+    windows: Mapping[str, int | None],
+    lanes: Mapping[str, LaneProbe],
+) -> Iterator[Drift]:
+    """The contract from these probes. `windows`: role -> the window its lane was started with
+    (None: unknown); `lanes`: each lane's own /v1/models. A box seen only from the controller
+    (compare/partial.py) has no windows and no lanes: its contract is the desired one."""
     if health is not None and health.status == 200:
         version = health.version
         if version != exp.lobes_version:
@@ -62,16 +83,19 @@ def compare_contract(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     caps = caps_probe.roles if caps_probe is not None and ok else None
     if caps is None:
         return  # an unanswered probe is a box error, reported by the caller
-    windows = lane_windows(exp, doc)
     for role, window in sorted(windows.items()):
-        yield from _local_role(exp, doc, role, window, caps.get(role, NO_ROLE))
+        yield from _local_role(exp, lanes, role, window, caps.get(role, NO_ROLE))
     for role, contract in sorted(exp.contract.items()):
         if contract.proxied_to is not None:
             yield from _proxied_role(exp, role, contract.proxied_to, caps.get(role, NO_ROLE))
 
 
 def _local_role(
-    exp: BoxExpectation, doc: Observed, role: str, window: int | None, entry: RoleEntry
+    exp: BoxExpectation,
+    lanes: Mapping[str, LaneProbe],
+    role: str,
+    window: int | None,
+    entry: RoleEntry,
 ) -> Iterator[Drift]:
     advertised = entry.context
     path = f"capabilities.{role}.context"
@@ -134,7 +158,7 @@ def _local_role(
             source="GET /capabilities",
         )
     service = next((s for s, lane in exp.lanes.items() if lane.role == role), None)
-    probe = doc.lanes.get(service or "")
+    probe = lanes.get(service or "")
     served = probe.max_model_len if probe is not None else None
     if window is not None and served is not None and served != window:
         r = rule("contract.lane-window")
@@ -170,11 +194,13 @@ def _proxied_role(exp: BoxExpectation, role: str, host: str, entry: RoleEntry) -
 
 
 def compare_auth(
-    exp: BoxExpectation, doc: Observed, controller: ControllerProbes
+    exp: BoxExpectation, doc: Observed | None, controller: ControllerProbes
 ) -> Iterator[Drift]:
+    """`doc` None: the box was not observed, only the controller's side is compared."""
     r = rule("auth.posture")
     want = 401 if exp.gateway.auth == "keyed" else 200
-    loopback, remote = doc.gateway.models_noauth, controller.models_noauth
+    loopback = doc.gateway.models_noauth if doc is not None else None
+    remote = controller.models_noauth
     sides = (
         ("loopback", loopback.status if loopback is not None else None),
         ("controller", remote.status if remote is not None else None),

@@ -57,6 +57,9 @@ class BoxObservation:
     error: str | None  # why the box could not be observed at all (the fault's text)
     controller: dict[str, Any] = field(default_factory=dict)  # probes from the controller
     elapsed_s: float = 0.0
+    # Set when the box answered only through an SSH master connection opened before, while new
+    # connections are refused (its sshd died): observed in full, but not reachable anew.
+    connection: str | None = None
     complete: InitVar[bool] = True  # False for a snapshot: absent fields read as not observed
     fault: InitVar[Fault | None] = None  # the answer was refused before it was JSON
     parsed: InitVar[Observed | None] = None  # `collected`, already read (while others answered)
@@ -132,11 +135,16 @@ def gather(
     elapsed = time.monotonic() - started
     out = {}
     for box, (raw, doc) in answers.items():
+        # An unreachable box keeps the controller's probes: its gateway is still observed
+        # from the mesh side (compare/partial.py), though the box itself is not.
         probed = controller.get(box) or {}
         if isinstance(doc, Fault):
             out[box] = BoxObservation(box, None, str(doc), probed, elapsed, fault=doc)
         else:
-            out[box] = BoxObservation(box, raw, None, probed, elapsed, parsed=doc)
+            # The check started beside the collector (transport.new_connections_refused) has
+            # had the collector's whole run to finish: this wait is for a box that hangs.
+            connection = running[box].refused_anew()
+            out[box] = BoxObservation(box, raw, None, probed, elapsed, connection, parsed=doc)
     return out
 
 
@@ -198,12 +206,14 @@ def snapshot_observation(box: str, path: Path) -> BoxObservation:
         bad = Fault(FaultKind.MALFORMED, "expected an object", "controller")
         return BoxObservation(box, None, str(bad), fault=bad)
     error = raw.get("error")
+    connection = raw.get("connection")
     return BoxObservation(
         box,
         raw.get("collected"),
         error if isinstance(error, str) else None,
         controller or {},
         elapsed(raw.get("elapsed_s")),
+        printable(connection, 500) if isinstance(connection, str) else None,
         complete=False,
     )
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,8 @@ class RemoteResult:
 OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024
 STDERR_LIMIT_BYTES = 64 * 1024
 _CHUNK = 64 * 1024
+# Whether a box takes a new SSH connection: connect, and its greeting, each within this.
+CHECK_S = 2.0
 
 
 class UnsafeTarget(ValueError):
@@ -161,6 +163,19 @@ class Running:
     box: str
     proc: subprocess.Popen[bytes] | None
     error: str | None = None
+    # Started beside the command: can the box take a NEW connection, or does this command go
+    # through a master connection that outlived the box's sshd? (`new_connections_refused`)
+    fresh: Future[str | None] | None = None
+
+    def refused_anew(self, timeout: float = CHECK_S * 2) -> str | None:
+        """Why the box took this command only through an existing connection (new SSH
+        connections are refused), or None: no master was in use, or the box took a new one."""
+        if self.fresh is None:
+            return None
+        try:
+            return self.fresh.result(timeout)
+        except Exception:  # a check that could not finish says nothing either way
+            return None
 
     def finish(self, timeout: float, limit: int = OUTPUT_LIMIT_BYTES) -> RemoteResult:
         if self.proc is None:
@@ -234,11 +249,13 @@ class _Capped:
         return b"".join(self.chunks)
 
 
-def spawn(target: Target, remote_command: str) -> Running:
+def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Running:
+    """`stdin`: sent to the remote command, then closed (a controller_env secret travels here,
+    never in the command line); small, so the write never waits for the box to read."""
     try:
         proc = subprocess.Popen(
             ssh_argv(target, remote_command),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -246,7 +263,14 @@ def spawn(target: Target, remote_command: str) -> Running:
         return Running(target.box, None, f"cannot run ssh: {exception_text(exc)}")
     except UnsafeTarget as exc:
         return Running(target.box, None, str(exc))
-    return Running(target.box, proc)
+    fresh = in_thread(new_connections_refused, target)
+    if stdin is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except OSError:  # ssh already gone: its exit status and stderr say why
+            pass
+    return Running(target.box, proc, fresh=fresh)
 
 
 def finish_all(running: list[Running], timeout: float) -> dict[str, RemoteResult]:
@@ -340,3 +364,89 @@ def _packed(program: Path, _version: int) -> str:
 
     script = program.read_text(encoding="utf-8")
     return base64.b64encode(zlib.compress(script.encode("utf-8"), 9)).decode("ascii")
+
+
+# -- a master connection that outlived the box's sshd ------------------------------------------
+# With ControlPersist, a box whose sshd died (or stopped listening) still runs commands through
+# the master connection opened before: the observation succeeds, and only the next new
+# connection (a master that expired, another operator, a converge from another machine) finds
+# the box unreachable. So when a command goes through a live master, the box is asked, at the
+# same time, whether it still takes a new connection: TCP to its sshd, the server's greeting,
+# our own identification line, close. That costs the box one pre-auth sshd child (logged as
+# "Connection closed by ... [preauth]", like ssh-keyscan; without our identification line sshd
+# would log a kex_exchange_identification error) and the controller one local `ssh -O check`;
+# it runs in parallel with the command, so a healthy box's run takes no longer.
+MASTER_ONLY = "reachable only through an existing connection: new SSH connections are refused"
+IDENT = b"SSH-2.0-fleet-reconciler-check\r\n"
+
+
+def in_thread(fn: Any, *args: Any) -> Future[Any]:
+    """`fn(*args)` in a daemon thread; the future holds its result (or its exception)."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # the caller decides what a failed check means
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+def master_running(target: Target) -> bool:
+    """Is a master connection to `target` up (`ssh -O check`, local: no packet leaves)?"""
+    if control_dir() is None:
+        return False
+    argv = ssh_argv(target, "true")
+    cut = argv.index("--")
+    try:
+        done = subprocess.run(
+            [*argv[:cut], "-O", "check", *argv[cut : cut + 2]],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=CHECK_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def greets(hostname: str, port: int, timeout: float = CHECK_S) -> str | None:
+    """None if an SSH server at hostname:port answers a new connection with its greeting,
+    else why not (refused, no answer, not an SSH server)."""
+    import socket
+
+    where = f"{hostname}:{port}"
+    try:
+        with socket.create_connection((hostname, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            greeting = b""
+            deadline = time.monotonic() + timeout
+            # The server may send other lines before its version line (RFC 4253 4.2).
+            while not greeting.startswith(b"SSH-") or not greeting.endswith(b"\n"):
+                if greeting.endswith(b"\n"):
+                    greeting = b""  # a line before the version line: skip it
+                if time.monotonic() > deadline or len(greeting) > 255:
+                    return f"{where} sent no SSH greeting within {timeout:g} s"
+                chunk = sock.recv(1)
+                if not chunk:
+                    return f"{where} closed the connection before its SSH greeting"
+                greeting += chunk
+            sock.sendall(IDENT)
+    except TimeoutError:
+        return f"no answer from {where} within {timeout:g} s"
+    except OSError as exc:
+        return f"connect to {where}: {exc.strerror or type(exc).__name__}"
+    return None
+
+
+def new_connections_refused(target: Target) -> str | None:
+    """MASTER_ONLY with the reason, when a master to `target` is up and the box does not take a
+    new connection; None otherwise (without a master the command's own connection is new, and
+    whether it succeeds says all)."""
+    if not master_running(target):
+        return None
+    why = greets(target.hostname, int(target.port))
+    return None if why is None else f"{MASTER_ONLY} ({scrub_text(why)})"
