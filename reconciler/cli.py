@@ -316,9 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from reconciler.desired.problems import DesiredStateError
+    from reconciler.observe.controller_secrets import MissingControllerSecret
 
     try:
         return int(args.handler(args))
+    except MissingControllerSecret as exc:  # raised before any box is contacted
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_ERROR
     except DesiredStateError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

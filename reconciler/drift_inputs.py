@@ -9,7 +9,9 @@ whose files and code are byte-identical loads them before importing pydantic or 
 parser, starts the boxes' collectors at once (observe/early.py), and never loads the desired
 state at all; any change misses, and the state is loaded and validated as before.
 
-The entry holds no secret: payloads and expectations name secret sources, never values.
+The entry holds no secret: payloads and expectations name secret sources, never values. A
+controller_env secret is a name and a variable here; its value is read from the environment
+of each run when the collectors start (observe/controller_secrets.py), never remembered.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class Intent:
     api_key_secret: str | None
     api_key_where: str | None  # "~/.lobes/.secrets.env GATEWAY_API_KEY" / "$FLEET_KEY"
     api_key: SecretValue | None  # the desired key's digest, read from its source on the box
-    api_key_status: str | None  # ok | file-missing | key-missing | controller-env | None
+    api_key_status: str | None  # ok | file-missing | key-missing | not-sent | None
     api_key_shared: bool  # one value for every box naming the secret (a controller variable)
     mesh: bool
     mesh_key_secret: str | None
@@ -248,10 +248,16 @@ def intent(box: BoxSpec, doc: Observed | None) -> Intent:
         if secret is None:
             return None, None, None
         src = box.secrets.get(secret)
-        if isinstance(src, ControllerEnvSecret):
-            return None, "controller-env", f"${src.variable} on the controller"
-        where = f"{src.path} {src.key}" if isinstance(src, BoxFileSecret) else None
         seen = sources.get(secret)
+        if isinstance(src, ControllerEnvSecret):
+            # The controller sent its value to the box for this run, where it was hashed like
+            # a box file's (observe/controller_secrets.py). An observation saved before that
+            # was done has no digest: the right key is unknown, and says why.
+            variable = f"${src.variable} on the controller"
+            if seen is None:
+                return None, "not-sent", variable
+            return seen.digest, seen.status, variable
+        where = f"{src.path} {src.key}" if isinstance(src, BoxFileSecret) else None
         return (seen.digest, seen.status, where) if seen is not None else (None, None, where)
 
     api_secret = box.gateway.api_key.secret if box.gateway.api_key else None

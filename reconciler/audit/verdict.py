@@ -21,7 +21,8 @@ Codes (stable, in the JSON report):
   envfile.key-not-desired     .env holds another key than the desired secret
   key.right-key-refused       the desired key does not open /v1/models
   key.unproven                keyed access could not be tried with the desired key
-  secret.unreadable           a desired secret's source is missing on the box (digest unknown)
+  secret.unreadable           a desired secret is unknown on the box: its file or key is missing,
+                              or a controller secret was not sent (digest unknown)
   key.is-mesh-key             the inbound key is the mesh key
   key.reused                  the inbound key is the same as another box's (each has its own)
   key.not-shared              the desired state shares one key; the boxes carry different ones
@@ -236,31 +237,44 @@ def _key_reuse(row: BoxEvidence, others: list[BoxEvidence]) -> Iterator[Finding]
     same = [
         o.box
         for o in others
-        if o.audited and o.inbound is not None and o.inbound.digest == inbound.digest
+        if o.audited
+        and o.inbound is not None
+        and o.inbound.digest == inbound.digest
+        and not _one_variable(row, o)
     ]
-    if same and not row.intent.api_key_shared:
+    if same:
         yield Finding(
             "key.reused",
             Severity.WARN,
             f"the inbound key ({phrases.digest(inbound.digest)}) is {phrases.same_as(same)}; "
             f"the desired {row.intent.api_key_secret or 'key'} is one per box",
         )
-    if row.intent.api_key_shared:
-        differ = [
-            o.box
-            for o in others
-            if o.audited
-            and o.intent.api_key_secret == row.intent.api_key_secret
-            and o.inbound is not None
-            and o.inbound.digest != inbound.digest
-        ]
-        if differ:
-            yield Finding(
-                "key.not-shared",
-                Severity.WARN,
-                f"the desired {row.intent.api_key_secret} is one value for every box, but "
-                f"{', '.join(differ)} carry another",
-            )
+    differ = [
+        o.box
+        for o in others
+        if o.audited
+        and _one_variable(row, o)
+        and o.inbound is not None
+        and o.inbound.digest != inbound.digest
+    ]
+    if differ:
+        yield Finding(
+            "key.not-shared",
+            Severity.WARN,
+            f"the desired {row.intent.api_key_secret} ({row.intent.api_key_where}) is one value "
+            f"for every box naming it, but {', '.join(differ)} carry another",
+        )
+
+
+def _one_variable(row: BoxEvidence, other: BoxEvidence) -> bool:
+    """Both boxes take their API key from the same controller variable: one value by design
+    (a per-box variable, as inventory/lab-controller.yaml names, is one key per box)."""
+    return (
+        row.intent.api_key_shared
+        and other.intent.api_key_shared
+        and row.intent.api_key_secret == other.intent.api_key_secret
+        and row.intent.api_key_where == other.intent.api_key_where
+    )
 
 
 def _shell(row: BoxEvidence) -> Iterator[Finding]:

@@ -37,7 +37,10 @@ def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
         if secret is not None:
             src = doc.secret_sources.get(secret)
             if src is None or src.digest is None:
-                continue  # reported as a box error: the desired value cannot be known
+                # Reported as a box error (secret_source_errors): the desired value is unknown.
+                # Both sources arrive as the same keyed digest: a box_file secret read on the
+                # box, a controller_env one sent to it for this run (observe/controller_secrets).
+                continue
             want: Any = src.digest
         else:
             want = entry.value
@@ -83,13 +86,16 @@ def _empty_is_off(key: str) -> bool:
 
 
 def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
-    """A secret whose box file or key is missing cannot be compared or written: an error."""
+    """A secret whose box file or key is missing, or a controller_env secret the box was not
+    sent (a pyinfra fact's run), cannot be compared or written: an error."""
     errors = []
     used = {secret_of(e) for e in exp.env} - {None}
     for name in sorted(n for n in used if n is not None):
         src = doc.secret_sources.get(name)
         if src is None:
-            continue  # a controller_env secret: resolved at apply time
+            # Only an observation saved before controller_env secrets were sent to the boxes
+            # lacks one (every live run now sends them or stops first): nothing to compare.
+            continue
         if src.status != "ok":
             errors.append(
                 BoxError(Part.SECRET_SOURCE, f"secret {name}", f"{src.status} ({src.path})")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from reconciler.observe.controller_secrets import controller_values, stdin_payload
 from reconciler.observe.transport import Running, Target, python_command, spawn
 
 COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
@@ -21,11 +23,18 @@ T = TypeVar("T")
 
 
 def start_collectors(
-    targets: Mapping[str, Target], payloads: Mapping[str, dict[str, Any]]
+    targets: Mapping[str, Target],
+    payloads: Mapping[str, dict[str, Any]],
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, Running]:
-    """The collector on every box of `payloads` (each with its run key), not waited for."""
+    """The collector on every box of `payloads` (each with its run key), not waited for.
+
+    The controller_env secrets a payload names are read from `environ` (this process's
+    environment) first and go on stdin; an unset one raises before any box is contacted."""
+    sent = controller_values(payloads, os.environ if environ is None else environ)
     return {
-        box: spawn(targets[box], collector_command(payload)) for box, payload in payloads.items()
+        box: spawn(targets[box], collector_command(payload), stdin_payload(sent.get(box)))
+        for box, payload in payloads.items()
     }
 
 

@@ -1,7 +1,11 @@
 """What the controller tells a box's collector: where to look and what the desired state pins.
 
-Secret values are never put here for box_file secrets (the collector reads them on the box);
-only their source. The run key makes the box-side digests comparable within one run.
+Secret values are never put here: a box_file secret travels as its source (the collector reads
+it on the box), a controller_env secret as its name and variable; its value is read from this
+controller's environment when the collectors start and sent on stdin
+(observe/controller_secrets.py). The run key makes the box-side digests comparable within one
+run. A payload is remembered on disk between drift runs (drift_inputs.py), so it must stay
+free of values.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ def collector_payload(
         "compose_files": list(box.deployment.compose_files),
         "managed_env": managed,
         "box_secrets": box_secrets,
+        "controller_secrets": controller_secrets(box, env),
         # The floor again, whatever the model holds: the collector unions it too.
         "secret_patterns": list(effective(box.secret_patterns)),
         "gateway_port": box.gateway.port,
@@ -47,6 +52,20 @@ def collector_payload(
         "probe_timeout_s": 3,
         **({"audit": audit_request(box)} if audit else {}),
     }
+
+
+def controller_secrets(box: BoxSpec, env: list[EnvEntry]) -> dict[str, str]:
+    """secret name -> variable, for each controller_env secret drift or audit checks: the ones
+    `.env` pins and the gateway's and mesh's keys (a defined but unused one is not required)."""
+    used = [e.value.secret for e in env if not isinstance(e.value, str)]
+    used += [box.gateway.api_key.secret] if box.gateway.api_key else []
+    used += [box.mesh.key.secret] if box.mesh.enabled and box.mesh.key else []
+    out = {}
+    for name in sorted(set(used)):
+        src = box.secrets.get(name)
+        if src is not None and src.source == "controller_env":
+            out[name] = src.variable
+    return out
 
 
 # -- `reconcile audit`: the collector's audit section (doc["audit"]) -------------------------------

@@ -324,9 +324,20 @@ def envfile_fact(run):
     return shown, values
 
 
-def secret_sources(run):
-    """Read every box_file secret source; return digests for the report, values for rendering."""
+def secret_sources(run, sent=None):
+    """Read every box_file secret source and take the controller_env secrets the controller
+    `sent` on stdin; return digests for the report, values for rendering and the audit probe.
+    A controller value is hashed exactly like a value read here: every comparison (`.env`,
+    the render, the containers, keyed access) treats both sources alike."""
     shown, values, cache = {}, {}, {}
+    for name, variable in sorted((run.p.get("controller_secrets") or {}).items()):
+        value = (sent or {}).get(name)
+        where = "$%s on the controller" % variable
+        if isinstance(value, str) and value.strip():
+            values[name] = value
+            shown[name] = {"status": "ok", "path": where, "digest": run.digest(value)}
+        else:
+            shown[name] = {"status": "not-sent", "path": where}
     for name, src in sorted(run.p.get("box_secrets", {}).items()):
         path = os.path.expanduser(src["path"])
         if path not in cache:
@@ -945,7 +956,8 @@ def audit_host_network(run):
 
 
 # -- main ----------------------------------------------------------------------------------------
-def collect(payload):
+def collect(payload, sent=None):
+    """`sent`: the controller_env secrets' values the controller sent (name -> value)."""
     run = Run(payload)
     doc = {}  # type: dict
     doc["collector"] = 1
@@ -986,7 +998,7 @@ def collect(payload):
                 names.append(entry)
     doc["files"] = file_facts(run, list(dict.fromkeys(names)))
     doc["envfile"], current = envfile_fact(run)
-    doc["secret_sources"], secret_values = secret_sources(run)
+    doc["secret_sources"], secret_values = secret_sources(run, sent)
     if payload.get("audit"):
         threads.append(task("audit", audit_section, run, secret_values))
     current_text = read_text(os.path.join(run.deploy, ".env"))
@@ -1062,9 +1074,40 @@ def without_known_secrets(doc):
     return json.dumps(mask(doc), sort_keys=True)
 
 
+STDIN_LIMIT = 64 * 1024
+STDIN_WAIT_S = 10
+
+
+def sent_secrets(payload, stream=None):
+    """The controller_env secrets the controller sends on stdin (one JSON object, name ->
+    value), read only when the payload names some. A caller that sends nothing (the pyinfra
+    fact) leaves them "not-sent"; a stdin that stays open is given up after a few seconds."""
+    if not payload.get("controller_secrets"):
+        return {}
+    stream = stream if stream is not None else sys.stdin.buffer
+    import select
+
+    data, deadline = b"", time.monotonic() + STDIN_WAIT_S
+    try:
+        while len(data) <= STDIN_LIMIT:
+            ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return {}
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                break
+            data += chunk
+        found = json.loads(data.decode("utf-8")) if len(data) <= STDIN_LIMIT else None
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return dict((k, v) for k, v in found.items() if isinstance(k, str) and isinstance(v, str))
+
+
 def main():
     payload = json.loads(base64.b64decode(sys.argv[1]).decode("utf-8"))
-    sys.stdout.write(without_known_secrets(collect(payload)))
+    sys.stdout.write(without_known_secrets(collect(payload, sent_secrets(payload))))
     sys.stdout.write("\n")
 
 
