@@ -15,7 +15,7 @@ from typing_extensions import TypeAliasType
 from reconciler.compare.drift import Action, Kind
 
 SCHEMA_ID = "fleet-reconciler/drift-report"
-VERSION = 1
+VERSION = 2
 
 Count = Annotated[int, Field(ge=0)]
 
@@ -63,6 +63,15 @@ class DriftDoc(_Doc):
     note: str | None = Field(description="one line for a person: why this matters")
     secret: bool = Field(description="desired or observed is a secret")
     changed: bool | None = Field(description="for a secret: do the digests differ; else null")
+    cause: str = Field(
+        description="what fixes it, the same id on every entry it explains and on every box: "
+        '"envfile:HAND_IMAGE", "compose-file:docker-compose.override.yml", "shell:VAR", '
+        '"image:vllm-embed", ...; an entry nothing else explains is its own cause (version 2)'
+    )
+    symptom: bool = Field(
+        description="true: the entry follows from its cause's change (a container carrying a "
+        "missing .env key); false: it is that change, or part of it (version 2)"
+    )
 
     @model_validator(mode="after")
     def _changed_only_for_secrets(self) -> DriftDoc:
@@ -77,6 +86,15 @@ class BoxDoc(_Doc):
 
     box: str
     reachable: bool
+    observation: Literal["full", "partial", "none"] = Field(
+        description="full: the box's own answer; partial: SSH failed (reachable is false, the "
+        "errors say why) but the gateway answered the controller, and what that shows is "
+        "compared; none: nothing was observed"
+    )
+    partial: str | None = Field(
+        description="for a partial observation: what was seen, e.g. 'GET /v1/models without a "
+        "key 401 (keyed)'; else null"
+    )
     errors: list[str]
     facts: dict[str, Value]
     drifts: list[DriftDoc]
@@ -89,6 +107,7 @@ class SummaryDoc(_Doc):
     with_errors: Count = Field(description="boxes with at least one error, reachable or not")
     drifted_boxes: Count = Field(description="boxes with at least one drift")
     drifts: Count
+    causes: Count = Field(description="distinct causes; one cause on many boxes counts once")
     by_kind: dict[Kind, Count] = Field(description="drifts per kind; kinds without drift absent")
     exit_code: Literal[0, 1, 2] = Field(
         description="0 no drift, 2 drift, 1 a box unreachable or with errors (worst wins)"
@@ -96,10 +115,13 @@ class SummaryDoc(_Doc):
 
 
 class DriftReportDoc(_Doc):
-    """fleet-reconciler drift report: what differs between the desired state and the boxes."""
+    """fleet-reconciler drift report: what differs between the desired state and the boxes.
+
+    Version 2 added each drift's `cause` and `symptom`, `summary.causes`, and each box's
+    `observation` and `partial`; a version-1 reader can ignore them (docs/drift-report.md)."""
 
     schema_: Literal["fleet-reconciler/drift-report"] = Field(alias="schema")
-    version: Literal[1] = Field(description="bumped on any change a consumer must know about")
+    version: Literal[2] = Field(description="bumped on any change a consumer must know about")
     run_id: str
     generated_at: str = Field(json_schema_extra={"format": "date-time"})
     inventory: str

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Set
 from enum import Enum
 from typing import Any
 
+from reconciler.compare.causes import Link, link_box
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import summarize
@@ -22,7 +23,7 @@ from reconciler.report.values import as_secret, free_json, guarded, scrub, secre
 # Kept here as literals (and equal to document.SCHEMA_ID / VERSION, which a test checks) so that
 # rendering does not import pydantic.
 SCHEMA_ID = "fleet-reconciler/drift-report"
-VERSION = 1
+VERSION = 2  # 2: each drift's `cause` and `symptom`, the summary's `causes` (docs/drift-report.md)
 DIGEST_CHARS = 12
 
 
@@ -42,6 +43,7 @@ def to_document(report: DriftReport) -> dict[str, Any]:
             "with_errors": s.with_errors,
             "drifted_boxes": s.drifted_boxes,
             "drifts": s.drifts,
+            "causes": s.causes,
             "by_kind": dict(s.by_kind),
             "exit_code": s.exit_code,
         },
@@ -74,18 +76,21 @@ def drift_report_schema_json() -> str:
 
 
 def _box(box: BoxResult) -> dict[str, Any]:
+    drifts = ordered_drifts(box.drifts)
     return {
         "box": box.box,
         "reachable": box.reachable,
+        "observation": box.observation,
+        "partial": _jsonable(box.partial),
         # Collector order, not sorted: the first error usually explains the rest.
         "errors": [free_json(e) for e in box.errors],
         # A map of names (not a value), so a fact called "secret" stays a fact.
         "facts": {str(k): _jsonable(v) for k, v in sorted(box.facts.items(), key=_by_key)},
-        "drifts": [_drift(d) for d in ordered_drifts(box.drifts)],
+        "drifts": [_drift(d, link) for d, link in zip(drifts, link_box(drifts), strict=True)],
     }
 
 
-def _drift(drift: Drift) -> dict[str, Any]:
+def _drift(drift: Drift, link: Link) -> dict[str, Any]:
     changed = secret_changed(drift)
     return {
         "kind": drift.kind.value,
@@ -98,6 +103,9 @@ def _drift(drift: Drift) -> dict[str, Any]:
         "note": _jsonable(drift.note),
         "secret": changed is not None,
         "changed": changed,
+        # Every entry stays listed; text and markdown group them by this id.
+        "cause": scrub(link.cause),
+        "symptom": link.symptom,
     }
 
 

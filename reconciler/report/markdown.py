@@ -1,5 +1,8 @@
 """The drift report as GitHub-flavoured markdown, for pasting into a change record.
 
+The drift is grouped by cause (reconciler/compare/causes.py): one section per cause, its change
+first, then the symptoms it explains; entries that read the same are one row listing where they
+are, every source and note kept. Per box: its state, errors, facts and the causes it has.
 Values are shown whole (a change record is where the full speculative config belongs), inside
 code spans; secrets are `***` with (changed)/(unchanged), never a digest.
 """
@@ -9,12 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from reconciler.compare.drift import BoxResult, Drift, DriftReport
-from reconciler.report.order import ordered_drifts
-from reconciler.report.summary import sentence, summarize
+from reconciler.compare.causes import Cause
+from reconciler.compare.drift import BoxResult, DriftReport
+from reconciler.report.grouped import Row, causes, per_box, rows, where
+from reconciler.report.summary import plural, sentence, summarize
 from reconciler.report.values import clean, display, free_json, guarded, secret_tag
 
-DRIFT_COLUMNS = ("subject", "kind", "path", "desired", "observed", "action", "source", "note")
+DRIFT_COLUMNS = ("role", "kind", "path", "desired", "observed", "action", "on", "source", "note")
+ROLES = ("cause", "symptom")
 EXIT_MEANING = {0: "in sync", 1: "a box not observed or with errors", 2: "drift"}
 _PROSE_SPECIALS = re.compile(r"([\\`*_\[\]<>|~&])")
 
@@ -38,8 +43,19 @@ def render_markdown(report: DriftReport) -> str:
             right=(2, 3),
         ),
     ]
+    grouped = causes(report)
+    box_order = tuple(b.box for b in report.boxes)
+    if grouped:
+        lines += ["", "## Causes"]
+    for cause in grouped:
+        lines += [
+            "",
+            _cause_title(cause),
+            "",
+            *_table(DRIFT_COLUMNS, _cause_rows(cause, box_order)),
+        ]
     for box in report.boxes:
-        lines += ["", f"## {text(box.box)}", "", *_box_section(box)]
+        lines += ["", f"## {text(box.box)}", "", *_box_section(box, grouped)]
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +79,7 @@ def code(value: str) -> str:
 
 def _status(box: BoxResult) -> str:
     if not box.reachable:
-        return "not observed"
+        return "not observed" + (" (gateway only)" if box.partial is not None else "")
     if box.drifts:
         return "drift"
     return "errors" if box.errors else "in sync"
@@ -79,38 +95,59 @@ def _summary_row(box: BoxResult) -> list[str]:
     ]
 
 
-def _box_section(box: BoxResult) -> list[str]:
-    """Paragraphs, in order: status, errors, facts, the drift table; blank lines between."""
+def _cause_title(cause: Cause) -> str:
+    return (
+        f"### {code(cause.id)}: {plural(cause.entries, 'difference')} on "
+        f"{text(', '.join(cause.boxes))}"
+    )
+
+
+def _cause_rows(cause: Cause, box_order: tuple[str, ...]) -> list[list[str]]:
+    return [_drift_row(row, where(row, box_order)) for row in rows(cause)]
+
+
+def _box_section(box: BoxResult, grouped: tuple[Cause, ...]) -> list[str]:
+    """Paragraphs, in order: status, errors, facts, its causes; blank lines between."""
     blocks: list[list[str]] = []
     if not box.reachable:
         blocks.append(["Not observed (the error says why)."])
     elif not box.drifts and not box.errors:
         blocks.append(["In sync."])
+    if box.partial is not None:
+        blocks.append([f"Partial: {text(free_json(box.partial))}"])
     if box.errors:
         blocks.append([f"- error: {code(free_json(e))}" for e in box.errors])
     if box.facts:
         facts = ", ".join(code(f"{k}={display(v)}") for k, v in sorted(box.facts.items()))
         blocks.append([f"Facts: {facts}"])
     if box.drifts:
-        blocks.append(_table(DRIFT_COLUMNS, [_drift_row(d) for d in ordered_drifts(box.drifts)]))
+        ids = ", ".join(code(c.id) for c in grouped if box.box in c.boxes)
+        count = sum(1 for c in grouped if box.box in c.boxes)
+        blocks.append([f"{plural(len(box.drifts), 'difference')}, {plural(count, 'cause')}: {ids}"])
     lines: list[str] = []
     for block in blocks:
         lines += [*([""] if lines else []), *block]
     return lines
 
 
-def _drift_row(drift: Drift) -> list[str]:
+def _drift_row(row: Row, places: str) -> list[str]:
+    drift = row.first
     tag = secret_tag(drift)
     observed = _value(drift.observed) + (f" ({tag})" if tag else "")
     return [
-        text(drift.subject),
+        ROLES[row.symptom],
         drift.kind.value,
         code(drift.path),
         _value(drift.desired),
         observed,
         drift.action.value,
-        code(drift.source) if drift.source else "",
-        text(drift.note) if drift.note else "",
+        text(places),
+        ", ".join(
+            code(src) + (f" ({text(on)})" if on else "") for src, on in per_box(row, "source")
+        ),
+        "; ".join(
+            text(note) + (f" ({text(on)})" if on else "") for note, on in per_box(row, "note")
+        ),
     ]
 
 

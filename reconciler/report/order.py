@@ -1,6 +1,7 @@
 """The one order every report uses, so two runs over the same fleet diff line by line.
 
-Boxes keep the report's order (the inventory's). Drifts follow `Drift.sort_key`; ties (the same
+Boxes keep the report's order (the inventory's); causes group the ordered drifts
+(report/grouped.py). Drifts follow `Drift.sort_key`; ties (the same
 box, kind, subject and path twice) are broken on the remaining fields, because `sorted` is only
 stable, and a tie left to input order would make the output depend on how compare happened to
 emit it.
@@ -15,14 +16,6 @@ from reconciler.compare.drift import Drift
 
 def ordered_drifts(drifts: Iterable[Drift]) -> list[Drift]:
     return sorted(drifts, key=_full_key)
-
-
-def by_subject(drifts: Iterable[Drift]) -> list[tuple[str, list[Drift]]]:
-    """Drifts grouped by subject (alphabetical), each group in drift order."""
-    groups: dict[str, list[Drift]] = {}
-    for drift in ordered_drifts(drifts):
-        groups.setdefault(drift.subject, []).append(drift)
-    return sorted(groups.items())
 
 
 def _full_key(drift: Drift) -> tuple[object, ...]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from reconciler.compare.causes import link_box
 from reconciler.compare.drift import DriftReport
+from reconciler.report.order import ordered_drifts
 
 
 @dataclass(frozen=True)
@@ -16,9 +18,11 @@ class Summary:
     with_errors: int  # boxes with at least one error, reachable or not
     drifted_boxes: int  # boxes with at least one drift
     drifts: int
+    causes: int  # distinct causes across the fleet (one cause on many boxes counts once)
     by_kind: dict[str, int]  # kind -> drifts, keys sorted
     exit_code: int
     reachable_with_errors: int  # observed, but only in part: the sentence names these apart
+    partial: int = 0  # not observed, but their gateway answered the controller (compared)
 
 
 def summarize(report: DriftReport) -> Summary:
@@ -30,9 +34,13 @@ def summarize(report: DriftReport) -> Summary:
         with_errors=sum(1 for b in report.boxes if b.errors),
         drifted_boxes=sum(1 for b in report.boxes if b.drifts),
         drifts=len(report.drifts),
+        causes=len(
+            {link.cause for b in report.boxes for link in link_box(ordered_drifts(b.drifts))}
+        ),
         by_kind=dict(sorted(kinds.items())),
         exit_code=report.exit_code,
         reachable_with_errors=sum(1 for b in report.boxes if b.reachable and b.errors),
+        partial=sum(1 for b in report.boxes if b.partial is not None),
     )
 
 
@@ -41,7 +49,8 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def sentence(s: Summary) -> str:
-    """`drift: 7 differences on 2 of 3 boxes (envfile 2, contract 1, ...); 1 box not observed`.
+    """`drift: 3 causes, 7 differences on 2 of 3 boxes (envfile 2, contract 1, ...); 1 box not
+    observed`.
 
     Kinds are listed most frequent first (then by name): the reader wants the bulk of the work.
     """
@@ -50,11 +59,14 @@ def sentence(s: Summary) -> str:
         kinds = ", ".join(
             f"{kind} {n}" for kind, n in sorted(s.by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
         )
-        line = f"drift: {plural(s.drifts, 'difference')} on {s.drifted_boxes} {of_boxes} ({kinds})"
+        counts = f"{plural(s.causes, 'cause')}, {plural(s.drifts, 'difference')}"
+        line = f"drift: {counts} on {s.drifted_boxes} {of_boxes} ({kinds})"
     else:
         line = f"drift: no differences on {s.reachable} {of_boxes}"
     if s.unreachable:
         line += f"; {plural(s.unreachable, 'box', 'boxes')} not observed"
+        if s.partial:
+            line += f" ({s.partial} seen from the gateway only)"
     if s.reachable_with_errors:
         line += f"; {plural(s.reachable_with_errors, 'box', 'boxes')} with errors"
     return line

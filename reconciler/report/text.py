@@ -1,23 +1,34 @@
-"""The drift report for a terminal: grouped by box then subject, in aligned columns.
+"""The drift report for a terminal: the boxes' state, then the drift grouped by cause.
 
     drift report: inventory lab, run r1, 2026-11-29T08:30:00Z
     thor: reachable, 3 differences
-      file:.env
-        envfile     WORKER_MAX_MODEL_LEN  262144 -> 131072      rewrite-env        .env:88
-      lane:vllm-senses
-        state       status                running -> (absent)   start              docker ps
-      shell
-        shell-leak  GATEWAY_API_KEY       *** -> *** (changed)  report-only:shell  ~/.bashrc:6
-                    note: a plain `docker compose up` would start the gateway with the shell's key
+    spark: reachable, 2 differences
     orin: not observed, 1 error
       error: ssh: connect to host 10.77.0.4 port 22: No route to host
-    spark: in sync
 
-    drift: 3 differences on 1 of 3 boxes (envfile 1, shell-leak 1, state 1); 1 box not observed
+    envfile:HAND_IMAGE: 4 differences on thor, spark
+      cause    envfile     HAND_IMAGE       abc -> (absent)            rewrite-env
+               on: file:.env on thor, spark
+               source: absent
+      symptom  env         HAND_IMAGE       abc -> (absent)            recreate
+               on: lane:vllm-embed on thor, spark
+               source: model-gear-vllm-embed
 
-Column widths are computed once for the whole report, so columns line up across subjects and
-boxes. What does not fit its column goes on a line of its own below the row (values across the
-width, cut around where they differ when very long; a long source); nothing is cut mid-column.
+    shell:GATEWAY_API_KEY: 1 difference on thor
+      cause    shell-leak  GATEWAY_API_KEY  (absent) -> *** (changed)  report-only:shell
+               on: shell on thor
+               source: ~/.bashrc:6
+
+    drift: 2 causes, 5 differences on 2 of 3 boxes (env 2, envfile 2, shell-leak 1); 1 box not
+    observed
+
+A cause (reconciler/compare/causes.py) leads with the change that fixes it, then the symptoms
+it explains; entries that read the same are one row listing where they are (subjects and
+boxes), so one cause on many boxes is one line. `--format json` lists every entry.
+
+Column widths are computed once for the whole report, so columns line up across causes. What
+does not fit its column goes on a line of its own below the row (values across the width, cut
+around where they differ when very long; where, sources, notes); nothing is cut mid-column.
 """
 
 from __future__ import annotations
@@ -26,8 +37,9 @@ import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from reconciler.compare.causes import Cause
 from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport
-from reconciler.report.order import by_subject
+from reconciler.report.grouped import Row, causes, per_box, rows, where
 from reconciler.report.summary import plural, sentence, summarize
 from reconciler.report.values import (
     abbreviate_pair,
@@ -43,14 +55,22 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 SUBJECT_INDENT = 2
-ROW_INDENT = 4
+ROW_INDENT = 2
 GAP = 2  # spaces between columns
-PATH_MAX, CHANGE_MAX, SOURCE_MAX = 32, 48, 36
-# Who gives up room first, and down to what: the source column narrows (a longer source moves
-# below its row), then the values; if the row still does not fit, the source column goes before
-# the path (the drift's identity) would wrap, and then the rest narrows.
-SHRINK = (("source", 12), ("change", 20))
-SHRINK_NARROW = (("change", 20), ("path", 16), ("action", 10), ("kind", 6))
+PATH_MAX, CHANGE_MAX = 32, 48
+MAX_LISTED = 3  # distinct sources or notes a row lists; more: JSON has every one
+# Who gives up room first, and down to what: the values narrow (a longer one moves below its
+# row), then the path (the drift's identity) wraps, then the rest narrows.
+SHRINK = (
+    ("change", 26),
+    ("path", 28),
+    ("change", 20),
+    ("path", 16),
+    ("action", 10),
+    ("kind", 6),
+    ("role", 5),
+)
+ROLES = ("cause", "symptom")
 BELOW = "(below)"
 VALUE_LIMIT = 160  # longer values (a 2 kB speculative config) are cut, in text only
 ARROW = " -> "
@@ -61,7 +81,10 @@ STYLE = {
     "drifted": "yellow",
     "unreachable": "bold red",
     "error": "red",
-    "subject": "bold",
+    "cause": "bold",
+    "role": "bold",
+    "symptom": "dim",
+    "where": "dim",
     "kind": "cyan",
     "desired": "green",
     "observed": "red",
@@ -77,11 +100,11 @@ REPORT_ONLY = {Action.REPORT, Action.SCRUB_SHELL}
 
 @dataclass(frozen=True)
 class _Widths:
+    role: int
     kind: int
     path: int
     change: int
     action: int
-    source: int  # 0: no column (no drift has a source, or too narrow: shown below)
     total: int = 100  # the whole line
 
 
@@ -103,10 +126,19 @@ def render_text(report: DriftReport, color: bool, width: int = 100) -> str:
         force_jupyter=False,
         force_interactive=False,
     )
-    widths = _widths(report.drifts, width)
-    console.print(_meta(report))
+    grouped = causes(report)
+    box_order = tuple(b.box for b in report.boxes)
+    laid_out = [(cause, [(row, where(row, box_order)) for row in rows(cause)]) for cause in grouped]
+    widths = _widths([r for _, cause_rows in laid_out for r in cause_rows], width)
+    parts: list[RenderableType] = [_meta(report)]
     for box in report.boxes:
-        _print_box(console, box, widths)
+        parts += _box_lines(box)
+    _flush(console, parts, widths.total)
+    for cause, cause_rows in laid_out:
+        parts = [_styled("", "meta"), _cause_header(cause)]
+        for row, places in cause_rows:
+            parts += _row(row, places, widths)
+        _flush(console, parts, widths.total)
     console.print()
     console.print(_styled(sentence(summarize(report)), "box"))
     # rich pads cells to their column width; trailing blanks only make diffs and pastes noisy.
@@ -121,25 +153,35 @@ def _meta(report: DriftReport) -> Text:
     )
 
 
-def _print_box(console: Console, box: BoxResult, widths: _Widths) -> None:
-    from rich.cells import cell_len
-    from rich.console import Group
+def _box_lines(box: BoxResult) -> list[RenderableType]:
     from rich.padding import Padding
 
-    # One print per box: each print asks the terminal its size and sets up a render.
     parts: list[RenderableType] = [_box_header(box)]
+    if box.partial is not None:
+        seen = _styled(f"partial: {free_text(box.partial)}", "meta")
+        parts.append(Padding(seen, (0, 0, 0, SUBJECT_INDENT)))
     for error in box.errors:
         parts.append(
             Padding(_styled(f"error: {free_text(error)}", "error"), (0, 0, 0, SUBJECT_INDENT))
         )
-    for subject, drifts in by_subject(box.drifts):
-        title = _styled(clean(subject), "subject")
-        line = _padded([title], [cell_len(title.plain)], SUBJECT_INDENT)
-        parts.append(line or Padding(title, (0, 0, 0, SUBJECT_INDENT)))
-        for drift in drifts:
-            parts += _row(drift, widths)
+    return parts
+
+
+def _cause_header(cause: Cause) -> Text:
+    from rich.text import Text
+
+    header = Text()
+    header.append(clean(cause.id), style=STYLE["cause"])
+    header.append(f": {plural(cause.entries, 'difference')} on {', '.join(cause.boxes)}")
+    return header
+
+
+def _flush(console: Console, parts: list[RenderableType], width: int) -> None:
+    # One print per block: each print asks the terminal its size and sets up a render.
+    from rich.console import Group
+
     if console.no_color:
-        _print_plain(console, parts, widths.total)
+        _print_plain(console, parts, width)
     else:
         console.print(Group(*parts))
 
@@ -174,6 +216,8 @@ def _box_header(box: BoxResult) -> Text:
     header.append(": ")
     if not box.reachable:
         header.append("not observed", style=STYLE["unreachable"])
+        if box.partial is not None:
+            header.append(" (its gateway answered the controller)")
         if box.drifts:
             header.append(f", {plural(len(box.drifts), 'difference')}")
     elif box.drifts:
@@ -190,30 +234,29 @@ def _box_header(box: BoxResult) -> Text:
     return header
 
 
-def _row(drift: Drift, widths: _Widths) -> list[RenderableType]:
-    """The drift's row, then, when the values do not fit their column, the values across the
-    width below it (a speculative config wrapped into 25 columns is unreadable)."""
+def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
+    """The row, then what does not fit it below: the values across the width (a speculative
+    config wrapped into 25 columns is unreadable), the places, the sources and the notes."""
     from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
+    drift = row.first
     desired, observed = abbreviate_pair(
         display(drift.desired), display(drift.observed), VALUE_LIMIT
     )
     tag = secret_tag(drift)
     change = _change(desired, observed, f" ({tag})" if tag else "", widths.change)
+    role = ROLES[row.symptom]
     cells: list[Text] = [
+        _styled(role, "symptom" if row.symptom else "role"),
         _styled(drift.kind.value, "kind"),
         Text(clean(drift.path)),
         change or _styled(BELOW, "meta"),
         _styled(drift.action.value, "report_only" if drift.action in REPORT_ONLY else "action"),
     ]
-    source = clean(drift.source or "")
-    source_below = len(source) > widths.source  # folded mid-word, a reference is unreadable
-    if widths.source:
-        cells.append(_styled("" if source_below else source, "source"))
     out: list[RenderableType] = [_line(cells, widths) or _grid(cells, widths)]
-    under = ROW_INDENT + widths.kind + GAP  # below-row lines start at the path column
+    under = ROW_INDENT + widths.role + GAP  # below-row lines start at the kind column
     if change is None:
         labelled = [
             [_styled("desired", "meta"), _styled(desired, "desired")],
@@ -226,13 +269,18 @@ def _row(drift: Drift, widths: _Widths) -> list[RenderableType]:
             values = Table.grid(padding=(0, GAP, 0, 0))
             values.add_column(width=len("observed"))
             values.add_column(overflow="fold")
-            for row in labelled:
-                values.add_row(*row)
+            for labels in labelled:
+                values.add_row(*labels)
             out.append(Padding(values, (0, 0, 0, under), expand=False))
-    if source_below:
-        out.append(_indented(_styled(f"source: {source}", "source"), under, widths.total))
-    if drift.note:
-        out.append(_indented(_styled(f"note: {clean(drift.note)}", "note"), under, widths.total))
+    # Where it is, always on a line of its own: a list of boxes and containers.
+    out.append(_indented(_styled(f"on: {clean(places)}", "where"), under, widths.total))
+    for field, style in (("source", "source"), ("note", "note")):
+        seen = per_box(row, field)
+        texts = [clean(t) + (f" ({boxes})" if boxes else "") for t, boxes in seen]
+        if len(texts) > MAX_LISTED:  # one per container: `on:` names them, JSON has each
+            texts = [f"{len(texts)} different (--format json lists each entry's)"]
+        for text in texts:
+            out.append(_indented(_styled(f"{field}: {text}", style), under, widths.total))
     return out
 
 
@@ -247,7 +295,7 @@ def _indented(text: Text, indent: int, total: int) -> RenderableType:
 
 
 def _columns(widths: _Widths) -> list[int]:
-    return [w for w in (widths.kind, widths.path, widths.change, widths.action, widths.source) if w]
+    return [widths.role, widths.kind, widths.path, widths.change, widths.action]
 
 
 def _value_lines(rows: list[list[Text]], indent: int, total: int) -> list[Text] | None:
@@ -323,22 +371,20 @@ def _change(desired: str, observed: str, suffix: str, width: int) -> Text | None
     return change
 
 
-def _widths(drifts: tuple[Drift, ...], width: int) -> _Widths:
-    """Each column as wide as its longest value (path, change and source capped); when that is
-    too wide, columns give up room in SHRINK order, each down to its floor. If even then the
-    row does not fit (an 80-column terminal), the source leaves the row for a line below it:
-    a reference wrapped into six columns helps nobody."""
-    kind = max((len(d.kind.value) for d in drifts), default=4)
-    action = max((len(d.action.value) for d in drifts), default=6)
-    path = min(max((len(clean(d.path)) for d in drifts), default=4), PATH_MAX)
+def _widths(laid_out: list[tuple[Row, str]], width: int) -> _Widths:
+    """Each column as wide as its longest value (path and change capped); when that is too
+    wide, columns give up room in SHRINK order, each down to its floor. Below ~60 columns
+    that is still too wide; rich then squeezes every column to fit."""
+    drifts = [row.first for row, _ in laid_out]
     one_line = [n for n in map(_one_line, drifts) if n <= CHANGE_MAX]  # longer ones go below
-    change = max(one_line, default=len(BELOW))
-    source = min(max((len(clean(d.source or "")) for d in drifts), default=0), SOURCE_MAX)
-    natural = {"kind": kind, "path": path, "change": change, "action": action, "source": source}
-    have, excess = _shrink(natural, width, SHRINK)
-    if excess > 0 and source:
-        have, excess = _shrink({**natural, "source": 0}, width, SHRINK_NARROW)
-    # Below ~60 columns that is still too wide; rich then squeezes every column to fit.
+    natural = {
+        "role": max((len(ROLES[row.symptom]) for row, _ in laid_out), default=5),
+        "kind": max((len(d.kind.value) for d in drifts), default=4),
+        "path": min(max((len(clean(d.path)) for d in drifts), default=4), PATH_MAX),
+        "change": max(one_line, default=len(BELOW)),
+        "action": max((len(d.action.value) for d in drifts), default=6),
+    }
+    have, _ = _shrink(natural, width, SHRINK)
     return _Widths(**have, total=width)
 
 

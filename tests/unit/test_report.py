@@ -2,6 +2,8 @@
 
 The fixture is the run an operator meets most: thor drifted (a window change that reached the
 .env but not the gateway, a login shell exporting the gateway key), orin unreachable, spark clean.
+Text and markdown group the entries by cause (tests/unit/test_report_causes.py covers the
+grouping on captured lab data); JSON lists every entry with its cause id.
 """
 
 from __future__ import annotations
@@ -140,9 +142,11 @@ def make_report(thor_drifts: tuple[Drift, ...] = THOR_DRIFTS) -> DriftReport:
 
 
 REPORT = make_report()
+# 5 causes: the .env window (the gateway's stale contract is its symptom), two shell exports,
+# the worker's command, the worker's image.
 SUMMARY = (
-    "drift: 7 differences on 1 of 3 boxes (argv 2, shell-leak 2, contract 1, envfile 1, "
-    "image 1); 1 box not observed"
+    "drift: 5 causes, 7 differences on 1 of 3 boxes (argv 2, shell-leak 2, contract 1, "
+    "envfile 1, image 1); 1 box not observed"
 )
 
 
@@ -164,20 +168,23 @@ def test_text_box_headers_rows_and_summary() -> None:
     assert "spark: in sync" in lines
     assert "orin: not observed, 1 error" in lines
     assert f"  error: {ORIN_ERROR}" in lines
-    assert any(
-        re.fullmatch(
-            r" {4}envfile +WORKER_MAX_MODEL_LEN +262144 -> 131072 +rewrite-env +\.env:88", x
-        )
-        for x in lines
-    )
-    assert any(
-        re.fullmatch(
-            r" {4}shell-leak +GATEWAY_API_KEY +\*\*\* -> \*\*\* \(changed\) +report-only:shell"
-            r" +~/\.bashrc:6",
+    row = lines.index(
+        next(x for x in lines if re.fullmatch(r"  cause +envfile +WORKER_MAX_MODEL_LEN +262144"
+                                               r" -> 131072 +rewrite-env", x))
+    )  # fmt: skip
+    # Where and where from, below the row.
+    assert lines[row + 1].strip() == "on: file:.env on thor"
+    assert lines[row + 2].strip() == "source: .env:88"
+    shell = next(
+        i
+        for i, x in enumerate(lines)
+        if re.fullmatch(
+            r"  cause +shell-leak +GATEWAY_API_KEY +\*\*\* -> \*\*\* \(changed\)"
+            r" +report-only:shell",
             x,
         )
-        for x in lines
     )
+    assert lines[shell + 2].strip() == "source: ~/.bashrc:6"
     assert any(re.search(r"LOBES_MESH_KEY +\*\*\* -> \*\*\* \(unchanged\)", x) for x in lines)
     assert any(re.search(r"--served-model-name +worker qwen3 -> worker ", x) for x in lines)
     assert "note: the gateway still advertises the old window" in _plain()
@@ -186,23 +193,30 @@ def test_text_box_headers_rows_and_summary() -> None:
     assert _joined(tail) == SUMMARY
 
 
-def test_text_groups_by_box_then_subject() -> None:
+def test_text_lists_boxes_then_causes_in_fix_order() -> None:
     body = _plain().rsplit("\n\n", 1)[0]  # without the closing summary
-    order = [x.strip() for x in body.splitlines() if re.fullmatch(r"(\S+: .*)|( {2}\S+)", x)]
-    assert order == [
+    heads = [x for x in body.splitlines()[1:] if re.match(r"\S", x)]
+    assert heads == [
         "thor: reachable, 7 differences",
-        "file:.env",
-        "gateway",
-        "lane:vllm-worker",
-        "shell",
         "orin: not observed, 1 error",
         "spark: in sync",
+        # .env first, then the shell, then the lane's image and command
+        "envfile:WORKER_MAX_MODEL_LEN: 2 differences on thor",
+        "shell:GATEWAY_API_KEY: 1 difference on thor",
+        "shell:LOBES_MESH_KEY: 1 difference on thor",
+        "image:vllm-worker: 1 difference on thor",
+        "argv:vllm-worker: 2 differences on thor",
     ]
+    # The gateway's stale window is the .env change's symptom, listed under it.
+    block = body.split("envfile:WORKER_MAX_MODEL_LEN:", 1)[1].split("\n\n", 1)[0]
+    assert re.search(
+        r"\n  symptom +contract +capabilities\.worker\.context +262144 -> 131072", block
+    )
 
 
 def test_text_columns_line_up_across_subjects() -> None:
-    rows = [x for x in _plain().splitlines() if re.match(r" {4}(envfile|contract|shell-leak) ", x)]
-    assert len(rows) == 4
+    rows = [x for x in _plain().splitlines() if re.match(r" {2}(cause|symptom) ", x)]
+    assert len(rows) == 7
     for column in ("path", "action"):
         starts = {_column_start(row, column) for row in rows}
         assert len(starts) == 1, (column, rows)
@@ -211,7 +225,7 @@ def test_text_columns_line_up_across_subjects() -> None:
 def _column_start(row: str, column: str) -> int:
     cells = list(re.finditer(r"\S+(?: \S+)*", row))  # cells are separated by 2+ spaces
     return (
-        cells[1].start()
+        cells[2].start()
         if column == "path"
         else next(c.start() for c in cells if c.group() in {a.value for a in Action})
     )
@@ -298,8 +312,8 @@ def test_secret_digests_never_printed(fmt: Format) -> None:
 
 def test_secrets_show_as_masks_with_changed_state() -> None:
     md = render_markdown(REPORT)
-    assert "| shell | shell-leak | `GATEWAY_API_KEY` | `***` | `***` (changed) |" in md
-    assert "| shell | shell-leak | `LOBES_MESH_KEY` | `***` | `***` (unchanged) |" in md
+    assert "| cause | shell-leak | `GATEWAY_API_KEY` | `***` | `***` (changed) |" in md
+    assert "| cause | shell-leak | `LOBES_MESH_KEY` | `***` | `***` (unchanged) |" in md
     assert "`mem=***`" in md  # a secret among the facts
 
 
@@ -356,7 +370,7 @@ def test_json_document_shape() -> None:
         "summary",
         "boxes",
     ]
-    assert (doc["schema"], doc["version"]) == ("fleet-reconciler/drift-report", 1)
+    assert (doc["schema"], doc["version"]) == ("fleet-reconciler/drift-report", 2)
     assert (doc["schema"], doc["version"]) == (SCHEMA_ID, VERSION)
     assert doc["summary"] == {
         "boxes": 3,
@@ -365,6 +379,7 @@ def test_json_document_shape() -> None:
         "with_errors": 1,
         "drifted_boxes": 1,
         "drifts": 7,
+        "causes": 5,
         "by_kind": {"argv": 2, "contract": 1, "envfile": 1, "image": 1, "shell-leak": 2},
         "exit_code": 1,
     }
@@ -373,6 +388,8 @@ def test_json_document_shape() -> None:
     assert orin == {
         "box": "orin",
         "reachable": False,
+        "observation": "none",
+        "partial": None,
         "errors": [ORIN_ERROR],
         "facts": {},
         "drifts": [],
@@ -393,12 +410,22 @@ def test_json_document_shape() -> None:
         "note": "a plain `docker compose up` would start the gateway with the shell's key",
         "secret": True,
         "changed": True,
+        "cause": "shell:GATEWAY_API_KEY",
+        "symptom": False,
     }
     mesh = by_path["LOBES_MESH_KEY"]
     assert mesh["desired"] == mesh["observed"] and mesh["changed"] is False
     contract = by_path["capabilities.worker.context"]
     assert (contract["desired"], contract["observed"]) == (262144, 131072)
     assert (contract["secret"], contract["changed"]) == (False, None)
+    assert (contract["cause"], contract["symptom"]) == ("envfile:WORKER_MAX_MODEL_LEN", True)
+    assert (
+        by_path["WORKER_MAX_MODEL_LEN"]["cause"],
+        by_path["WORKER_MAX_MODEL_LEN"]["symptom"],
+    ) == (
+        "envfile:WORKER_MAX_MODEL_LEN",
+        False,
+    )
     assert by_path["--served-model-name"]["desired"] == ["worker", "qwen3"]  # tuple -> list
     assert thor["facts"]["mem"] == {"secret": True, "digest": secret_digest(MESH)}
 
@@ -468,8 +495,10 @@ def _mutated(change: str) -> str:
         doc["summary"]["drifts"] = "7"
     elif change == "unknown kind":
         drift["kind"] = "vibes"
-    elif change == "version 2":
-        doc["version"] = 2
+    elif change == "version 1":  # a version-1 document has no causes: not this schema
+        doc["version"] = 1
+    elif change == "no cause":
+        del drift["cause"]
     return json.dumps(doc)
 
 
@@ -483,7 +512,8 @@ def _mutated(change: str) -> str:
         "bad exit code",
         "count as string",
         "unknown kind",
-        "version 2",
+        "version 1",
+        "no cause",
     ],
 )
 def test_schema_models_reject_malformed_documents(change: str) -> None:
@@ -501,7 +531,7 @@ def test_schema_models_reject_malformed_documents(change: str) -> None:
         (
             (BoxResult("thor", True, drifts=THOR_DRIFTS[:1]), BoxResult("spark", True)),
             2,
-            "drift: 1 difference on 1 of 2 boxes (envfile 1)",
+            "drift: 1 cause, 1 difference on 1 of 2 boxes (envfile 1)",
         ),
         (
             (BoxResult("spark", True), BoxResult("orin", False, errors=(ORIN_ERROR,))),
@@ -535,14 +565,30 @@ def test_markdown_title_summary_table_and_sections() -> None:
     assert "| spark | yes | 0 | 0 | in sync |" in lines
     assert [x for x in lines if x.startswith("## ")] == [
         "## Summary",
+        "## Causes",
         "## thor",
         "## orin",
         "## spark",
     ]
+    causes = md.split("## Causes\n", 1)[1].split("\n## thor", 1)[0]
+    assert [x for x in causes.splitlines() if x.startswith("### ")] == [
+        "### `envfile:WORKER_MAX_MODEL_LEN`: 2 differences on thor",
+        "### `shell:GATEWAY_API_KEY`: 1 difference on thor",
+        "### `shell:LOBES_MESH_KEY`: 1 difference on thor",
+        "### `image:vllm-worker`: 1 difference on thor",
+        "### `argv:vllm-worker`: 2 differences on thor",
+    ]
     assert (
-        "| file:.env | envfile | `WORKER_MAX_MODEL_LEN` | `262144` | `131072` | rewrite-env"
-        " | `.env:88` |  |" in lines
+        "| cause | envfile | `WORKER_MAX_MODEL_LEN` | `262144` | `131072` | rewrite-env"
+        " | file:.env on thor | `.env:88` |  |" in lines
     )
+    assert (
+        "| symptom | contract | `capabilities.worker.context` | `262144` | `131072` |"
+        " recreate-gateway | gateway on thor | `/capabilities` |"
+        " the gateway still advertises the old window |" in lines
+    )
+    thor = md.split("## thor\n", 1)[1].split("## orin", 1)[0]
+    assert "7 differences, 5 causes: `envfile:WORKER_MAX_MODEL_LEN`, " in thor
     assert f"- error: `{ORIN_ERROR}`" in lines
     spark = md.split("## spark\n", 1)[1]
     assert spark.startswith("\nIn sync.\n")
@@ -560,7 +606,7 @@ def test_markdown_escapes_pipes_so_tables_keep_their_columns() -> None:
         note="pipes | everywhere_*here*",
     )
     md = render_markdown(make_report((piped, *THOR_DRIFTS)))
-    table = [x for x in md.split("## thor\n", 1)[1].split("## orin", 1)[0].splitlines() if x]
+    table = [x for x in md.split("## Causes\n", 1)[1].split("## thor", 1)[0].splitlines() if x]
     table = [x for x in table if x.startswith("|")]
     cells = {len(re.split(r"(?<!\\)\|", x)) for x in table}
     assert len(cells) == 1, table

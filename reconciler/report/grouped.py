@@ -1,0 +1,96 @@
+"""A report's entries by cause, as the lines text and markdown print (JSON keeps every entry).
+
+Within a cause, entries that read the same (kind, path, values, action) are one row listing
+where they are: `HAND_IMAGE (absent)` on twelve containers of three boxes is one row, not
+twelve. The change comes first, then the symptoms it explains. Stdlib only, like the rest of
+the repeated-drift path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from reconciler.compare.causes import Cause, group_causes
+from reconciler.compare.drift import BoxResult, Drift, DriftReport
+from reconciler.report.order import ordered_drifts
+from reconciler.report.values import display, secret_tag
+
+
+@dataclass(frozen=True)
+class Row:
+    """Entries of one cause that read the same; `drifts` in report order."""
+
+    symptom: bool
+    drifts: tuple[Drift, ...]
+
+    @property
+    def first(self) -> Drift:
+        return self.drifts[0]
+
+
+def ordered_boxes(report: DriftReport) -> tuple[BoxResult, ...]:
+    """The boxes with their drifts in report order, so grouping never depends on how compare
+    happened to emit them."""
+    return tuple(
+        dataclasses.replace(box, drifts=tuple(ordered_drifts(box.drifts))) for box in report.boxes
+    )
+
+
+def causes(report: DriftReport) -> tuple[Cause, ...]:
+    return group_causes(ordered_boxes(report))
+
+
+def rows(cause: Cause) -> list[Row]:
+    out: list[Row] = []
+    for symptom, drifts in ((False, cause.changes), (True, cause.symptoms)):
+        same: dict[tuple[str, ...], list[Drift]] = {}
+        for drift in drifts:
+            same.setdefault(_reads(drift), []).append(drift)
+        out += [Row(symptom, tuple(same[key])) for key in sorted(same)]
+    return out
+
+
+def _reads(drift: Drift) -> tuple[str, ...]:
+    return (
+        drift.kind.value,
+        drift.path,
+        display(drift.desired),
+        display(drift.observed),
+        secret_tag(drift) or "",
+        drift.action.value,
+    )
+
+
+def where(row: Row, box_order: tuple[str, ...]) -> str:
+    """`gateway on thor, orin`; `lane:a, lane:b on thor, spark; lane:c on spark`: subjects
+    seen on the same boxes share one list."""
+    by_subject: dict[str, list[str]] = {}
+    for drift in row.drifts:
+        boxes = by_subject.setdefault(drift.subject, [])
+        if drift.box not in boxes:
+            boxes.append(drift.box)
+    rank = {box: i for i, box in enumerate(box_order)}
+    by_boxes: dict[tuple[str, ...], list[str]] = {}
+    for subject in sorted(by_subject):
+        seen_on = tuple(sorted(by_subject[subject], key=lambda b: rank.get(b, len(rank))))
+        by_boxes.setdefault(seen_on, []).append(subject)
+    parts = sorted(by_boxes.items(), key=lambda kv: (-len(kv[0]), kv[1]))
+    return "; ".join(f"{', '.join(subjects)} on {', '.join(boxes)}" for boxes, subjects in parts)
+
+
+def per_box(row: Row, field: str) -> list[tuple[str, str]]:
+    """A row's distinct sources or notes (`field`), each with the boxes it was seen on when it
+    is not the same on every box of the row ("" when it is)."""
+    seen: dict[str, list[str]] = {}
+    for drift in row.drifts:
+        text = getattr(drift, field)
+        if text:
+            boxes = seen.setdefault(text, [])
+            if drift.box not in boxes:
+                boxes.append(drift.box)
+    boxes_of_row = {d.box for d in row.drifts}
+    return [
+        (text, "" if len(seen) == 1 or set(boxes) == boxes_of_row else ", ".join(boxes))
+        for text, boxes in seen.items()
+    ]
