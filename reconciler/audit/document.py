@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_ID = "fleet-reconciler/audit-report"
-VERSION = 1
+VERSION = 2  # 2: each box's `observation` and `partial` (a box seen from the mesh side)
 
 Count = Annotated[int, Field(ge=0)]
 Severity = Literal["ok", "warn", "fail"]
@@ -193,12 +193,25 @@ class FaultDoc(_Doc):
     what: str = Field(description="what was wrong, never the value")
 
 
+class PartialDoc(_Doc):
+    """A box not audited (SSH failed) whose gateway answered the controller (version 2)."""
+
+    posture: Posture = Field(description="from the mesh side's unauthenticated requests only")
+    mesh_side: SideDoc = Field(description="from the controller, as a mesh caller")
+    mesh: BoxMeshDoc = Field(description="`on`: GET /mesh/detect's answer")
+
+
 class BoxDoc(VerdictFields):
     box: str
     errors: list[str]
     fault: FaultDoc | None = Field(description="why the box could not be audited; null if it was")
     intent: IntentDoc
     evidence: EvidenceDoc | None = Field(description="null when the box could not be audited")
+    observation: Literal["full", "partial", "none"] = Field(
+        description="full: audited from the box's own answer; partial: not audited, but its "
+        "gateway answered the controller (see `partial`); none (version 2)"
+    )
+    partial: PartialDoc | None = Field(description="for a partial observation; else null")
 
 
 class ProofDoc(_Doc):
@@ -240,7 +253,7 @@ class AuditReportDoc(_Doc):
     """fleet-reconciler audit: who can call what on the mesh, and why."""
 
     schema_: Literal["fleet-reconciler/audit-report"] = Field(alias="schema")
-    version: Literal[1]
+    version: Literal[2]
     run_id: str
     generated_at: str = Field(json_schema_extra={"format": "date-time"})
     inventory: str

@@ -194,6 +194,9 @@ class BoxEvidence:
     proxied: dict[str, str] = field(default_factory=dict)  # role -> member, /capabilities
     proofs: tuple[Proof, ...] = ()
     fault: Fault | None = None  # why the box is not audited (typed; also errors[0])
+    # Not audited, but its gateway answered the controller: `mesh_side` (and the posture it
+    # shows), `mesh_detect` and `proxied` are the mesh side's; nothing else was seen.
+    partial: bool = False
 
     @property
     def inbound(self) -> Carried | None:
@@ -219,6 +222,8 @@ class BoxEvidence:
 
     @property
     def mesh_on(self) -> bool:
+        if self.partial:  # only the mesh side's word: GET /mesh/detect
+            return bool(self.mesh_detect)
         mesh = self.carried.get(MESH_KEY)
         return bool(mesh and mesh.digest is not None and self.mesh_name)
 
@@ -284,12 +289,11 @@ def box_evidence(box: BoxSpec, obs: BoxObservation) -> BoxEvidence:
     doc = obs.document
     want = intent(box, doc)
     if doc is None:
-        return unaudited(
-            box.name, want, obs.failure or Fault(FaultKind.NOT_OBSERVED, "not observed")
-        )
+        why = obs.failure or Fault(FaultKind.NOT_OBSERVED, "not observed")
+        return seen_from_mesh_side(box.name, want, obs.probes, why)
     fault = _lacking(box, doc)
     if fault is not None:
-        return unaudited(box.name, want, fault)
+        return seen_from_mesh_side(box.name, want, obs.probes, fault)
     audit = doc.audit
     assert audit is not None  # _lacking said so
     controller = obs.probes
@@ -301,7 +305,9 @@ def box_evidence(box: BoxSpec, obs: BoxObservation) -> BoxEvidence:
     ev = BoxEvidence(
         box=box.name,
         audited=True,
-        errors=_errors(doc, audit),
+        # A box reached only through an existing SSH connection (observe.BoxObservation):
+        # what was proven holds until that connection ends; the next one is refused.
+        errors=((f"ssh: {obs.connection}",) if obs.connection else ()) + _errors(doc, audit),
         intent=want,
         envfile=envfile,
         gateway_container=gateway.name if gateway else None,
@@ -338,6 +344,29 @@ def box_evidence(box: BoxSpec, obs: BoxObservation) -> BoxEvidence:
 def unaudited(name: str, want: Intent, fault: Fault) -> BoxEvidence:
     """A box the audit cannot judge, and the typed reason (shown as its first error)."""
     return BoxEvidence(name, False, (fault.message,), want, fault=fault)
+
+
+def seen_from_mesh_side(
+    name: str, want: Intent, probes: seen.ControllerProbes, fault: Fault
+) -> BoxEvidence:
+    """A box that could not be observed (SSH failed), whose gateway still answered the
+    controller: not audited, but keyed or open as a caller on the mesh finds it (a 401 from
+    `GET /v1/models` without a key is keyed, whatever the box's own state)."""
+    on_box = probes.audit or NO_AUDIT
+    side = _side(probes.health, probes.capabilities, probes.models_noauth, on_box.chat_noauth)
+    if all(p.status is None for p in (side.health, side.capabilities, *side.gated)):
+        return unaudited(name, want, fault)
+    return BoxEvidence(
+        name,
+        False,
+        (fault.message,),
+        want,
+        mesh_side=side,
+        mesh_detect=_mesh_detect(on_box.mesh_detect),
+        proxied=_proxied(probes.capabilities),
+        fault=fault,
+        partial=True,
+    )
 
 
 def _lacking(box: BoxSpec, doc: Observed) -> Fault | None:

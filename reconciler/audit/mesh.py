@@ -44,11 +44,14 @@ def role_hosts(specs: dict[str, BoxSpec]) -> dict[str, str]:
 
 def mesh_evidence(specs: dict[str, BoxSpec], rows: list[BoxEvidence]) -> MeshEvidence:
     audited = [r for r in rows if r.audited]
-    live = tuple(r.box for r in audited if r.mesh_on)
+    # A box seen from the mesh side only (evidence.seen_from_mesh_side) still has a posture
+    # and a /mesh/detect answer; its mesh key is unknown, so it is not compared.
+    seen = [r for r in rows if r.audited or r.partial]
+    live = tuple(r.box for r in seen if r.mesh_on)
     return MeshEvidence(
         members=tuple(name for name, spec in specs.items() if spec.mesh.enabled),
         live_members=live,
-        postures={r.box: r.posture for r in audited},
+        postures={r.box: r.posture for r in seen},
         mesh_keys={
             r.box: (r.carried["LOBES_MESH_KEY"].digest if "LOBES_MESH_KEY" in r.carried else None)
             for r in audited
@@ -65,7 +68,7 @@ def proof_attempts(
 ) -> list[ProofAttempt]:
     """One request per (open member, keyed member) pair: through the open one, for the first
     role (by name) its desired contract proxies to the keyed one, with no credentials."""
-    by_box = {r.box: r for r in rows if r.audited}
+    by_box = {r.box: r for r in rows if r.audited or r.partial}  # the requests need no SSH
     attempts = []
     for via, row in by_box.items():
         if row.posture != "open" or not row.mesh_on:

@@ -29,7 +29,7 @@ from reconciler.report.values import free_json as scrub  # free text: via the sc
 
 # Equal to document.SCHEMA_ID / VERSION (a test checks), so rendering needs no pydantic.
 SCHEMA_ID = "fleet-reconciler/audit-report"
-VERSION = 1
+VERSION = 2  # 2: each box's `observation` and `partial` (a box seen from the mesh side)
 
 
 def render_json(report: AuditReport) -> str:
@@ -81,7 +81,17 @@ def _box(row: BoxEvidence, v: Verdict, rows: list[BoxEvidence]) -> dict[str, Any
     out["fault"] = _fault(row.fault) if row.fault is not None else None
     out["intent"] = _intent(row)
     out["evidence"] = _evidence(row, rows) if row.audited else None
+    out["observation"] = "full" if row.audited else "partial" if row.partial else "none"
+    out["partial"] = _partial(row) if row.partial else None
     return out
+
+
+def _partial(row: BoxEvidence) -> dict[str, Any]:
+    return {
+        "posture": row.posture,
+        "mesh_side": _side(row.mesh_side),
+        "mesh": {"on": row.mesh_on, "detect": row.mesh_detect, "proxied": dict(row.proxied)},
+    }
 
 
 def _fault(fault: Fault) -> dict[str, Any]:

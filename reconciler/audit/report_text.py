@@ -144,6 +144,13 @@ def access_cells(row: BoxEvidence, verdict: Verdict) -> list[Text | str]:
     verdict_cell = _styled(verdict.verdict.value.upper(), verdict.verdict)
     if not row.audited:
         why = f"not audited ({row.fault.kind.value})" if row.fault else "not audited"
+        if row.partial:  # its gateway answered the controller: the mesh side is known
+            live = _styled(
+                row.posture, Severity.OK if row.posture == row.intent.auth else Severity.FAIL
+            )
+            mesh = {True: "on", False: "off", None: "?"}[row.mesh_detect]
+            cells: list[Text | str] = [live, why, _codes(row.mesh_side), "?", "?", mesh]
+            return [clean(row.box), row.intent.auth, *cells, verdict_cell]
         return [clean(row.box), row.intent.auth, "?", why, "", "", "", "", verdict_cell]
     mesh = "on" if row.mesh_on else "off"
     if row.intent.mesh != row.mesh_on:

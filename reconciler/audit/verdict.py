@@ -86,7 +86,16 @@ def _verdict(subject: str, audited: bool, findings: list[Finding], reasons: list
 def box_verdict(row: BoxEvidence, others: list[BoxEvidence]) -> Verdict:
     if not row.audited:
         findings = [Finding("audit.unobserved", Severity.FAIL, e) for e in row.errors]
-        return _verdict(row.box, False, findings, [])
+        if not row.partial:
+            return _verdict(row.box, False, findings, [])
+        # Seen from the mesh side only: its posture is still proven (or disproven) there.
+        if row.posture != "unknown":
+            findings += _posture(row)
+        reason = (
+            f"seen from the mesh side only: desired {row.intent.auth}, live {row.posture} "
+            f"(mesh side {_codes(row.mesh_side)})"
+        )
+        return _verdict(row.box, False, findings, [reason])
     findings = [
         *_posture(row),
         *_key_origin(row),

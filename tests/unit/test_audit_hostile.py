@@ -5,7 +5,9 @@ Each case below crafts one box's answer from a real lab capture
 judges the three boxes together. Whatever the crafted box sent, the audit must:
   - raise nothing, and render text, JSON (valid against its schema) and markdown;
   - report that box as not audited, with a typed fault (a kind, and where in its answer);
-  - judge every other box and the mesh exactly as if the crafted box had been unreachable;
+  - judge every other box and the mesh exactly as if the crafted box had been unreachable
+    (whose gateway still answered the controller, unless the crafted part is those answers:
+    issue 11 §3, a box seen from the mesh side only);
   - exit 1;
   - never print a value the crafted answer put where a secret (or its digest) belongs.
 """
@@ -78,10 +80,22 @@ def judge(found: dict[str, BoxObservation]) -> AuditReport:
     return audit_report(desired(), BOXES, found, "r1")
 
 
-def unreachable() -> AuditReport:
+def unreachable(probed: bool = False) -> AuditReport:
+    """VICTIM unreachable over SSH; `probed`: its gateway still answered the controller."""
     found = observations()
-    found[VICTIM] = BoxObservation(VICTIM, None, "ssh: connect to host spark port 22: timed out")
+    controller = found[VICTIM].controller if probed else {}
+    found[VICTIM] = BoxObservation(
+        VICTIM, None, "ssh: connect to host spark port 22: timed out", controller
+    )
     return judge(found)
+
+
+def probes_kept(craft: Craft) -> bool:
+    """Does `craft` leave VICTIM's controller probes as they were?"""
+    obs = observations()[VICTIM]
+    collected, controller = copy.deepcopy(obs.collected), copy.deepcopy(obs.controller)
+    craft(collected, controller)
+    return controller == obs.controller
 
 
 # -- crafting helpers ----------------------------------------------------------------------------
@@ -265,13 +279,14 @@ def outputs(report: AuditReport) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def baseline() -> AuditReport:
-    return unreachable()
+def baselines() -> dict[bool, AuditReport]:
+    return {False: unreachable(), True: unreachable(probed=True)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_crafted_answer_is_that_boxs_error(case, baseline):
+def test_a_crafted_answer_is_that_boxs_error(case, baselines):
     report = judge(crafted(CASES[case]))
+    baseline = baselines[probes_kept(CASES[case])]
 
     row = report.row_of(VICTIM)
     assert not report.verdict_of(VICTIM).audited
@@ -327,7 +342,8 @@ def test_two_broken_boxes_and_one_sound_one():
         assert CANARY not in text
 
 
-def test_an_unreachable_box_is_a_typed_fault_too(baseline):
+def test_an_unreachable_box_is_a_typed_fault_too(baselines):
+    baseline = baselines[False]
     fault = baseline.row_of(VICTIM).fault
     assert fault is not None and fault.kind in (FaultKind.UNREACHABLE, FaultKind.RECORDED)
     assert baseline.exit_code == 1
