@@ -219,6 +219,23 @@ def test_incidents_unproven_links_stay_their_own_causes(incidents: DriftReport) 
     assert causes["contract:capabilities.senses.proxied"].boxes == ("thor", "spark")
 
 
+def test_the_example_readme_shows_what_its_replay_prints(incidents: DriftReport) -> None:
+    """examples/lab-incidents/README.md quotes the grouped report: every quoted block is in the
+    replay's text (as `reconcile drift` prints it off a terminal: 100 columns), in order."""
+    printed = render(incidents, "text", width=100).splitlines()
+    readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
+    blocks = [
+        [line.removeprefix("    ") for line in block.group(0).splitlines() if line.strip()]
+        for block in re.finditer(r"(?:^ {4}[^\n]*\n?)+", readme, re.M)
+    ]
+    quoted = [lines for lines in blocks if not lines[0].startswith("reconcile ")]
+    assert len(quoted) == 4
+    for lines in quoted:
+        rest = iter(printed)
+        missing = [line for line in lines if not any(line == out for out in rest)]
+        assert not missing, missing
+
+
 # -- the reports -------------------------------------------------------------------------------
 
 
