@@ -420,25 +420,35 @@ def greets(hostname: str, port: int, timeout: float = CHECK_S) -> str | None:
 
     where = f"{hostname}:{port}"
     try:
-        with socket.create_connection((hostname, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            greeting = b""
-            deadline = time.monotonic() + timeout
-            # The server may send other lines before its version line (RFC 4253 4.2).
-            while not greeting.startswith(b"SSH-") or not greeting.endswith(b"\n"):
-                if greeting.endswith(b"\n"):
-                    greeting = b""  # a line before the version line: skip it
-                if time.monotonic() > deadline or len(greeting) > 255:
-                    return f"{where} sent no SSH greeting within {timeout:g} s"
-                chunk = sock.recv(1)
-                if not chunk:
-                    return f"{where} closed the connection before its SSH greeting"
-                greeting += chunk
-            sock.sendall(IDENT)
+        sock = socket.create_connection((hostname, port), timeout=timeout)
     except TimeoutError:
         return f"no answer from {where} within {timeout:g} s"
     except OSError as exc:
         return f"connect to {where}: {exc.strerror or type(exc).__name__}"
+    with sock:
+        try:
+            return _greeting(sock, where, timeout)
+        except TimeoutError:
+            return f"{where} sent no SSH greeting within {timeout:g} s"
+        except OSError as exc:
+            return f"{where} broke the connection: {exc.strerror or type(exc).__name__}"
+
+
+def _greeting(sock: Any, where: str, timeout: float) -> str | None:
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    line = b""
+    # The server may send other lines before its version line (RFC 4253 4.2): skipped.
+    while not (line.startswith(b"SSH-") and line.endswith(b"\n")):
+        if line.endswith(b"\n"):
+            line = b""
+        if time.monotonic() > deadline or len(line) > 255:
+            return f"{where} sent no SSH greeting within {timeout:g} s"
+        chunk = sock.recv(1)
+        if not chunk:
+            return f"{where} closed the connection before its SSH greeting"
+        line += chunk
+    sock.sendall(IDENT)  # said who we are: sshd logs a plain "Connection closed ... [preauth]"
     return None
 
 
