@@ -77,9 +77,17 @@ _RUN = (
 _DIGEST_PREFIX = r"(?:sha256|sha512|hmac):$"
 
 
+def _any_of(patterns):
+    """One compiled regex for shell-style patterns: a collector asks about every variable of
+    every container and render (thousands of names), fnmatch one pattern at a time cost ~20 ms."""
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns) or "(?!)")
+
+
+_FLOOR = _any_of(FLOOR)
+
+
 def floor_secret(name):
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p) for p in FLOOR)
+    return _FLOOR.match(name.upper()) is not None
 
 
 def scrub_text(text, secrets=()):
@@ -172,6 +180,8 @@ class Run:
         self.patterns = (
             [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
         )
+        self._patterns = _any_of(self.patterns)
+        self._secret_names = {}  # name -> bool: the same names recur in every container
         self.home = os.path.expanduser("~")
         self.deploy = os.path.expanduser(payload["directory"])
         self.errors = []
@@ -179,7 +189,11 @@ class Run:
 
     # -- secrets -------------------------------------------------------------------------
     def is_secret(self, name):
-        return any(fnmatch.fnmatchcase(name, p) for p in self.patterns) or floor_secret(name)
+        known = self._secret_names.get(name)
+        if known is None:
+            known = self._patterns.match(name) is not None or floor_secret(name)
+            self._secret_names[name] = known
+        return known
 
     def digest(self, value):
         if len(value.strip()) >= 4:
