@@ -64,10 +64,16 @@ def fingerprint(root: Path, inputs: Iterable[Path]) -> dict[str, Any]:
 
 def code_version(package: Path, salt: object = "") -> str:
     """Every source file of `package` and the Python that runs it: a cache entry written by
-    other code is never trusted (reading ~80 small files costs about a millisecond)."""
+    other code is never trusted. Runs on every repeated drift: os.walk and plain reads of the
+    ~90 files cost about 2 ms, where Path.rglob and Path objects cost twice that again."""
     digest = hashlib.sha256(f"{salt}\0{sys.version}".encode())
-    for source in sorted(package.rglob("*.py")):
-        digest.update(str(source.relative_to(package)).encode() + b"\0" + source.read_bytes())
+    sources = []
+    for directory, subdirectories, files in os.walk(package):
+        subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
+        sources += [os.path.join(directory, name) for name in files if name.endswith(".py")]
+    for source in sorted(sources):
+        with open(source, "rb") as text:
+            digest.update(os.path.relpath(source, package).encode() + b"\0" + text.read())
     return digest.hexdigest()
 
 
