@@ -6,7 +6,7 @@ own API (connect, then run that same command through its SSH connector). Every t
 median of N runs taken in this one process, so the table compares like with like; absolute
 seconds depend on the machine and its load, the ratios much less.
 
-    .venv/bin/python bench/drift_bench.py [--runs 7] [--output BENCHMARKS.md]
+    .venv/bin/python bench/drift_bench.py [--runs 7] [--output BENCHMARKS.md] [--baseline DIR]
 
 Needs the lab up (`python -m lab up`).
 """
@@ -14,11 +14,13 @@ Needs the lab up (`python -m lab up`).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,29 +39,54 @@ from reconciler.observe.transport import Target, control_dir, refuse_unsafe  # n
 INSPECT = "docker inspect $(docker ps -aq --filter label=com.docker.compose.project=lobes)"
 
 
-def floor_ssh(target: Target) -> list[str]:
-    """Plain OpenSSH, a fresh connection each time: what an operator's loop would do."""
+@functools.cache
+def warm_sockets() -> Path:
+    """The warm floor's own masters, never the tool's (closing those must not touch these)."""
+    return Path(tempfile.mkdtemp(prefix="fleet-bench-ssh-"))
+
+
+def floor_ssh(target: Target, warm: bool = False) -> list[str]:
+    """Plain OpenSSH. Cold: a fresh connection each time, what an operator's loop would do.
+    Warm: through a persisted master, as a repeated `reconcile drift` runs (issue 12)."""
     refuse_unsafe(target)  # `-l` and `--` as in ssh_argv; never a user or host like `-o...`
+    sharing = (
+        ["-o", "ControlMaster=auto", "-o", f"ControlPath={warm_sockets()}/%C",
+         "-o", "ControlPersist=120"]
+        if warm
+        else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+    )  # fmt: skip
     return [
         "ssh", "-l", target.user, "-p", str(target.port), "-i", str(target.key_file),
         "-o", "BatchMode=yes",
         "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-        "-o", "ControlMaster=no", "-o", "ControlPath=none",
+        *sharing,
         "--", target.hostname, INSPECT,
     ]  # fmt: skip
 
 
-def run_floor(all_targets: list[Target]) -> None:
-    with ThreadPoolExecutor(len(all_targets)) as pool:
-        results = list(
-            pool.map(
-                lambda t: subprocess.run(floor_ssh(t), capture_output=True, check=False),
-                all_targets,
+def floor(warm: bool) -> Callable[[list[Target]], None]:
+    def run(all_targets: list[Target]) -> None:
+        with ThreadPoolExecutor(len(all_targets)) as pool:
+            results = list(
+                pool.map(
+                    lambda t: subprocess.run(floor_ssh(t, warm), capture_output=True, check=False),
+                    all_targets,
+                )
             )
+        for result in results:
+            if result.returncode != 0:
+                raise SystemExit(f"floor command failed: {result.stderr.decode()[-300:]}")
+
+    return run
+
+
+def close_warm_floor() -> None:
+    for socket in warm_sockets().iterdir():
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "x"],
+            capture_output=True,
+            check=False,
         )
-    for result in results:
-        if result.returncode != 0:
-            raise SystemExit(f"floor command failed: {result.stderr.decode()[-300:]}")
 
 
 def run_pyinfra(_targets: list[Target]) -> None:
@@ -75,12 +102,14 @@ def run_pyinfra(_targets: list[Target]) -> None:
         raise SystemExit(f"pyinfra peer failed: {code.stderr.decode()[-500:]}")
 
 
-def drift_cli(extra_env: dict[str, str] | None = None) -> Callable[[list[Target]], None]:
+def drift_cli(tree: Path = ROOT) -> Callable[[list[Target]], None]:
+    """`reconcile drift` of the checkout at `tree`, with that checkout's own virtualenv."""
+
     def run(_targets: list[Target]) -> None:
-        env = {**os.environ, "FLEET_INVENTORY": "lab", **(extra_env or {})}
+        env = {**os.environ, "FLEET_INVENTORY": "lab"}
         result = subprocess.run(
-            [str(ROOT / ".venv/bin/reconcile"), "drift", "--format", "json"],
-            cwd=ROOT,
+            [str(tree / ".venv/bin/reconcile"), "drift", "--format", "json"],
+            cwd=tree,
             capture_output=True,
             check=False,
             env=env,
@@ -144,34 +173,66 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def forget_inputs() -> None:
-    """As after an edit of group_vars: no remembered drift inputs, no remembered valid load."""
-    inventory = ROOT / "inventory" / "lab.yaml"
-    for kind, suffix in (("drift-inputs", ".pickle"), ("fleet", ".pickle")):
-        entry_name(kind, ROOT, inventory).with_suffix(suffix).unlink(missing_ok=True)
+def forgetting(tree: Path) -> Callable[[], None]:
+    def forget_inputs() -> None:
+        """As after an edit of group_vars: no remembered drift inputs, no remembered load."""
+        inventory = tree / "inventory" / "lab.yaml"
+        for kind in ("drift-inputs", "fleet"):
+            entry_name(kind, tree, inventory).with_suffix(".pickle").unlink(missing_ok=True)
+
+    return forget_inputs
+
+
+DRIFT_ROWS = (
+    ("`reconcile drift`, repeated (ssh master up, inputs remembered)", None),
+    ("`reconcile drift`, new ssh connections", "close"),
+    ("`reconcile drift` after an edit (loads and validates the YAML)", "forget"),
+)
+
+
+def drift_methods(tree: Path, label: str = "") -> list[Method]:
+    """The three drift rows for the checkout at `tree` (`label` names another checkout)."""
+    out = []
+    for name, before in DRIFT_ROWS:
+        setup = {"close": close_masters, "forget": forgetting(tree), None: None}[before]
+        out.append(Method(f"{name}{label}", drift_cli(tree), setup))
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of an earlier version (with its own .venv, and .lab linked to this "
+        "lab's): its drift rows run in the same rounds, and a section compares the two",
+    )
     args = parser.parse_args()
-    # Measure the tool as installed (scripts/setup.sh compiles it): bytecode current even
-    # after an edit, whatever PYTHONDONTWRITEBYTECODE says.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "reconciler"], cwd=ROOT, check=True)
+    trees = [ROOT] + ([args.baseline.resolve()] if args.baseline else [])
+    for tree in trees:
+        # Measure the tool as installed (scripts/setup.sh compiles it): bytecode current even
+        # after an edit, whatever PYTHONDONTWRITEBYTECODE says.
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", "reconciler"], cwd=tree, check=True
+        )
     fleet = load_fleet(ROOT, "lab")
     all_targets = list(targets(fleet, list(fleet.boxes)).values())
     n = args.runs
     methods = [
-        Method("floor: 3 parallel OpenSSH `docker inspect`", run_floor),
+        Method("floor: 3 parallel OpenSSH `docker inspect`, new connections", floor(warm=False)),
+        Method("floor, warm: the same through persisted ssh masters", floor(warm=True)),
         Method("pyinfra 3.10 API: connect + the same command", run_pyinfra),
-        Method("`reconcile drift`, repeated (ssh master up, inputs remembered)", drift_cli()),
-        Method("`reconcile drift`, new ssh connections", drift_cli(), close_masters),
-        Method("`reconcile drift` after an edit (loads and validates the YAML)", drift_cli(),
-               forget_inputs),
-    ]  # fmt: skip
-    results = medians(methods, all_targets, n)
-    floor = results[0].seconds
+        *drift_methods(ROOT),
+    ]
+    if args.baseline:
+        methods += drift_methods(args.baseline.resolve(), BASELINE_LABEL)
+    try:
+        results = medians(methods, all_targets, n)
+    finally:
+        close_warm_floor()
+    cold, warm = results[0].seconds, results[1].seconds
     load = os.getloadavg()[0]
     lines = [
         "# Benchmarks",
@@ -179,17 +240,22 @@ def main() -> int:
         f"`bench/drift_bench.py`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, on the three-box lab "
         f"(`python -m lab up`), {os.cpu_count()} cores shared by the controller and all three "
         f"boxes, load average {load:.1f} at the end. Median of {args.runs} interleaved rounds "
-        "(each round runs every row once, in a rotating order); ratios are to the floor "
-        "measured in the same rounds. CPU is what the row's own processes on the controller "
-        "used (ssh clients, Python), not the boxes' side.",
+        "(each round runs every row once, in a rotating order); ratios are to the floors "
+        "measured in the same rounds: a run that opens new connections against the cold "
+        "floor, a run through persisted masters against the warm one. CPU is what the row's "
+        "own processes on the controller used (ssh clients, Python), not the boxes' side.",
         "",
-        "| what | median s | × floor | controller CPU s |",
-        "|---|---:|---:|---:|",
+        "| what | median s | × floor | × warm floor | controller CPU s |",
+        "|---|---:|---:|---:|---:|",
     ]
+    ours = [(m, r) for m, r in zip(methods, results, strict=True) if BASELINE_LABEL not in m.name]
     lines += [
-        f"| {m.name} | {r.seconds:.3f} | {r.seconds / floor:.2f} | {r.cpu:.3f} |"
-        for m, r in zip(methods, results, strict=True)
+        f"| {m.name} | {r.seconds:.3f} | {r.seconds / cold:.2f} | {r.seconds / warm:.2f} "
+        f"| {r.cpu:.3f} |"
+        for m, r in ours
     ]
+    if args.baseline:
+        lines += baseline_section(args.baseline, methods, results, cold)
     lines += EXPLANATION
     output = Path(args.output)
     text = "\n".join(lines) + "\n"
@@ -198,6 +264,39 @@ def main() -> int:
     output.write_text(text, encoding="utf-8")
     print("\n".join(lines))
     return 0
+
+
+BASELINE_LABEL = " [baseline]"
+
+
+def baseline_section(
+    baseline: Path, methods: list[Method], results: list[Result], cold: float
+) -> list[str]:
+    """This checkout's drift rows beside the baseline's, from the same interleaved rounds."""
+    commit = subprocess.run(
+        ["git", "-C", str(baseline), "log", "-1", "--format=%h %s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    by_name = {m.name: r for m, r in zip(methods, results, strict=True)}
+    lines = [
+        "",
+        "## Against the previous code, in the same rounds",
+        "",
+        f"The same drift rows of an earlier checkout (`{commit[:72]}`), run in the rounds above "
+        "(`--baseline`), so the machine's load touches both alike:",
+        "",
+        "| row | baseline × floor | this × floor | controller CPU s, baseline → this |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, _ in DRIFT_ROWS:
+        this, before = by_name[name], by_name[name + BASELINE_LABEL]
+        lines.append(
+            f"| {name} | {before.seconds / cold:.2f} | {this.seconds / cold:.2f} "
+            f"| {before.cpu:.3f} → {this.cpu:.3f} |"
+        )
+    return lines
 
 
 def kept_sections(old: str, new: str) -> str:
@@ -216,6 +315,8 @@ EXPLANATION = [
     "",
     "- **floor**: three `ssh` processes at once, each a new connection running",
     "  `docker inspect` of the compose project's containers: the least any drift tool must do.",
+    "  *Warm*: the same three commands through persisted ssh masters (ControlPersist), as a",
+    "  repeated drift run connects: the floor to compare a repeated run with.",
     "- **pyinfra**: pyinfra's own API in a fresh process (its default paramiko connector):",
     "  connect to the three boxes and run that same command (bench/pyinfra_peer.py).",
     "- **`reconcile drift`**: the whole command, JSON report on stdout. On each box one",
