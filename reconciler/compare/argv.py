@@ -54,7 +54,8 @@ def desired_split(
     the image's own ENTRYPOINT/CMD, so an image default is taken as the container runs it:
     which image runs is the `image` rule's finding, not this one.
     """
-    want_entry = tuple(entrypoint) if entrypoint else tuple(observed_entrypoint or ())
+    # `entrypoint: []` is not unset: it clears the image's (moby's config merge tells nil apart)
+    want_entry = tuple(entrypoint if entrypoint is not None else observed_entrypoint or ())
     if command:
         want_cmd = tuple(command)
     elif entrypoint:

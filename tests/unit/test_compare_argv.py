@@ -188,6 +188,9 @@ def test_desired_split_follows_the_engine_defaults() -> None:
     # Neither: the image's defaults, which the observation does not carry -> as the container.
     assert desired_split(None, None, ["x"], ["y"]) == (("x",), ("y",))
     assert desired_split(None, ["c"], ["x"], ["y"]) == (("x",), ("c",))
+    # `entrypoint: []` clears the image's entrypoint; the image's CMD still applies.
+    assert desired_split([], None, ["x"], ["y"]) == ((), ("y",))
+    assert desired_split([], ["c"], ["x"], ["y"]) == ((), ("c",))
 
 
 def test_json_tokens_compare_by_content() -> None:
