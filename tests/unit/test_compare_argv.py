@@ -15,12 +15,14 @@ import pytest
 
 from reconciler.compare.argv import desired_split, diff_argv
 from reconciler.compare.box import compare_box
-from reconciler.compare.drift import Action, BoxResult, Drift, Kind, SecretValue
+from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport, Kind, SecretValue
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import expectations
 from reconciler.observe.document import Observed, parse_collected
 from reconciler.observe.observe import load_snapshot
 from reconciler.plan import plan_box
+from reconciler.report.markdown import render_markdown
+from reconciler.report.text import render_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
 WRAP = "/usr/local/bin/mg-logwrap"
@@ -217,3 +219,14 @@ def test_a_run_of_tokens_replaced_is_one_finding() -> None:
         ["bash", WRAP], ["vllm", "serve", "m"], ["python3", "-m", "x"], ["vllm", "serve", "m"]
     )
     assert (d.path, d.desired, d.observed) == ("argv[0:2]", ("bash", WRAP), ("python3", "-m", "x"))
+
+
+def test_a_secret_in_a_moved_entrypoint_is_shown_as_stars() -> None:
+    """A split entry prints entrypoints whole; a hashed token inside one stays `***`."""
+    key = SecretValue("hmac:" + "ab" * 32)
+    (d,) = diff_argv(["vllm", "--api-key", key], ["serve"], ["vllm"], ["--api-key", key, "serve"])
+    assert d.split_only and d.desired == ("vllm", "--api-key", key)
+    entry = Drift("thor", Kind.ARGV, "lane:x", d.path, d.desired, d.observed, Action.REPORT)
+    report = DriftReport((BoxResult("thor", True, (entry,)),), "lab", "t", "r")
+    for out in (render_text(report, color=False), render_markdown(report)):
+        assert "***" in out and "abab" not in out
