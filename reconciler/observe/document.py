@@ -528,7 +528,7 @@ class Container:
     exit_code: int | None
     ports: Mapping[str, tuple[Binding, ...]]  # "8000/tcp" -> host bindings
     ips: tuple[str, ...]
-    entrypoint: tuple[str, ...] | None = None
+    entrypoint: tuple[EnvValue, ...] | None = None  # masked with the command: one argv
     config_hash: str | None = None
     config_files: str | None = None
     started_at: str | None = None
@@ -564,7 +564,7 @@ class Service:
     command: tuple[EnvValue, ...] | None
     environment: Mapping[str, EnvValue]
     ports: tuple[str, ...]  # each published-port entry as canonical JSON (compared whole)
-    entrypoint: tuple[str, ...] | None = None
+    entrypoint: tuple[EnvValue, ...] | None = None  # masked with the command: one argv
     profiles: tuple[str, ...] = ()
     container_name: str | None = None
     runtime: str | None = None
@@ -917,7 +917,7 @@ def _container(r: _Reader, raw: Any, path: str) -> Container:
         exit_code=_opt_int(get("exit_code"), f"{path}.exit_code", -(2**31), 2**31),
         ports=_ports(ports, f"{path}.ports") if ports is not None else {},
         ips=_names(_or(get("ips"), []), f"{path}.ips"),
-        entrypoint=_opt_texts(get("entrypoint", False), f"{path}.entrypoint"),
+        entrypoint=_opt_argv(get("entrypoint", False), f"{path}.entrypoint"),
         config_hash=_opt_text(get("config_hash", False), f"{path}.config_hash"),
         config_files=_opt_text(get("config_files", False), f"{path}.config_files"),
         started_at=_opt_text(get("started_at", False), f"{path}.started_at"),
@@ -1008,7 +1008,7 @@ def _service(raw: Any, path: str) -> Service:
             json.dumps(_plain_json(p, f"{path}.ports[{i}]"), sort_keys=True)
             for i, p in enumerate(ports)
         ),
-        entrypoint=_opt_texts(obj.get("entrypoint"), f"{path}.entrypoint"),
+        entrypoint=_opt_argv(obj.get("entrypoint"), f"{path}.entrypoint"),
         profiles=_names(_or(obj.get("profiles"), []), f"{path}.profiles"),
         container_name=_opt_name(obj.get("container_name"), f"{path}.container_name"),
         runtime=_opt_text(obj.get("runtime"), f"{path}.runtime"),

@@ -240,6 +240,16 @@ class Run:
                 hide_next = isinstance(arg, str) and self.secret_flag(arg)
         return out
 
+    def mask_command(self, entrypoint, command):
+        """(entrypoint, command), masked as the ONE line Docker runs: a secret flag ending the
+        entrypoint has its value at the start of the command, and an entrypoint may carry a
+        `--api-key=...` of its own."""
+        if not isinstance(entrypoint, list) or not isinstance(command, (list, type(None))):
+            return entrypoint, self.mask_argv(command)  # not argv lists: parsed as faults
+        masked = self.mask_argv(entrypoint + (command or []))
+        cut = len(entrypoint)
+        return masked[:cut], (masked[cut:] if command is not None else None)
+
     # -- processes -----------------------------------------------------------------------
     def run(self, argv, env=None, timeout=None, stdin_text=None):
         try:
@@ -528,10 +538,11 @@ def render(run, project, env):
         return {"error": "unreadable compose config: %s" % exc}
     services = {}
     for name, svc in sorted((doc.get("services") or {}).items()):
+        entrypoint, command = run.mask_command(svc.get("entrypoint"), svc.get("command"))
         services[name] = {
             "image": svc.get("image"),
-            "command": run.mask_argv(svc.get("command")),
-            "entrypoint": svc.get("entrypoint"),
+            "command": command,
+            "entrypoint": entrypoint,
             "environment": run.mask_env_map(svc.get("environment")),
             "ports": svc.get("ports") or [],
             "profiles": svc.get("profiles") or [],
@@ -718,6 +729,7 @@ def containers(run):
         cfg, state, host = c.get("Config") or {}, c.get("State") or {}, c.get("HostConfig") or {}
         labels = cfg.get("Labels") or {}
         nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
+        entrypoint, command = run.mask_command(cfg.get("Entrypoint"), cfg.get("Cmd"))
         found.append(
             {
                 "name": (c.get("Name") or "").lstrip("/"),
@@ -727,8 +739,8 @@ def containers(run):
                 "config_files": labels.get("com.docker.compose.project.config_files"),
                 "image_ref": cfg.get("Image"),
                 "image_id": c.get("Image"),
-                "cmd": run.mask_argv(cfg.get("Cmd")),
-                "entrypoint": cfg.get("Entrypoint"),
+                "cmd": command,
+                "entrypoint": entrypoint,
                 "env": run.mask_env_list(cfg.get("Env")),
                 "status": state.get("Status"),
                 "health": (state.get("Health") or {}).get("Status"),
