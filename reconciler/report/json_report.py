@@ -29,7 +29,9 @@ DIGEST_CHARS = 12
 
 def to_document(report: DriftReport) -> dict[str, Any]:
     report = guarded(report)
-    s = summarize(report)
+    ids: set[str] = set()  # every cause, counted as text and markdown count them
+    boxes = [_box(b, ids) for b in report.boxes]
+    s = summarize(report, causes=len(ids))
     return {
         "schema": SCHEMA_ID,
         "version": VERSION,
@@ -47,7 +49,7 @@ def to_document(report: DriftReport) -> dict[str, Any]:
             "by_kind": dict(s.by_kind),
             "exit_code": s.exit_code,
         },
-        "boxes": [_box(b) for b in report.boxes],
+        "boxes": boxes,
     }
 
 
@@ -75,8 +77,10 @@ def drift_report_schema_json() -> str:
     return json.dumps(drift_report_schema(), indent=2, sort_keys=True) + "\n"
 
 
-def _box(box: BoxResult) -> dict[str, Any]:
+def _box(box: BoxResult, ids: set[str]) -> dict[str, Any]:
     drifts = ordered_drifts(box.drifts)
+    links = link_box(drifts)
+    ids.update(link.cause for link in links)
     return {
         "box": box.box,
         "reachable": box.reachable,
@@ -86,7 +90,7 @@ def _box(box: BoxResult) -> dict[str, Any]:
         "errors": [free_json(e) for e in box.errors],
         # A map of names (not a value), so a fact called "secret" stays a fact.
         "facts": {str(k): _jsonable(v) for k, v in sorted(box.facts.items(), key=_by_key)},
-        "drifts": [_drift(d, link) for d, link in zip(drifts, link_box(drifts), strict=True)],
+        "drifts": [_drift(d, link) for d, link in zip(drifts, links, strict=True)],
     }
 
 

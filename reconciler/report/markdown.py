@@ -26,7 +26,8 @@ _PROSE_SPECIALS = re.compile(r"([\\`*_\[\]<>|~&])")
 
 def render_markdown(report: DriftReport) -> str:
     report = guarded(report)
-    s = summarize(report)
+    grouped = causes(report)
+    s = summarize(report, causes=len(grouped))
     lines = [
         f"# Drift report: {text(report.inventory)}, run {code(report.run_id)}, "
         f"{text(report.generated_at)}",
@@ -43,7 +44,6 @@ def render_markdown(report: DriftReport) -> str:
             right=(2, 3),
         ),
     ]
-    grouped = causes(report)
     box_order = tuple(b.box for b in report.boxes)
     if grouped:
         lines += ["", "## Causes"]

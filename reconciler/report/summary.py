@@ -25,7 +25,9 @@ class Summary:
     partial: int = 0  # not observed, but their gateway answered the controller (compared)
 
 
-def summarize(report: DriftReport) -> Summary:
+def summarize(report: DriftReport, causes: int | None = None) -> Summary:
+    """`causes`: the count when the caller has grouped the drift already (grouping twice is
+    the one cost here that grows with every entry)."""
     kinds = Counter(d.kind.value for d in report.drifts)
     return Summary(
         boxes=len(report.boxes),
@@ -34,14 +36,16 @@ def summarize(report: DriftReport) -> Summary:
         with_errors=sum(1 for b in report.boxes if b.errors),
         drifted_boxes=sum(1 for b in report.boxes if b.drifts),
         drifts=len(report.drifts),
-        causes=len(
-            {link.cause for b in report.boxes for link in link_box(ordered_drifts(b.drifts))}
-        ),
+        causes=_causes(report) if causes is None else causes,
         by_kind=dict(sorted(kinds.items())),
         exit_code=report.exit_code,
         reachable_with_errors=sum(1 for b in report.boxes if b.reachable and b.errors),
         partial=sum(1 for b in report.boxes if b.partial is not None),
     )
+
+
+def _causes(report: DriftReport) -> int:
+    return len({link.cause for b in report.boxes for link in link_box(ordered_drifts(b.drifts))})
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -140,7 +140,7 @@ def render_text(report: DriftReport, color: bool, width: int = 100) -> str:
             parts += _row(row, places, widths)
         _flush(console, parts, widths.total)
     console.print()
-    console.print(_styled(sentence(summarize(report)), "box"))
+    console.print(_styled(sentence(summarize(report, causes=len(grouped))), "box"))
     # rich pads cells to their column width; trailing blanks only make diffs and pastes noisy.
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
 
