@@ -16,7 +16,8 @@ box); two equal digests in one run mean the same value.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -246,7 +247,20 @@ def live_posture(*sides: Side | None) -> Posture:
 # -- building ---------------------------------------------------------------------------------
 # Everything below reads the box's typed document (reconciler/observe/document.py), parsed once
 # when the answer arrived: a field of the wrong type never gets here, it made the box's fault.
-def intent(box: BoxSpec, doc: Observed | None) -> Intent:
+def shared_variables(specs: Iterable[BoxSpec]) -> frozenset[str]:
+    """The controller variables that hold more than one box's API key: one value by design
+    (a variable per box, as inventory/lab-controller.yaml names, is one key per box)."""
+    count: Counter[str] = Counter()
+    for spec in specs:
+        src = spec.secrets.get(spec.gateway.api_key.secret) if spec.gateway.api_key else None
+        if isinstance(src, ControllerEnvSecret):
+            count[src.variable] += 1
+    return frozenset(variable for variable, boxes in count.items() if boxes > 1)
+
+
+def intent(box: BoxSpec, doc: Observed | None, shared: frozenset[str] | None = None) -> Intent:
+    """`shared`: shared_variables() of the fleet (None: any controller variable counts as
+    shared, for a caller that does not know the other boxes)."""
     sources = doc.secret_sources if doc is not None else {}
 
     def desired(secret: str | None) -> tuple[SecretValue | None, str | None, str | None]:
@@ -275,7 +289,7 @@ def intent(box: BoxSpec, doc: Observed | None) -> Intent:
         api_key_where=api_where,
         api_key=api_digest,
         api_key_status=api_status,
-        api_key_shared=isinstance(box.secrets.get(api_secret or ""), ControllerEnvSecret),
+        api_key_shared=_shared(box.secrets.get(api_secret or ""), shared),
         mesh=box.mesh.enabled,
         mesh_key_secret=mesh_secret,
         mesh_key=mesh_digest,
@@ -285,9 +299,17 @@ def intent(box: BoxSpec, doc: Observed | None) -> Intent:
     )
 
 
-def box_evidence(box: BoxSpec, obs: BoxObservation) -> BoxEvidence:
+def _shared(src: Any, shared: frozenset[str] | None) -> bool:
+    if not isinstance(src, ControllerEnvSecret):
+        return False
+    return shared is None or src.variable in shared
+
+
+def box_evidence(
+    box: BoxSpec, obs: BoxObservation, shared: frozenset[str] | None = None
+) -> BoxEvidence:
     doc = obs.document
-    want = intent(box, doc)
+    want = intent(box, doc, shared)
     if doc is None:
         why = obs.failure or Fault(FaultKind.NOT_OBSERVED, "not observed")
         return seen_from_mesh_side(box.name, want, obs.probes, why)

@@ -8,7 +8,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reconciler.audit.evidence import BoxEvidence, box_evidence
+from reconciler.audit.evidence import BoxEvidence, box_evidence, shared_variables
 from reconciler.audit.mesh import lane_port_targets, mesh_evidence, proof_attempts
 from reconciler.audit.observe import attach_proofs, gateway_base, observe_audit
 from reconciler.audit.report import AuditReport
@@ -36,7 +36,8 @@ def run_audit(
     else:
         observations = observe_audit(fleet, boxes, new_run_key())
         # Phase 2 needs phase 1's postures: which member is open, which keyed.
-        first = [box_evidence(fleet.boxes[b], observations[b]) for b in boxes]
+        shared = shared_variables(fleet.boxes.values())
+        first = [box_evidence(fleet.boxes[b], observations[b], shared) for b in boxes]
         specs = {b: fleet.boxes[b] for b in boxes}
         bases = {b: gateway_base(fleet, b) for b in boxes}
         addresses = {b: fleet.connection(b).ssh_hostname for b in boxes}
@@ -55,7 +56,8 @@ def audit_report(
     fleet: Fleet, boxes: list[str], observations: dict[str, BoxObservation], run_id: str
 ) -> AuditReport:
     """Pure: observations (live or from a snapshot) -> the report."""
-    rows: list[BoxEvidence] = [box_evidence(fleet.boxes[b], observations[b]) for b in boxes]
+    shared = shared_variables(fleet.boxes.values())  # over the fleet, not the audited subset
+    rows: list[BoxEvidence] = [box_evidence(fleet.boxes[b], observations[b], shared) for b in boxes]
     verdicts = tuple(box_verdict(r, [o for o in rows if o.box != r.box]) for r in rows)
     # The mesh is judged over every member the run audited (a subset run says so itself).
     mesh = mesh_evidence({b: fleet.boxes[b] for b in boxes}, rows)

@@ -132,6 +132,7 @@ def test_controller_sourced_keys_drift_to_zero_audit_clean_and_catch_a_lost_key(
             assert row["verdict"] == "ok", row["findings"]
         intent = row["intent"]
         assert intent["api_key"]["status"] == intent["mesh"]["status"] == "ok", intent
+        assert intent["api_key"]["one_per_box"], intent  # a variable of its own
         assert (
             intent["api_key"]["source"]
             == f"$FLEET_LAB_{row['box'].upper()}_GATEWAY_KEY on the controller"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.audit.report_json import render_json
 from reconciler.audit.run import audit_report
 from reconciler.compare.drift import SecretValue
 from reconciler.desired.fleet import Fleet
@@ -250,6 +251,9 @@ def test_a_keyed_mesh_with_one_variable_per_box_audits_ok_with_proven_keys(tmp_p
         assert row.intent.api_key_where == f"${variables[row.box]} on the controller"
         assert row.keyed is not None and row.keyed.status == 200
         assert row.keyed.key_from == "secret:gateway_api_key"
+        assert not row.intent.api_key_shared  # a variable per box: one key per box
+    intents = {b["box"]: b["intent"]["api_key"] for b in json.loads(render_json(report))["boxes"]}
+    assert all(i["one_per_box"] and i["status"] == "ok" for i in intents.values()), intents
 
 
 def test_one_variable_for_every_box_must_be_one_key_everywhere(tmp_path: Path) -> None:
@@ -258,6 +262,7 @@ def test_one_variable_for_every_box_must_be_one_key_everywhere(tmp_path: Path) -
     for box in ("thor", "spark", "orin"):
         assert "key.not-shared" in codes(report, box)
         assert "key.reused" not in codes(report, box)
+        assert report.row_of(box).intent.api_key_shared
 
 
 def test_a_controller_secret_not_sent_leaves_the_right_key_unknown(tmp_path: Path) -> None:
