@@ -158,6 +158,12 @@ def _boxes(known: Sequence[str], wanted: list[str]) -> list[str] | None:
     return list(wanted) or list(known)
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from reconciler.importer.run import run_import  # heavy (ruamel, pydantic): import only
+
+    return run_import(args)
+
+
 def _cmd_lab(args: argparse.Namespace) -> int:
     try:
         from lab.cli import main as lab_main
@@ -299,6 +305,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     __import__("reconciler.audit.cli", fromlist=["register"]).register(sub)  # `audit`
     __import__("reconciler.apply.cli", fromlist=["register"]).register(sub, _load)  # apply, ...
+    import_p = add(
+        "import",
+        _cmd_import,
+        "adopt running boxes into a new fleet repository that drifts zero",
+        "Observe the boxes (or read --from-snapshot DIR) and write a fleet repository at "
+        "--output: the inventory copied, group_vars/ generated (shared values in all.yaml, then "
+        "groups, then boxes), each value commented with where it was found; secrets become "
+        "references. Exit 0 written, 2 written with findings, 1 refused or invalid.",
+    )
+    import_p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes to adopt (default: all)")
+    import_p.add_argument("--from-snapshot", metavar="DIR", help="adopt saved observations")
+    import_p.add_argument("--output", required=True, metavar="NEWROOT", help="new repository")
+    import_p.add_argument("--force", action="store_true", help="replace an existing NEWROOT")
     lab_p = add(
         "lab",
         _cmd_lab,

@@ -1,0 +1,77 @@
+"""One box's observation, read for adoption: `.env` lines against what the containers run.
+
+The issue's rule: the `.env` and the running containers win over any earlier desired state,
+and where the two disagree (a `.env` edited after the containers started, a lane recreated
+alone), what runs wins and the disagreement is reported. A running container carries the
+`.env` value it was created with (lobes' lanes read `.env` through `env_file`), so each key is
+compared with the containers that carry it. Secrets are compared by their keyed digests only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reconciler.desired.roles import GATEWAY_SERVICE
+from reconciler.importer.sourced import Finding, Sourced
+from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, SecretValue
+
+
+def shown(value: EnvValue | None) -> str:
+    """How a finding quotes a value: secrets never, not even as a digest."""
+    if value is None:
+        return "(absent)"
+    if isinstance(value, SecretValue):
+        return "a secret (***)"
+    return repr(value) if len(value) <= 80 else repr(value[:77] + "...")
+
+
+@dataclass
+class BoxView:
+    name: str
+    doc: Observed
+    findings: list[Finding] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.env: dict[str, EnvLine] = self.doc.envfile_by_key()
+        self.by_service: dict[str, Container] = {c.key: c for c in self.doc.containers}
+
+    def note(self, what: str) -> None:
+        self.findings.append(Finding(self.name, what))
+
+    @property
+    def gateway(self) -> Container | None:
+        return self.by_service.get(GATEWAY_SERVICE)
+
+    def line(self, key: str) -> EnvLine | None:
+        return self.env.get(key)
+
+    def value(self, key: str, carriers: tuple[Container, ...] = ()) -> Sourced | None:
+        """`key`'s value as `.env` sets it, or as the containers run it where they differ
+        (reported). `carriers`: the containers that read the key (default: every container of
+        the project that carries it)."""
+        found = self.env.get(key)
+        chosen = carriers or tuple(c for c in self.doc.containers if key in c.env)
+        running = [(c, c.env[key]) for c in chosen if key in c.env]
+        if found is not None:
+            differs = [(c, v) for c, v in running if v != found.value]
+            if not differs:
+                return Sourced(found.value, f".env:{found.line}")
+            c, v = differs[0]
+            names = ", ".join(sorted(c.name for c, _ in differs))
+            self.note(
+                f"{key}: .env:{found.line} has {shown(found.value)} but {names} "
+                f"run{'s' if len(differs) == 1 else ''} with {shown(v)}; adopted what runs"
+            )
+            return Sourced(v, f"docker inspect ({c.name}; .env:{found.line} differs)")
+        if running:
+            c, v = running[0]
+            self.note(f"{key}: not in .env; adopted {shown(v)} from {c.name}")
+            return Sourced(v, f"docker inspect ({c.name})")
+        return None
+
+    def text(self, key: str, carriers: tuple[Container, ...] = ()) -> Sourced | None:
+        """A plain (non-secret) value."""
+        got = self.value(key, carriers)
+        if got is None or not isinstance(got.value, str):
+            return None
+        return got
