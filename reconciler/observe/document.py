@@ -416,6 +416,22 @@ def _env_value(raw: Any, path: str) -> EnvValue:
     return _text(raw, path)
 
 
+def _quick_secret(raw: Any) -> SecretValue | None:
+    """A well-formed `{"secret": "hmac:<64 hex>"}`, recognised without building a field path;
+    None for anything else, which then takes the located check (`_secret`). An answer holds
+    thousands of secrets and argv tokens: their paths are built only when one is wrong."""
+    if type(raw) is dict and len(raw) == 1:
+        digest = raw.get("secret")
+        if (
+            type(digest) is str
+            and len(digest) == len(_DIGEST_PREFIX) + 64
+            and digest.startswith(_DIGEST_PREFIX)
+            and _HEX64.fullmatch(digest, len(_DIGEST_PREFIX))
+        ):
+            return SecretValue(digest)
+    return None
+
+
 def _opt_env_value(raw: Any, path: str) -> EnvValue | None:
     return None if raw is None else _env_value(raw, path)
 
@@ -431,7 +447,9 @@ def _env(raw: Any, path: str) -> dict[str, EnvValue]:
         out.update(plain)
     for key, value in obj.items():
         if key not in out:
-            out[_name(key, path)] = _env_value(value, _at(path, key))
+            name = _name(key, path)
+            quick = _quick_secret(value)
+            out[name] = quick if quick is not None else _env_value(value, _at(path, name))
     return out
 
 
@@ -457,7 +475,17 @@ def _encodes(text: str) -> bool:
 
 
 def _argv(raw: Any, path: str) -> tuple[EnvValue, ...]:
-    return tuple(_env_value(v, f"{path}[{i}]") for i, v in enumerate(_list(raw, path)))
+    items = _list(raw, path)
+    quick: list[EnvValue] = []
+    for token in items:  # the common case in bulk (see _quick_secret); else located, below
+        value = token if type(token) is str else _quick_secret(token)
+        if value is None:
+            break
+        quick.append(value)
+    else:
+        if _fine_texts(t for t in quick if type(t) is str):
+            return tuple(quick)
+    return tuple(_env_value(v, f"{path}[{i}]") for i, v in enumerate(items))
 
 
 def _opt_argv(raw: Any, path: str) -> tuple[EnvValue, ...] | None:
@@ -843,8 +871,25 @@ def _opt_mode(raw: Any, path: str) -> str | None:
 
 
 def _envfile(raw: Any, path: str) -> tuple[EnvLine, ...]:
+    items = _list(raw, path)
+    quick, keys, texts = [], [], []
+    for item in items:  # the common case in bulk (see _quick_secret); else located, below
+        if type(item) is not dict:
+            break
+        key, value, line = item.get("key"), item.get("value"), item.get("line")
+        if type(key) is not str or type(line) is not int or not 1 <= line <= _MAX_INT:
+            break
+        if type(value) is str:
+            texts.append(value)
+        elif (value := _quick_secret(value)) is None:
+            break
+        keys.append(key)
+        quick.append(EnvLine(key=key, value=value, line=line))
+    else:
+        if _fine_texts(keys, names=True) and _fine_texts(texts):
+            return tuple(quick)
     out = []
-    for i, item in enumerate(_list(raw, path)):
+    for i, item in enumerate(items):
         where = f"{path}[{i}]"
         obj = _obj(item, where)
         out.append(
