@@ -1,0 +1,277 @@
+"""What changed between two runs (or two saved snapshots): drift entries that appeared,
+cleared or now read differently, audit findings that appeared or cleared, and every observed
+value that changed, drift or not (a container recreated, another image, a gateway restarted,
+a new login-shell export). Pure; deepdiff is imported when observations are compared.
+
+Nothing secret can be printed: entries hold secrets as `***` (record.py), and observations are
+compared in their `comparable` form (observed.py), every digest masked before deepdiff sees it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.history.observed import comparable
+from reconciler.history.record import EntryRow, FindingRow
+
+VALUE_CHARS = 80  # a changed value longer than this is cut in the text
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run (or snapshot) as the diff reads it."""
+
+    label: str
+    entries: Sequence[EntryRow] = ()
+    findings: Sequence[FindingRow] = ()
+    observations: Mapping[str, Any] = field(default_factory=dict)  # box -> snapshot box file
+
+
+@dataclass(frozen=True)
+class Change:
+    """One observed value: `old`/`new` are None where it was absent (`added`/`removed`)."""
+
+    box: str
+    path: str
+    change: str  # changed | added | removed
+    old: Any = None
+    new: Any = None
+
+
+@dataclass(frozen=True)
+class EntryChange:
+    before: EntryRow
+    after: EntryRow
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    a: str
+    b: str
+    appeared: tuple[EntryRow, ...]
+    cleared: tuple[EntryRow, ...]
+    reworded: tuple[EntryChange, ...]  # the same entry, observed (or its secret) otherwise
+    findings_appeared: tuple[FindingRow, ...]
+    findings_cleared: tuple[FindingRow, ...]
+    changes: tuple[Change, ...]
+    events: tuple[str, ...]  # what the changes mean, one line each ("thor: gateway recreated")
+
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.appeared
+            or self.cleared
+            or self.reworded
+            or self.findings_appeared
+            or self.findings_cleared
+            or self.changes
+        )
+
+
+def diff_sides(a: Side, b: Side) -> RunDiff:
+    before = {e.key: e for e in a.entries}
+    after = {e.key: e for e in b.entries}
+    reworded = tuple(
+        EntryChange(before[k], after[k])
+        for k in after
+        if k in before
+        and (before[k].observed, before[k].changed) != (after[k].observed, after[k].changed)
+    )
+    f_before = {f.key for f in a.findings}
+    f_after = {f.key for f in b.findings}
+    changes = tuple(_observation_changes(a.observations, b.observations))
+    return RunDiff(
+        a=a.label,
+        b=b.label,
+        appeared=tuple(e for k, e in after.items() if k not in before),
+        cleared=tuple(e for k, e in before.items() if k not in after),
+        reworded=reworded,
+        findings_appeared=tuple(f for f in b.findings if f.key not in f_before),
+        findings_cleared=tuple(f for f in a.findings if f.key not in f_after),
+        changes=changes,
+        events=tuple(_events(changes)),
+    )
+
+
+def _observation_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
+    from deepdiff import DeepDiff
+
+    out: list[Change] = []
+    for box in [*a, *(x for x in b if x not in a)]:
+        if box not in b:
+            out.append(Change(box, "(observation)", "removed"))
+            continue
+        if box not in a:
+            out.append(Change(box, "(observation)", "added"))
+            continue
+        tree = DeepDiff(comparable(a[box]), comparable(b[box]), view="tree")
+        for report, levels in tree.items():
+            change = (
+                "added" if "added" in report else "removed" if "removed" in report else "changed"
+            )
+            for level in levels:
+                old = None if change == "added" else level.t1
+                new = None if change == "removed" else level.t2
+                out.append(Change(box, _path(level.path(output_format="list")), change, old, new))
+    out.sort(key=lambda c: (c.box, c.path))
+    return out
+
+
+def _path(keys: list[Any]) -> str:
+    parts: list[str] = []
+    for i, key in enumerate(keys):
+        if i == 0 and key == "collected":
+            continue  # the collector's answer is what a path means by default
+        if isinstance(key, int) or (i and keys[i - 1] in _NAMED):
+            parts.append(f"[{key}]")
+        else:
+            parts.append(("." if parts else "") + str(key))
+    return "".join(parts)
+
+
+# Maps keyed by name in observed.py (and the collector's own name-keyed maps): printed as [name].
+_NAMED = frozenset(
+    {"containers", "images", "envfile", "lanes", "exports", "services", "environment", "env"}
+)
+
+
+def _events(changes: Sequence[Change]) -> list[str]:
+    """The changes a person looks for first, said in words (the full list follows them)."""
+    out: list[str] = []
+    for c in changes:
+        container = _container(c.path)
+        if container and c.path.endswith("].id") and c.change == "changed":
+            out.append(f"{c.box}: {container} recreated (container id {c.old} -> {c.new})")
+        elif container and c.path.endswith("].image_ref") and c.change == "changed":
+            out.append(f"{c.box}: {container} runs another image ({_short(c.new)})")
+        elif container and c.path.endswith("].started_at") and c.change == "changed":
+            out.append(f"{c.box}: {container} (re)started at {c.new}")
+        elif container and c.path.endswith("]") and c.change in ("added", "removed"):
+            out.append(f"{c.box}: container {container} {c.change}")
+        elif c.path.startswith("login_shell.exports[") and c.path.endswith("]"):
+            var = c.path[len("login_shell.exports[") : -1]
+            verb = {"added": "now exports", "removed": "no longer exports"}.get(c.change)
+            out.append(f"{c.box}: the login shell {verb or 'changed its export of'} {var}")
+        elif c.path.startswith("envfile[") and c.path.endswith("]") and c.change != "changed":
+            out.append(f"{c.box}: .env key {c.path[len('envfile[') : -1]} {c.change}")
+        elif c.path in ("gateway.health.body.version", "controller.health.body.version"):
+            out.append(f"{c.box}: the gateway reports version {c.new} (was {c.old})")
+        elif c.path == "(observation)":
+            out.append(
+                f"{c.box}: observed only in the {'second' if c.change == 'added' else 'first'}"
+            )
+    return list(dict.fromkeys(out))
+
+
+def _container(path: str) -> str | None:
+    prefix = "docker.containers["
+    if not path.startswith(prefix):
+        return None
+    return path[len(prefix) :].split("]", 1)[0]
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def render_text(diff: RunDiff, limit: int = 40) -> str:
+    """The diff for a person; `limit`: observed changes printed per box (the rest counted)."""
+    lines = [f"diff: {diff.a} -> {diff.b}", ""]
+    if diff.appeared or diff.cleared or diff.reworded:
+        lines.append("drift entries")
+        lines += [f"  + {_entry(e)}" for e in diff.appeared]
+        lines += [f"  - {_entry(e)}" for e in diff.cleared]
+        for ch in diff.reworded:
+            lines.append(f"  ~ {_entry(ch.after)} (was {_observed(ch.before)})")
+        lines.append("")
+    if diff.findings_appeared or diff.findings_cleared:
+        lines.append("audit findings")
+        lines += [
+            f"  + {f.box}: {f.severity} {f.code}: {f.message}" for f in diff.findings_appeared
+        ]
+        lines += [f"  - {f.box}: {f.severity} {f.code}" for f in diff.findings_cleared]
+        lines.append("")
+    if diff.events:
+        lines.append("what happened")
+        lines += [f"  {e}" for e in diff.events]
+        lines.append("")
+    if diff.changes:
+        lines.append("observed values that changed (drift or not)")
+        boxes = list(dict.fromkeys(c.box for c in diff.changes))
+        for box in boxes:
+            mine = [c for c in diff.changes if c.box == box]
+            lines.append(f"  {box}:")
+            for c in mine[:limit]:
+                if c.change == "changed":
+                    lines.append(f"    {c.path}: {_short(c.old)} -> {_short(c.new)}")
+                elif c.change == "added":
+                    lines.append(f"    {c.path}: added {_short(c.new)}")
+                else:
+                    lines.append(f"    {c.path}: removed (was {_short(c.old)})")
+            if len(mine) > limit:
+                lines.append(f"    … and {len(mine) - limit} more (--format json lists every one)")
+        lines.append("")
+    lines.append(_summary(diff))
+    return "\n".join(lines) + "\n"
+
+
+def _entry(e: EntryRow) -> str:
+    return f"{e.box} {e.kind} {e.subject} {e.path}: {_observed(e)} [cause {e.cause}]"
+
+
+def _observed(e: EntryRow) -> str:
+    if e.secret:
+        return "*** (changed)" if e.changed else "*** (unchanged)"
+    return f"desired {_short(json.loads(e.desired))}, observed {_short(json.loads(e.observed))}"
+
+
+def _summary(diff: RunDiff) -> str:
+    if not diff.changed:
+        return "diff: nothing changed"
+    parts = [
+        f"{len(diff.appeared)} entries appeared",
+        f"{len(diff.cleared)} cleared",
+        f"{len(diff.reworded)} changed",
+    ]
+    if diff.findings_appeared or diff.findings_cleared:
+        parts.append(
+            f"{len(diff.findings_appeared)} findings appeared, {len(diff.findings_cleared)} cleared"
+        )
+    boxes = len({c.box for c in diff.changes})
+    parts.append(f"{len(diff.changes)} observed values changed on {boxes} boxes")
+    return "diff: " + ", ".join(parts)
+
+
+def to_json(diff: RunDiff) -> dict[str, Any]:
+    def entry(e: EntryRow) -> dict[str, Any]:
+        return {
+            "box": e.box,
+            "kind": e.kind,
+            "subject": e.subject,
+            "path": e.path,
+            "cause": e.cause,
+            "desired": json.loads(e.desired),
+            "observed": json.loads(e.observed),
+            "secret": e.secret,
+            "changed": e.changed,
+        }
+
+    return {
+        "a": diff.a,
+        "b": diff.b,
+        "changed": diff.changed,
+        "appeared": [entry(e) for e in diff.appeared],
+        "cleared": [entry(e) for e in diff.cleared],
+        "reworded": [{"before": entry(c.before), "after": entry(c.after)} for c in diff.reworded],
+        "findings_appeared": [vars(f) for f in diff.findings_appeared],
+        "findings_cleared": [vars(f) for f in diff.findings_cleared],
+        "events": list(diff.events),
+        "changes": [vars(c) for c in diff.changes],
+    }

@@ -1,0 +1,167 @@
+"""What `drift` and `audit` do after printing their report: `--metrics FILE` and the history.
+
+Imported when the parser is built, so stdlib only at module level; sqlite3, prometheus_client
+and the report document are imported after the report is out. Paths are checked before any
+box is contacted (a bad one is exit 1 with nothing observed); a history that cannot be written
+once the run is done is a warning, never the run's exit code (the report was printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXIT_ERROR = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--history / --no-history / --metrics on a command that records its runs."""
+    parser.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="also write Prometheus metrics to FILE (atomically; for node_exporter's textfile "
+        "collector)",
+    )
+    parser.add_argument(
+        "--history",
+        metavar="PATH",
+        help="record the run in this SQLite store (default: $XDG_STATE_HOME/fleet-reconciler/"
+        "history.sqlite3; a replay --from-snapshot is recorded only with --history)",
+    )
+    parser.add_argument("--no-history", action="store_true", help="do not record this run")
+
+
+@dataclass
+class RunOutputs:
+    history: Path | None  # None: not recorded
+    metrics: Path | None
+    started: float = field(default_factory=time.time)  # wall clock, for the record
+    clock: float = field(default_factory=time.monotonic)  # for the duration
+
+
+def prepare(args: argparse.Namespace) -> RunOutputs | None:
+    """The run's outputs, checked; None (after printing why) when one cannot be used."""
+    from reconciler.history.location import HistoryLocationError, history_path
+    from reconciler.metrics import check_target
+
+    if args.metrics:
+        problem = check_target(args.metrics)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return None
+    history = None
+    if not args.no_history and (args.history or not getattr(args, "from_snapshot", None)):
+        try:
+            history = history_path(args.history, _repo_root(args))
+        except HistoryLocationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return None
+    return RunOutputs(history, Path(args.metrics) if args.metrics else None)
+
+
+def _repo_root(args: argparse.Namespace) -> Path | None:
+    from reconciler.desired.locate import root_or_none
+
+    return Path(os.path.realpath(args.root)) if args.root else root_or_none()
+
+
+def finish_drift(outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code: int) -> int:
+    """After the drift report is printed: metrics, then the history."""
+    if outs.history is None and outs.metrics is None:
+        return exit_code
+    sys.stdout.flush()  # the report is out before anything here costs time
+    from reconciler.compare.drift import Kind
+    from reconciler.report.json_report import to_document
+
+    doc = to_document(run.report)
+    took = time.monotonic() - outs.clock
+    if outs.metrics is not None:
+        from reconciler.metrics import drift_registry
+
+        kinds = tuple(k.value for k in Kind)
+        if not _write_metrics(outs.metrics, drift_registry(doc, kinds, time.time(), took)):
+            exit_code = EXIT_ERROR
+    if outs.history is not None:
+        from reconciler.history.record import drift_record
+
+        observations = _observations(run.observations, args, [b["box"] for b in doc["boxes"]])
+        source = "snapshot" if getattr(args, "from_snapshot", None) else "live"
+        _record(outs.history, drift_record, doc, observations, source, outs.started, took)
+    return exit_code
+
+
+def finish_audit(
+    outs: RunOutputs, args: argparse.Namespace, report: Any, observed: dict[str, Any], code: int
+) -> int:
+    """After the audit report is printed: metrics, then the history."""
+    if outs.history is None and outs.metrics is None:
+        return code
+    sys.stdout.flush()
+    from reconciler.audit.report_json import to_document
+
+    doc = to_document(report)
+    took = time.monotonic() - outs.clock
+    if outs.metrics is not None:
+        from reconciler.metrics import audit_registry
+
+        if not _write_metrics(outs.metrics, audit_registry(doc, time.time(), took)):
+            code = EXIT_ERROR
+    if outs.history is not None:
+        from reconciler.history.record import audit_record
+
+        observations = _observations(observed, args, [b["box"] for b in doc["boxes"]])
+        source = "snapshot" if getattr(args, "from_snapshot", None) else "live"
+        _record(outs.history, audit_record, doc, observations, source, outs.started, took)
+    return code
+
+
+def _observations(observed: dict[str, Any], args: argparse.Namespace, boxes: list[str]) -> Any:
+    """Each box's observation as a snapshot's box file holds it (secrets hashed on the box);
+    a replay that kept none reads them from its snapshot."""
+    from dataclasses import asdict
+
+    if observed:
+        return {b: asdict(observed[b]) for b in boxes if b in observed}
+    directory = getattr(args, "from_snapshot", None)
+    if not directory:
+        return {}
+    import json
+
+    out = {}
+    for box in boxes:
+        try:
+            out[box] = json.loads((Path(directory) / f"{box}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # the report says what was wrong with that box's file
+    return out
+
+
+def _write_metrics(path: Path, registry: Any) -> bool:
+    from reconciler.metrics import write
+
+    try:
+        write(path, registry)
+    except OSError as exc:
+        print(f"error: --metrics {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _record(
+    path: Path, build: Any, doc: Any, observations: Any, source: str, started: float, took: float
+) -> None:
+    import sqlite3
+
+    from reconciler.history.store import HistoryError, opened, record
+
+    run = build(doc, observations, source=source, started=started, duration_s=took)
+    try:
+        with opened(path) as conn:
+            record(conn, run)
+    except (HistoryError, sqlite3.Error, OSError) as exc:
+        print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)

@@ -1,0 +1,74 @@
+"""The store's schema, as numbered migrations: a store at version N runs N+1.. in order, each
+in the transaction that records it, so a store is always at exactly one version.
+
+Append a migration; never edit one that shipped (stores in the field are at its version).
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: runs, their boxes, drift entries, audit findings, observations.
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,          -- the report's run id
+        command TEXT NOT NULL,         -- drift | audit
+        source TEXT NOT NULL,          -- live | snapshot (a replay of saved observations)
+        started_at TEXT NOT NULL,      -- ISO 8601 UTC
+        started REAL NOT NULL,         -- the same, as epoch seconds (--since, retention)
+        duration_s REAL NOT NULL,
+        inventory TEXT NOT NULL,
+        exit_code INTEGER NOT NULL,
+        summary TEXT NOT NULL,         -- JSON: the report's summary
+        report TEXT NOT NULL           -- JSON: the report document (secrets as digests)
+    );
+    CREATE INDEX runs_started ON runs (started);
+    CREATE TABLE boxes (
+        run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        box TEXT NOT NULL,
+        reachable INTEGER NOT NULL,
+        observation TEXT NOT NULL,     -- full | partial | none
+        entries INTEGER NOT NULL,      -- drift entries, or audit findings
+        causes INTEGER NOT NULL,
+        errors INTEGER NOT NULL,
+        verdict TEXT,                  -- audit: ok | warn | fail
+        PRIMARY KEY (run, box)
+    );
+    CREATE INDEX boxes_box ON boxes (box, run);
+    CREATE TABLE entries (
+        run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        box TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        path TEXT NOT NULL,
+        cause TEXT NOT NULL,
+        symptom INTEGER NOT NULL,
+        action TEXT NOT NULL,
+        desired TEXT NOT NULL,         -- JSON; a secret is "***" (digests are per run)
+        observed TEXT NOT NULL,
+        secret INTEGER NOT NULL,
+        changed INTEGER                -- a secret: does the box's differ from the desired one
+    );
+    CREATE INDEX entries_run ON entries (run);
+    CREATE TABLE findings (
+        run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        box TEXT NOT NULL,             -- a box, or "(mesh)"
+        code TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        message TEXT NOT NULL
+    );
+    CREATE INDEX findings_run ON findings (run);
+    CREATE TABLE observations (
+        run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        box TEXT NOT NULL,
+        document BLOB NOT NULL,        -- zlib(JSON): a snapshot's box file, secrets hashed
+        PRIMARY KEY (run, box)
+    );
+    CREATE TABLE settings (
+        name TEXT PRIMARY KEY,         -- keep_runs | keep_days
+        value INTEGER NOT NULL
+    );
+    """,
+)
+
+VERSION = len(MIGRATIONS)

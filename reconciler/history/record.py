@@ -1,0 +1,201 @@
+"""One run as the rows the store keeps: built from the report's JSON document (the public form,
+secrets already `{"secret": true, "digest": ...}`) and the observations (a snapshot's box files,
+secrets hashed on the box). Pure.
+
+Digests are keyed per run, so two runs' digests of the same value differ: an entry keeps a
+secret as `***` plus whether it `changed` (differs from the desired one), which does compare
+across runs; the report document, kept whole, still carries its run's digests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MESH = "(mesh)"  # the box column of a finding about the mesh as a whole
+
+
+@dataclass(frozen=True)
+class BoxRow:
+    box: str
+    reachable: bool
+    observation: str
+    entries: int
+    causes: int
+    errors: int
+    verdict: str | None = None
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    box: str
+    kind: str
+    subject: str
+    path: str
+    cause: str
+    symptom: bool
+    action: str
+    desired: str  # JSON
+    observed: str  # JSON
+    secret: bool
+    changed: bool | None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What makes it the same entry in another run."""
+        return (self.box, self.kind, self.subject, self.path)
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    box: str
+    code: str
+    severity: str
+    message: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.box, self.code)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    command: str  # drift | audit
+    source: str  # live | snapshot
+    started_at: str
+    started: float
+    duration_s: float
+    inventory: str
+    exit_code: int
+    summary: dict[str, Any]
+    report: dict[str, Any]
+    boxes: tuple[BoxRow, ...]
+    entries: tuple[EntryRow, ...] = ()
+    findings: tuple[FindingRow, ...] = ()
+    observations: Mapping[str, Any] = field(default_factory=dict)  # box -> its JSON
+
+
+def without_digests(value: Any) -> Any:
+    """A report value with each secret as `***`: what compares across runs."""
+    if isinstance(value, dict):
+        if value.get("secret") is True and "digest" in value:
+            return "***"
+        return {k: without_digests(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_digests(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(without_digests(value), sort_keys=True, ensure_ascii=False)
+
+
+def drift_record(
+    doc: dict[str, Any],
+    observations: Mapping[str, Any],
+    *,
+    source: str,
+    started: float,
+    duration_s: float,
+) -> RunRecord:
+    """A drift report document (reconciler/report/json_report.py, version 2) -> its rows."""
+    boxes: list[BoxRow] = []
+    entries: list[EntryRow] = []
+    for box in doc["boxes"]:
+        drifts = box["drifts"]
+        boxes.append(
+            BoxRow(
+                box=box["box"],
+                reachable=bool(box["reachable"]),
+                observation=str(box.get("observation") or ("full" if box["reachable"] else "none")),
+                entries=len(drifts),
+                causes=len({d["cause"] for d in drifts}),
+                errors=len(box["errors"]),
+            )
+        )
+        entries.extend(
+            EntryRow(
+                box=box["box"],
+                kind=d["kind"],
+                subject=d["subject"],
+                path=d["path"],
+                cause=d["cause"],
+                symptom=bool(d["symptom"]),
+                action=d["action"],
+                desired=_json(d["desired"]),
+                observed=_json(d["observed"]),
+                secret=bool(d["secret"]),
+                changed=d["changed"],
+            )
+            for d in drifts
+        )
+    return _record(doc, "drift", source, started, duration_s, boxes, observations, entries)
+
+
+def audit_record(
+    doc: dict[str, Any],
+    observations: Mapping[str, Any],
+    *,
+    source: str,
+    started: float,
+    duration_s: float,
+) -> RunRecord:
+    """An audit report document (reconciler/audit/report_json.py, version 2) -> its rows."""
+    boxes: list[BoxRow] = []
+    findings: list[FindingRow] = []
+    for box in doc["boxes"]:
+        found = box["findings"]
+        boxes.append(
+            BoxRow(
+                box=box["box"],
+                reachable=box.get("observation") == "full",
+                observation=str(box.get("observation") or "none"),
+                entries=len(found),
+                causes=len({f["code"] for f in found}),
+                errors=len(box["errors"]),
+                verdict=box["verdict"],
+            )
+        )
+        findings.extend(
+            FindingRow(box["box"], f["code"], f["severity"], f["message"]) for f in found
+        )
+    findings.extend(
+        FindingRow(MESH, f["code"], f["severity"], f["message"]) for f in doc["mesh"]["findings"]
+    )
+    return _record(
+        doc, "audit", source, started, duration_s, boxes, observations, findings=findings
+    )
+
+
+def _record(
+    doc: dict[str, Any],
+    command: str,
+    source: str,
+    started: float,
+    duration_s: float,
+    boxes: list[BoxRow],
+    observations: Mapping[str, Any],
+    entries: list[EntryRow] | None = None,
+    findings: list[FindingRow] | None = None,
+) -> RunRecord:
+    from datetime import UTC, datetime
+
+    return RunRecord(
+        run_id=str(doc["run_id"]),
+        command=command,
+        source=source,
+        started_at=datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        started=started,
+        duration_s=duration_s,
+        inventory=str(doc["inventory"]),
+        exit_code=int(doc["summary"]["exit_code"]),
+        summary=dict(doc["summary"]),
+        report=doc,
+        boxes=tuple(boxes),
+        entries=tuple(entries or ()),
+        findings=tuple(findings or ()),
+        observations=observations,
+    )

@@ -1,0 +1,88 @@
+"""`reconcile diff --from-snapshot DIR_A DIR_B`: two saved snapshots as diff sides.
+
+The observations are the snapshot's box files as saved. The drift entries are each snapshot's
+drift against the desired state (its own facts, as `drift --from-snapshot` judges it), when the
+desired state loads here; otherwise only the observations are compared, and stderr says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from reconciler.history.diff import Side
+from reconciler.history.record import EntryRow
+
+
+def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Side, Side] | None:
+    sides = []
+    for directory in (dir_a, dir_b):
+        boxes = _index_boxes(Path(directory))
+        if boxes is None:
+            return None
+        observations = {}
+        for box in boxes:
+            try:
+                observations[box] = json.loads(
+                    (Path(directory) / f"{box}.json").read_text(encoding="utf-8")
+                )
+            except (OSError, ValueError) as exc:
+                print(f"error: {directory}/{box}.json: {_reason(exc)}", file=sys.stderr)
+                return None
+        entries = _entries(args, directory)
+        sides.append(Side(f"snapshot {directory}", entries or (), (), observations))
+    return sides[0], sides[1]
+
+
+def _index_boxes(directory: Path) -> list[str] | None:
+    index = directory / "index.json"
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        boxes = data["boxes"]
+        if not isinstance(boxes, list) or not all(isinstance(b, str) for b in boxes):
+            raise ValueError("boxes: expected a list of box names")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {index}: not a snapshot's index ({_reason(exc)})", file=sys.stderr)
+        return None
+    for box in boxes:
+        if "/" in box or box.startswith("."):
+            print(f"error: {index}: boxes: {box!r} is not a box name", file=sys.stderr)
+            return None
+    return boxes
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r} key"
+    return str(exc)
+
+
+def _entries(args: argparse.Namespace, directory: str) -> list[EntryRow] | None:
+    """The snapshot's drift entries, or None (said on stderr) without a loadable desired state."""
+    from reconciler import cli
+    from reconciler.desired.problems import DesiredStateError
+
+    replay = argparse.Namespace(**{**vars(args), "from_snapshot": directory, "boxes": []})
+    try:
+        inputs = cli._drift_inputs(replay)
+        boxes = [b for b in cli._snapshot_boxes(replay, inputs.boxes)]
+        from reconciler.drift import run_drift_on
+        from reconciler.history.record import drift_record
+        from reconciler.report.json_report import to_document
+
+        run = run_drift_on(inputs, boxes, from_snapshot=Path(directory), keep_observations=False)
+        doc: dict[str, Any] = to_document(run.report)
+    except (DesiredStateError, OSError, ValueError) as exc:
+        what = f"{len(exc.problems)} problems" if isinstance(exc, DesiredStateError) else exc
+        print(
+            f"note: {directory}: drift not compared (the desired state did not load: {what});"
+            " observations only",
+            file=sys.stderr,
+        )
+        return None
+    return list(drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0).entries)

@@ -1,0 +1,153 @@
+"""`--metrics FILE`: the run as Prometheus text exposition, for node_exporter's textfile
+collector, written atomically (prometheus_client writes a temporary file beside it and renames
+it, so the collector never reads half a file).
+
+Labels stay bounded: `box` (the inventory's names), `kind` (the drift kinds), `verdict`
+(ok/warn/fail), never a value. Drift and audit write different metric names, so each command
+gets its own file (drift.prom, audit.prom) in the textfile directory. Built from the reports'
+JSON documents, the same public form the history records; prometheus_client is imported here
+only, when --metrics is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+VERDICTS = ("ok", "warn", "fail")
+
+
+def drift_registry(
+    doc: dict[str, Any], kinds: tuple[str, ...], finished: float, duration_s: float
+) -> CollectorRegistry:
+    """A drift report document -> its metrics. `kinds`: every drift kind, so a box without
+    drift of a kind reads 0 (not absent: an alert on `> 0` needs the zero to resolve)."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    reachable = Gauge(
+        "fleet_drift_box_reachable",
+        "1 if the box was observed over SSH in the last drift run, else 0",
+        ["box"],
+        registry=registry,
+    )
+    entries = Gauge(
+        "fleet_drift_entries",
+        "drift entries of the box by kind in the last drift run",
+        ["box", "kind"],
+        registry=registry,
+    )
+    causes = Gauge(
+        "fleet_drift_causes",
+        "distinct causes of the box's drift in the last drift run",
+        ["box"],
+        registry=registry,
+    )
+    errors = Gauge(
+        "fleet_drift_observation_errors",
+        "faults observing the box in the last drift run (unreachable, dockerd down, ...)",
+        ["box"],
+        registry=registry,
+    )
+    for box in doc["boxes"]:
+        name = box["box"]
+        reachable.labels(name).set(1 if box["reachable"] else 0)
+        drifts = box["drifts"]
+        for kind in dict.fromkeys([*kinds, *(d["kind"] for d in drifts)]):
+            entries.labels(name, kind).set(sum(1 for d in drifts if d["kind"] == kind))
+        causes.labels(name).set(len({d["cause"] for d in drifts}))
+        errors.labels(name).set(len(box["errors"]))
+    _run_metrics(registry, "drift", doc, finished, duration_s)
+    return registry
+
+
+def audit_registry(doc: dict[str, Any], finished: float, duration_s: float) -> CollectorRegistry:
+    """An audit report document -> its metrics; each verdict is a labelled 0/1 gauge (one
+    series per verdict, the one that holds is 1), the mesh's under box="(mesh)"."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    verdict = Gauge(
+        "fleet_audit_verdict",
+        "1 for the box's audit verdict (ok, warn, fail) in the last audit run, 0 for the others",
+        ["box", "verdict"],
+        registry=registry,
+    )
+    mesh = Gauge(
+        "fleet_audit_mesh_verdict",
+        "1 for the mesh's audit verdict (ok, warn, fail) in the last audit run",
+        ["verdict"],
+        registry=registry,
+    )
+    reachable = Gauge(
+        "fleet_audit_box_reachable",
+        "1 if the box was audited over SSH in the last audit run, else 0",
+        ["box"],
+        registry=registry,
+    )
+    findings = Gauge(
+        "fleet_audit_findings",
+        "findings of the box in the last audit run",
+        ["box"],
+        registry=registry,
+    )
+    errors = Gauge(
+        "fleet_audit_observation_errors",
+        "faults observing the box in the last audit run",
+        ["box"],
+        registry=registry,
+    )
+    for box in doc["boxes"]:
+        name = box["box"]
+        for v in VERDICTS:
+            verdict.labels(name, v).set(1 if box["verdict"] == v else 0)
+        reachable.labels(name).set(1 if box.get("observation") == "full" else 0)
+        findings.labels(name).set(len(box["findings"]))
+        errors.labels(name).set(len(box["errors"]))
+    for v in VERDICTS:
+        mesh.labels(v).set(1 if doc["mesh"]["verdict"] == v else 0)
+    _run_metrics(registry, "audit", doc, finished, duration_s)
+    return registry
+
+
+def _run_metrics(
+    registry: CollectorRegistry, command: str, doc: dict[str, Any], finished: float, took: float
+) -> None:
+    from prometheus_client import Gauge
+
+    Gauge(
+        f"fleet_{command}_last_run_timestamp_seconds",
+        f"when the last {command} run finished (Unix time)",
+        registry=registry,
+    ).set(finished)
+    Gauge(
+        f"fleet_{command}_last_run_duration_seconds",
+        f"how long the last {command} run took",
+        registry=registry,
+    ).set(took)
+    Gauge(
+        f"fleet_{command}_last_run_exit_code",
+        f"the last {command} run's exit code (0 ok, 2 findings, 1 a box not handled)",
+        registry=registry,
+    ).set(int(doc["summary"]["exit_code"]))
+
+
+def write(path: Path, registry: CollectorRegistry) -> None:
+    """Atomically: a temporary file in the same directory, then a rename over `path`."""
+    from prometheus_client import write_to_textfile
+
+    write_to_textfile(str(path), registry)
+
+
+def check_target(path: str) -> str | None:
+    """Why `--metrics PATH` cannot be written (checked before any box is contacted), or None."""
+    target = Path(path)
+    if target.is_dir():
+        return f"--metrics {path}: is a directory, not a file"
+    parent = target.parent
+    if not parent.is_dir():
+        return f"--metrics {path}: the directory {parent} does not exist"
+    return None
