@@ -4,10 +4,11 @@ This file is shipped over SSH and run by the box's python3 (stdlib only, Python 
 is never imported by the controller. It prints one JSON document on stdout.
 
 Secrets never leave the box in clear: every value of a secret-named variable (in .env, the
-secret files, compose's render, containers' environments, the login shell) is replaced here by
-an HMAC-SHA256 keyed with the run's key, so equal values give equal digests within one run and
-nothing can be recovered from a report. The work runs in threads: the run takes about as long
-as its slowest part (usually `docker compose config`), not the sum.
+secret files, the controller_env secrets the controller sends on stdin, compose's render,
+containers' environments, the login shell) is replaced here by an HMAC-SHA256 keyed with the
+run's key, so equal values give equal digests within one run and nothing can be recovered
+from a report. The work runs in threads: the run takes about as long as its slowest part
+(usually `docker compose config`), not the sum.
 """
 
 import base64
