@@ -49,7 +49,35 @@ def adopt_lanes(view: BoxView, names: dict[str, str]) -> tuple[Tree, dict[str, i
         profile = _profile(view, service, profiles)
         if profile is not None:
             put(lanes, (lane, "profile"), profile)
+    _one_image_per_variable(view, lanes, names)
     return lanes, windows
+
+
+def _one_image_per_variable(view: BoxView, lanes: Tree, names: dict[str, str]) -> None:
+    """Lanes that share an image variable (VLLM_NIGHTLY_IMAGE) can want only one image: when
+    they run different ones (one recreated alone), the `.env` value wins if a lane runs it,
+    else the image most of them run; the others are reported (and stay image drift)."""
+    by_var: dict[str, list[str]] = {}
+    for lane, tree in lanes.items():
+        var = roles.IMAGE_VARIABLE.get(tree["role"].value)
+        if var is not None:
+            by_var.setdefault(var, []).append(lane)
+    refs = {name: ref for ref, name in names.items()}
+    for var, group in sorted(by_var.items()):
+        images = [lanes[lane]["image"].value for lane in group]
+        if len(set(images)) < 2:
+            continue
+        line = view.line(var)
+        in_env = next((n for n, r in refs.items() if line and r == line.value), None)
+        chosen = in_env if in_env in images else max(sorted(set(images)), key=images.count)
+        origin = f".env:{line.line}" if in_env == chosen and line else "docker inspect (most lanes)"
+        for lane in group:
+            if lanes[lane]["image"].value != chosen:
+                view.note(
+                    f"lanes share {var} but {lane} runs {refs[lanes[lane]['image'].value]}; "
+                    f"adopted {chosen} for all"
+                )
+            lanes[lane]["image"] = Sourced(chosen, f"{origin} ({var})")
 
 
 def _lane(view: BoxView, c: Container, prefix: str, lanes: Tree, lane: str) -> int | None:
@@ -72,6 +100,16 @@ def _lane(view: BoxView, c: Container, prefix: str, lanes: Tree, lane: str) -> i
     return window.value if window is not None else None
 
 
+def _parsed(raw: object, kind: type) -> int | float | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        number = kind(raw)
+    except ValueError:
+        return None
+    return number if isinstance(number, int | float) else None
+
+
 def _live(flag: str, knob: str, flags: Mapping[str, Sequence[EnvValue | bool]]) -> bool:
     """A knob is pinned only when the running command line carries it: lobes' template drops
     some values (`QUANTIZATION=none` renders no flag), and a pin compose does not honour
@@ -90,23 +128,25 @@ def _number(
     view: BoxView, c: Container, key: str, flag: Sequence[EnvValue | bool] | None, kind: type
 ) -> Sourced | None:
     got = view.text(key, (c,))
+    raw = flag[-1] if flag else None
+    running = _parsed(raw, kind)
     if got is not None:
-        try:
-            number = kind(got.value)
-        except ValueError:
+        number = _parsed(got.value, kind)
+        if number is None:
             view.note(f"{key}: {got.origin} is not a number; not adopted")
             return None
+        if running is not None and running != number:
+            # A compose file that hard-codes the flag, or a lane recreated alone: what runs wins.
+            view.note(
+                f"{key}: {got.origin} says {got.value}, {c.name} runs {raw}; adopted what runs"
+            )
+            return Sourced(running, f"docker inspect ({c.name} command; {got.origin} differs)")
         if str(number) != got.value:
             view.note(f"{key}: {got.origin} writes {got.value!r}, the desired state {number}")
         return Sourced(number, got.origin)
-    raw = flag[-1] if flag else None
-    if isinstance(raw, str):
-        try:
-            number = kind(raw)
-        except ValueError:
-            return None
+    if running is not None:
         view.note(f"{key}: not in .env; adopted {raw} from {c.name}'s command line")
-        return Sourced(number, f"docker inspect ({c.name} command)")
+        return Sourced(running, f"docker inspect ({c.name} command)")
     view.note(f"{key}: neither .env nor {c.name} says; lane left without it")
     return None
 

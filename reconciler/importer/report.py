@@ -1,24 +1,31 @@
-"""What `reconcile import` prints: what was written, what was adopted from where, and what was
-found while importing (the drift a desired state cannot remove), never a value of a secret."""
+"""What `reconcile import` prints: what was written, and what was found while importing: the
+notes of adoption (`.env` against the containers, defaults taken) and the drift that the
+adopted state still shows, as `reconcile drift` renders it (secrets `***`), each cause with
+why no desired state removes it. Never a secret value."""
 
 from __future__ import annotations
 
-from reconciler.compare.drift import Drift
+from datetime import UTC, datetime
+
+from reconciler.compare.drift import DriftReport
 from reconciler.importer.result import EXIT_FOUND, EXIT_OK, Imported
+from reconciler.importer.why import reason
 
 
-def _drift_line(d: Drift) -> str:
-    where = f" ({d.source})" if d.source else ""
-    note = f": {d.note}" if d.note else ""
-    return f"{d.box}: {d.kind} {d.subject} {d.path} -> {d.action}{where}{note}"
+def remaining(done: Imported, inventory: str) -> DriftReport:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return DriftReport(tuple(done.results), inventory, now, "import")
 
 
-def found_lines(done: Imported) -> list[str]:
-    lines = [f"{f.box}: {f.what}" for f in done.findings]
-    for result in done.results:
-        lines += [_drift_line(d) for d in result.drifts]
-        lines += [f"{result.box}: error {e}" for e in result.errors]
-    return lines
+def reasons(report: DriftReport, done: Imported) -> list[str]:
+    """One line per distinct (box, reason), in the report's order."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for d in report.drifts:
+        why = reason(d, done.expectations.get(d.box), done.snapshot)
+        seen.setdefault((d.box, why), []).append(d.path)
+    return [
+        f"{box}: {why} ({', '.join(dict.fromkeys(paths))})" for (box, why), paths in seen.items()
+    ]
 
 
 def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
@@ -27,11 +34,17 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
         f"adopted {len(done.boxes)} box{'es' if len(done.boxes) != 1 else ''}: "
         f"{', '.join(done.boxes)}"
     )
-    found = found_lines(done)
-    if found:
-        print(f"\nfound while importing ({len(found)}):")
-        for line in found:
+    report = remaining(done, inventory)
+    notes = [f"{f.box}: {f.what}" for f in done.findings]
+    errors = [f"{b.box}: {e}" for b in report.boxes for e in b.errors]
+    if notes or errors or report.drifts:
+        print("\nfound while importing:")
+        for line in notes + errors:
             print(f"  {line}")
+    if report.drifts:
+        print(f"\n  {len(report.drifts)} differences remain; no desired state removes them:")
+        for line in reasons(report, done):
+            print(f"    {line}")
     replay = f" --from-snapshot {snapshot}" if snapshot else ""
-    print(f"\ncheck: reconcile --root {done.output} -i {inventory} drift{replay}")
-    return EXIT_FOUND if found else EXIT_OK
+    print(f"\ndetails and check: reconcile --root {done.output} -i {inventory} drift{replay}")
+    return EXIT_FOUND if notes or errors or report.drifts else EXIT_OK

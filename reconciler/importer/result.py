@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxResult
 from reconciler.importer.sourced import Finding
 
@@ -18,3 +19,5 @@ class Imported:
     boxes: list[str]
     findings: list[Finding] = field(default_factory=list)
     results: list[BoxResult] = field(default_factory=list)
+    expectations: dict[str, BoxExpectation] = field(default_factory=dict)
+    snapshot: bool = False  # compared against saved observations (and their saved renders)

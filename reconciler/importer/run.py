@@ -95,13 +95,15 @@ def adopt(
     try:
         inventory = str(building / inv_name)
         if live:
-            results = observed_again(building, inventory, list(trees))
+            results, expected = observed_again(building, inventory, list(trees))
         else:
-            results = replayed(building, inventory, obs)
+            results, expected = replayed(building, inventory, obs)
         put_in_place(building, output, force)
     finally:
         discard(building)
-    return Imported(output, sorted(files), list(trees), findings, results)
+    return Imported(
+        output, sorted(files), list(trees), findings, results, expected, snapshot=not live
+    )
 
 
 def run_import(args: argparse.Namespace) -> int:

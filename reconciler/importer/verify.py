@@ -16,16 +16,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from reconciler.compare.box import compare_box
+from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxResult
 from reconciler.desired.load import load_fleet
 from reconciler.drift import run_drift_on
 from reconciler.drift_inputs import drift_inputs
 from reconciler.observe.observe import BoxObservation
 
+Checked = tuple[list[BoxResult], dict[str, BoxExpectation]]
 
-def replayed(
-    root: Path, inventory: str, observations: Mapping[str, BoxObservation]
-) -> list[BoxResult]:
+
+def replayed(root: Path, inventory: str, observations: Mapping[str, BoxObservation]) -> Checked:
     """Raises DesiredStateError if the written repository does not validate."""
     inputs = drift_inputs(load_fleet(root, inventory))
     return [
@@ -33,9 +34,10 @@ def replayed(
             inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
         )
         for name, obs in observations.items()
-    ]
+    ], inputs.expectations
 
 
-def observed_again(root: Path, inventory: str, boxes: list[str]) -> list[BoxResult]:
+def observed_again(root: Path, inventory: str, boxes: list[str]) -> Checked:
     inputs = drift_inputs(load_fleet(root, inventory))
-    return list(run_drift_on(inputs, boxes, keep_observations=False).report.boxes)
+    run = run_drift_on(inputs, boxes, keep_observations=False)
+    return list(run.report.boxes), inputs.expectations
