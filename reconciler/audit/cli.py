@@ -57,8 +57,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             save_to=Path(args.save_snapshot) if args.save_snapshot else None,
             from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
         )
-    except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory,
+        for line in str(exc).splitlines():  # a controller variable not set (one per line)
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_ERROR
     on_terminal = args.output is None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if on_terminal else 100
