@@ -270,3 +270,25 @@ def test_a_controller_secret_not_sent_leaves_the_right_key_unknown(tmp_path: Pat
     report = audited(tmp_path, variables, status="not-sent")
     assert "secret.unreadable" in codes(report, "thor")
     assert report.row_of("thor").intent.api_key_status == "not-sent"
+
+
+def test_the_cli_says_it_once_and_exits_1_on_a_fresh_and_on_a_remembered_run(
+    controller_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from reconciler.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("FLEET_TEST_GATEWAY_API_KEY", CANARY)
+    monkeypatch.delenv("FLEET_TEST_LOBES_MESH_KEY", raising=False)
+    monkeypatch.setattr(collectors, "spawn", lambda *_a, **_k: pytest.fail("a box was contacted"))
+    for command in ("drift", "drift", "audit"):  # the second drift starts from the cache
+        assert main(["--root", str(controller_root), "-i", "lab", command, "thor"]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and CANARY not in err
+        assert err.splitlines() == [
+            "error: secret mesh_key: $FLEET_TEST_LOBES_MESH_KEY is not set on this controller "
+            "(needed to check thor); no box was contacted"
+        ]
