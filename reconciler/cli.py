@@ -70,6 +70,11 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
+    from reconciler.history.hooks import finish_drift, prepare
+
+    outs = prepare(args)  # --metrics / the history store: checked before any box is contacted
+    if outs is None:
+        return EXIT_ERROR
     early = None if args.from_snapshot else _start_early(args)
     try:
         if early is not None:
@@ -111,7 +116,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return run.report.exit_code
+    return finish_drift(outs, args, run, run.report.exit_code)  # metrics, history: after it
 
 
 def _start_early(args: argparse.Namespace) -> EarlyStart | None:
@@ -303,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="compare saved observations instead of connecting (offline)",
     )
+    __import__("reconciler.history.hooks", fromlist=["x"]).add_arguments(drift_p)  # --metrics
     __import__("reconciler.audit.cli", fromlist=["register"]).register(sub)  # `audit`
+    __import__("reconciler.history.cli", fromlist=["register"]).register(sub)  # history, diff
     __import__("reconciler.apply.cli", fromlist=["register"]).register(sub, _load)  # apply, ...
     import_p = add(
         "import",

@@ -36,6 +36,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--from-snapshot", metavar="DIR", help="judge saved observations (offline, no probes)"
     )
+    __import__("reconciler.history.hooks", fromlist=["x"]).add_arguments(p)  # --metrics, ...
     return p
 
 
@@ -45,7 +46,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     from reconciler.audit.run import run_audit
     from reconciler.cli import _boxes, _load, _snapshot_boxes
+    from reconciler.history.hooks import finish_audit, prepare
 
+    outs = prepare(args)  # --metrics / the history store: checked before any box is contacted
+    if outs is None:
+        return EXIT_ERROR
+    observed: dict[str, Any] = {}  # the run's observations, for the history
     fleet = _load(args, cached=True)
     boxes = _boxes(list(fleet.boxes), args.boxes or _snapshot_boxes(args, list(fleet.boxes)))
     if boxes is None:
@@ -56,6 +62,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             boxes,
             save_to=Path(args.save_snapshot) if args.save_snapshot else None,
             from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+            keep=observed,
         )
     except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory,
         for line in str(exc).splitlines():  # a controller variable not set (one per line)
@@ -69,7 +76,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return report.exit_code
+    return finish_audit(outs, args, report, observed, report.exit_code)  # after the report
 
 
 def render(report: Any, fmt: str, color: bool = False, width: int = 100) -> str:

@@ -25,7 +25,9 @@ def run_audit(
     boxes: list[str],
     save_to: Path | None = None,
     from_snapshot: Path | None = None,
+    keep: dict[str, BoxObservation] | None = None,
 ) -> AuditReport:
+    """`keep`: filled with the run's observations (what the history records)."""
     run_id = _now("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     if from_snapshot is not None:
         index, observations = load_snapshot(from_snapshot)
@@ -49,6 +51,8 @@ def run_audit(
     if save_to is not None:
         meta = {"run_id": run_id, "inventory": fleet.inventory_file, "taken_at": _now()}
         save_snapshot(save_to, {b: observations[b] for b in boxes}, meta, facts_of(fleet))
+    if keep is not None:
+        keep.update({b: observations[b] for b in boxes})
     return audit_report(fleet, boxes, observations, run_id)
 
 
