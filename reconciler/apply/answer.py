@@ -24,6 +24,10 @@ _MAX_ITEMS = 1000
 class _Wrong(Exception):
     def __init__(self, path: str, what: str) -> None:
         super().__init__(f"{path}: {what}")
+        self.path, self.what = path, what
+
+    def under(self, parent: str) -> _Wrong:
+        return _Wrong(f"{parent}.{self.path}", self.what)
 
 
 def _text(obj: Mapping[str, Any], key: str, required: bool = False) -> str | None:
@@ -128,6 +132,77 @@ def converge_result(raw: Any) -> ConvergeResult:
         # A snapshot id we cannot trust is not one to roll back to: nothing is claimed.
         return ConvergeResult(False, f"the box program's result is malformed: {exc}")
     return ConvergeResult(ok, failed, snapshot, rollback_result(raw.get("rollback")))
+
+
+# -- the snapshot listing (`reconcile snapshots`, and the check of `rollback --to`) -------------
+@dataclass(frozen=True)
+class SnapshotEntry:
+    id: str
+    status: str | None  # taken, running, converged, rolled-back, unreadable, ...
+    services: tuple[str, ...]
+    holder: str | None
+    failed: str | None
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    holder: str | None
+    pid: int | None
+    since: str | None
+
+
+@dataclass(frozen=True)
+class SnapshotListing:
+    ok: bool
+    failed: str | None = None
+    snapshots: tuple[SnapshotEntry, ...] = ()
+    lock: LockHolder | None = None  # who holds the box's converge lock now, if anyone
+
+
+def snapshot_listing(raw: Any) -> SnapshotListing:
+    """A `snapshots` call's result. An entry whose id is not a snapshot id is a malformed
+    listing as a whole: `rollback --to` trusts this list to say what the box holds."""
+    if not isinstance(raw, Mapping):
+        return SnapshotListing(False, "the box's snapshot listing is not an object")
+    try:
+        if not _flag(raw, "ok"):
+            return SnapshotListing(False, _text(raw, "failed") or "the box listed no snapshots")
+        entries = raw.get("snapshots") or []
+        if not isinstance(entries, list) or len(entries) > _MAX_ITEMS:
+            raise _Wrong("snapshots", "expected a list")
+        return SnapshotListing(
+            True,
+            snapshots=tuple(_snapshot_entry(e, i) for i, e in enumerate(entries)),
+            lock=_lock_holder(raw.get("lock")),
+        )
+    except _Wrong as exc:
+        return SnapshotListing(False, f"the box's snapshot listing is malformed: {exc}")
+
+
+def _snapshot_entry(raw: Any, index: int) -> SnapshotEntry:
+    if not isinstance(raw, Mapping):
+        raise _Wrong(f"snapshots[{index}]", "expected an object")
+    try:
+        return SnapshotEntry(
+            id=_snapshot(raw, "id") or "",
+            status=_name(raw, "status"),
+            services=_names(raw, "services"),
+            holder=_text(raw, "holder"),
+            failed=_text(raw, "failed"),
+        )
+    except _Wrong as exc:
+        raise exc.under(f"snapshots[{index}]") from None
+
+
+def _lock_holder(raw: Any) -> LockHolder | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise _Wrong("lock", "expected an object")
+    pid = raw.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int | None) or not 0 <= (pid or 0) < 2**31:
+        raise _Wrong("lock.pid", "expected a process id")
+    return LockHolder(_text(raw, "holder"), pid, _text(raw, "since"))
 
 
 # -- events ---------------------------------------------------------------------------------------

@@ -144,6 +144,7 @@ def _run_pyinfra(fleet: Fleet, boxes: list[str]) -> None:
 
 
 def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
+    from reconciler.apply.answer import rollback_result
     from reconciler.apply.engine import holder, rollback
     from reconciler.apply.progress import Reporter
 
@@ -156,23 +157,25 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
         call = rollback(fleet, args.box, args.to, holder("reconcile rollback"), reporter.on_event)
     finally:
         reporter.close()
-    result = call.result
-    if not result.get("ok"):
-        print(f"{args.box}: rollback failed: {_line(result.get('failed'))}", file=sys.stderr)
+    result = rollback_result(call.result)
+    if result is None or not result.ok:
+        why = result.failed if result else "the box program gave no rollback result"
+        print(f"{args.box}: rollback failed: {_line(why)}", file=sys.stderr)
         return EXIT_ERROR
     equal = (
         "containers match the snapshot"
-        if result.get("config_equal")
-        else ("containers differ from the snapshot: " + ", ".join(result.get("unequal") or []))
+        if result.config_equal
+        else ("containers differ from the snapshot: " + ", ".join(result.unequal))
     )
-    files = ", ".join(result.get("files") or []) or "files already equal"
-    print(f"{args.box}: rolled back to {result.get('snapshot')}: {files}; {equal}")
-    return EXIT_OK if result.get("config_equal") else EXIT_ERROR
+    files = ", ".join(result.files) or "files already equal"
+    print(_line(f"{args.box}: rolled back to {result.snapshot}: {files}; {equal}"))
+    return EXIT_OK if result.config_equal else EXIT_ERROR
 
 
 def _is_snapshot_of(fleet: Fleet, box: str, snapshot: str) -> bool:
     """`--to` names one of BOX's own snapshots: a snapshot id (checked before anything is sent)
     that BOX lists. The box checks both again under its lock."""
+    from reconciler.apply.answer import snapshot_listing
     from reconciler.apply.engine import holder, snapshots
     from reconciler.apply.payload import BadPayload, check_snapshot_id
 
@@ -181,11 +184,11 @@ def _is_snapshot_of(fleet: Fleet, box: str, snapshot: str) -> bool:
     except BadPayload as exc:
         print(f"{box}: {exc}; nothing was sent", file=sys.stderr)
         return False
-    listed = snapshots(fleet, box, holder("reconcile rollback")).result
-    if not listed.get("ok"):
-        print(f"{box}: cannot list its snapshots: {_line(listed.get('failed'))}", file=sys.stderr)
+    listed = snapshot_listing(snapshots(fleet, box, holder("reconcile rollback")).result)
+    if not listed.ok:
+        print(f"{box}: cannot list its snapshots: {_line(listed.failed)}", file=sys.stderr)
         return False
-    if snapshot not in [s.get("id") for s in listed.get("snapshots") or []]:
+    if snapshot not in [s.id for s in listed.snapshots]:
         print(
             f"{box}: no snapshot {snapshot} on this box (`reconcile snapshots {box}` lists them); "
             "nothing was changed",
@@ -201,27 +204,26 @@ def _line(value: Any) -> str:
 
 
 def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
+    from reconciler.apply.answer import snapshot_listing
     from reconciler.apply.engine import holder, snapshots
 
     if _boxes(list(fleet.boxes), [args.box]) is None:
         return EXIT_ERROR
-    result = snapshots(fleet, args.box, holder("reconcile snapshots")).result
-    if not result.get("ok"):
-        print(f"{args.box}: {_line(result.get('failed'))}", file=sys.stderr)
+    listed = snapshot_listing(snapshots(fleet, args.box, holder("reconcile snapshots")).result)
+    if not listed.ok:
+        print(f"{args.box}: {_line(listed.failed)}", file=sys.stderr)
         return EXIT_ERROR
-    lock = result.get("lock")
-    for snap in result.get("snapshots") or []:
-        services = ", ".join(map(str, snap.get("services") or [])) or "-"
-        status = snap.get("status") or "?"
+    lock = listed.lock
+    for snap in listed.snapshots:
+        services = ", ".join(snap.services) or "-"
+        status = snap.status or "?"
         if status == "running" and not lock:
             status = "interrupted"  # its converge died; the next converge completes the work
-        print(_line(f"{snap.get('id')}  {status:<15} {services}  ({snap.get('holder')})"))
-        if snap.get("failed"):
-            print(_line(f"    failed: {snap['failed']}"))
-    if not result.get("snapshots"):
+        print(_line(f"{snap.id}  {status:<15} {services}  ({snap.holder})"))
+        if snap.failed:
+            print(_line(f"    failed: {snap.failed}"))
+    if not listed.snapshots:
         print(f"{args.box}: no snapshots")
     if lock:
-        print(
-            f"lock held by {lock.get('holder')} (pid {lock.get('pid')}) since {lock.get('since')}"
-        )
+        print(_line(f"lock held by {lock.holder} (pid {lock.pid}) since {lock.since}"))
     return EXIT_OK
