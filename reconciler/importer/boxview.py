@@ -65,6 +65,9 @@ class BoxView:
             return Sourced(v, f"docker inspect ({c.name}; .env:{found.line} differs)")
         if running:
             c, v = running[0]
+            if all(value == "" for _, value in running):
+                # compose's `${KEY:-}`: an absent key runs empty; nothing to report.
+                return Sourced("", f"docker inspect ({c.name}; not in .env)")
             self.note(f"{key}: not in .env; adopted {shown(v)} from {c.name}")
             return Sourced(v, f"docker inspect ({c.name})")
         return None

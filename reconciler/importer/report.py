@@ -42,7 +42,7 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
         for line in notes + errors:
             print(f"  {line}")
     if report.drifts:
-        print(f"\n  {len(report.drifts)} differences remain; no desired state removes them:")
+        print(f"  {len(report.drifts)} differences remain; no desired state removes them:")
         for line in reasons(report, done):
             print(f"    {line}")
     replay = f" --from-snapshot {snapshot}" if snapshot else ""
