@@ -1,23 +1,32 @@
 """The observations an import adopts: a saved snapshot's, or one collector run per box.
 
-A live import sends each box the collector drift sends, with two differences in its payload:
-no managed `.env` keys (so compose renders the box's own `.env`, the one being adopted) and,
-as secret sources to digest, the conventional `.secrets.env` beside it, so a `.env` key can be
-traced to the file that holds it. The connections (and the `-f` chain to render) come from
-the repository's inventory and group_vars (`--root`, `-i`).
+A live import needs nothing but the inventory (an operator adopting a mesh has no group_vars
+yet): each box gets the collector drift sends, with a payload of discovery rather than of a
+desired state: lobes' deployment directory, no managed `.env` keys (so compose renders the
+box's own `.env`, the one being adopted), and, as secret sources to digest, the conventional
+`.secrets.env` beside it, so a `.env` key can be traced to the file that holds it. The `-f`
+chain compose renders with is lobes' base file until the box's `.env` names its chain
+(COMPOSE_FILE): a box whose chain is longer is observed once more with it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from reconciler.desired.fleet import Fleet
-from reconciler.drift_inputs import drift_inputs
+from reconciler.desired.models import InventorySpec
+from reconciler.desired.secret_names import effective
+from reconciler.desired.types import url_host
+from reconciler.drift_inputs import DriftInputs
+from reconciler.importer.adopt import SECRET_PATTERNS
 from reconciler.importer.secrets import SECRET_KEYS
 from reconciler.observe.observe import BoxObservation, load_snapshot, observe
 from reconciler.observe.payload import new_run_key
+from reconciler.observe.transport import Target
+
+DIRECTORY = "~/.lobes"  # where `lobes init --apply` renders
+BASE_CHAIN = ["docker-compose.yml"]
+GATEWAY_PORT = 8000  # lobes publishes "${VLLM_PORT:-8000}:8000"
 
 
 def from_snapshot(directory: Path, boxes: list[str]) -> dict[str, BoxObservation]:
@@ -26,15 +35,61 @@ def from_snapshot(directory: Path, boxes: list[str]) -> dict[str, BoxObservation
     return {b: observations[b] for b in boxes if b in observations}
 
 
-def discovery_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    directory = str(payload.get("directory") or "~/.lobes").rstrip("/")
-    sources = {
-        name: {"path": f"{directory}/.secrets.env", "key": key} for name, key in SECRET_KEYS.items()
+def discovery_payload(chain: list[str]) -> dict[str, Any]:
+    return {
+        "directory": DIRECTORY,
+        "project": "lobes",
+        "compose_files": chain,
+        "managed_env": {},
+        "box_secrets": {
+            name: {"path": f"{DIRECTORY}/.secrets.env", "key": key}
+            for name, key in SECRET_KEYS.items()
+        },
+        "controller_secrets": {},
+        "secret_patterns": list(effective(SECRET_PATTERNS)),
+        "gateway_port": GATEWAY_PORT,
+        "timeout_s": 20,
+        "probe_timeout_s": 3,
     }
-    return {**payload, "managed_env": {}, "controller_secrets": {}, "box_secrets": sources}
 
 
-def live(fleet: Fleet, boxes: list[str]) -> dict[str, BoxObservation]:
-    inputs = drift_inputs(fleet)
-    payloads = {b: discovery_payload(p) for b, p in inputs.payloads.items()}
-    return observe(dataclasses.replace(inputs, payloads=payloads), boxes, new_run_key())
+def _inputs(root: Path, inv: InventorySpec, chains: dict[str, list[str]]) -> DriftInputs:
+    def path(value: str | None) -> str | None:
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else root / p)
+
+    targets = {
+        name: Target(name, b.ssh_hostname, b.ssh_user, b.ssh_port, path(b.ssh_key),
+                     path(b.ssh_known_hosts_file))
+        for name, b in inv.boxes.items()
+    }  # fmt: skip
+    return DriftInputs(
+        inventory_file="(import)",
+        boxes=tuple(inv.boxes),
+        expectations={},
+        payloads={name: discovery_payload(chains.get(name, BASE_CHAIN)) for name in inv.boxes},
+        targets=targets,
+        bases={
+            name: f"http://{url_host(b.ssh_hostname)}:{GATEWAY_PORT}"
+            for name, b in inv.boxes.items()
+        },
+    )
+
+
+def _chain(obs: BoxObservation) -> list[str] | None:
+    doc = obs.document
+    line = doc.envfile_by_key().get("COMPOSE_FILE") if doc is not None else None
+    if line is None or not isinstance(line.value, str):
+        return None
+    return [f for f in line.value.split(":") if f] or None
+
+
+def live(root: Path, inv: InventorySpec, boxes: list[str]) -> dict[str, BoxObservation]:
+    found = observe(_inputs(root, inv, {}), boxes, new_run_key())
+    chains = {b: c for b, o in found.items() if (c := _chain(o)) and c != BASE_CHAIN}
+    if chains:
+        again = observe(_inputs(root, inv, chains), list(chains), new_run_key())
+        found.update(again)
+    return found

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reconciler.desired.explain import explain
-from reconciler.desired.load import find_root, load_fleet
+from reconciler.desired.load import find_root
 from reconciler.desired.locate import inventory_file
 from reconciler.desired.models import InventorySpec
 from reconciler.desired.problems import DesiredStateError
@@ -128,8 +128,7 @@ def run_import(args: argparse.Namespace) -> int:
             obs = observing.from_snapshot(Path(snapshot), wanted or list(inv.boxes))
             came_from = f"the snapshot {snapshot}"
         else:
-            fleet = load_fleet(root, getattr(args, "inventory", None))
-            obs = observing.live(fleet, wanted or list(inv.boxes))
+            obs = observing.live(root, inv, wanted or list(inv.boxes))
             came_from = "the live boxes"
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
