@@ -92,6 +92,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if path is None:
         return EXIT_ERROR
     pruning = args.keep is not None or args.days is not None
+    if not pruning and not path.is_file():  # nothing recorded yet: an empty history
+        print(f"no runs recorded in {path} (no store there yet)")
+        return EXIT_OK
     try:
         with opened(path, create=pruning) as conn:
             if pruning:
@@ -163,7 +166,8 @@ def _run_sides(args: argparse.Namespace) -> Any:
                 for ref, run in zip(args.runs, chosen, strict=True):
                     if run is None:
                         print(
-                            f"error: no run {ref!r} in {path} (or more than one)", file=sys.stderr
+                            f"error: no single run {ref!r} in {path} (a number or a run id)",
+                            file=sys.stderr,
                         )
                         return None
             else:

@@ -1,0 +1,49 @@
+"""Shared by the history, diff and metrics tests: replays of captured lab data through the CLI,
+recorded in a store under the test's tmp_path (never the user's state directory)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reconciler import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+INCIDENTS = ROOT / "examples" / "lab-incidents"
+SNAPSHOT = INCIDENTS / "snapshot"
+AUDIT_FIXTURES = ROOT / "tests" / "fixtures" / "audit"
+
+
+def reconcile(capsys: Any, *args: str, root: Path = INCIDENTS) -> tuple[int, str, str]:
+    code = cli.main(["--root", str(root), "-i", "lab", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def edited_snapshot(tmp_path: Path, name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of the incidents snapshot with `edit(box files by name)` applied."""
+    target = tmp_path / name
+    shutil.copytree(SNAPSHOT, target)
+    docs = {p.stem: json.loads(p.read_text()) for p in target.glob("*.json") if p.stem != "index"}
+    edit(docs)
+    for box, doc in docs.items():
+        (target / f"{box}.json").write_text(json.dumps(doc, indent=1))
+    return target
+
+
+def container(doc: dict[str, Any], service: str) -> dict[str, Any]:
+    return next(c for c in doc["collected"]["docker"]["containers"] if c["service"] == service)
+
+
+def recreate_worker_and_drop_shell_key(docs: dict[str, Any]) -> None:
+    """thor's worker recreated (new id), thor's login shell no longer arms GATEWAY_API_KEY
+    (a shell-leak entry clears), spark's login shell exports a new variable."""
+    container(docs["thor"], "vllm-worker")["id"] = "0123456789ab"
+    docs["thor"]["collected"]["login_shell"]["exports"].pop("GATEWAY_API_KEY")
+    docs["spark"]["collected"]["login_shell"]["exports"]["HF_HOME"] = {
+        "source": "~/.profile:9",
+        "value": "/data/hf",
+    }

@@ -1,0 +1,146 @@
+"""`reconcile diff` on captured lab data: two replays of the incidents snapshot recorded in a
+store (the second edited as a night at the boxes would: a lane recreated, a login-shell export
+gone, another one added), and the same two snapshots compared directly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from reconciler.history.observed import comparable
+from tests.unit.history_helpers import (
+    SNAPSHOT,
+    edited_snapshot,
+    reconcile,
+    recreate_worker_and_drop_shell_key,
+)
+
+HMAC = re.compile(r"hmac:[0-9a-f]{64}")
+RECREATED = "thor: model-gear-vllm-worker recreated (container id c2b6115c075d -> 0123456789ab)"
+
+
+@pytest.fixture
+def night(tmp_path: Path) -> Path:
+    return edited_snapshot(tmp_path, "night", recreate_worker_and_drop_shell_key)
+
+
+def record(capsys: pytest.CaptureFixture[str], db: Path, snapshot: Path) -> None:
+    code, _, err = reconcile(
+        capsys, "drift", "--from-snapshot", str(snapshot), "--history", str(db)
+    )
+    assert code == 2 and "warning" not in err, err
+
+
+def test_the_last_two_runs_say_what_appeared_cleared_and_changed(
+    tmp_path: Path, night: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    record(capsys, db, SNAPSHOT)
+    record(capsys, db, night)
+    code, out, _ = reconcile(capsys, "diff", "--history", str(db))
+    assert code == 2
+    assert (
+        "  - thor shell-leak shell GATEWAY_API_KEY: *** (changed) [cause shell:GATEWAY_API_KEY]"
+        in out
+    )
+    assert RECREATED in out
+    assert "thor: the login shell no longer exports GATEWAY_API_KEY" in out
+    assert "spark: the login shell now exports HF_HOME" in out
+    assert "docker.containers[model-gear-vllm-worker].id: c2b6115c075d -> 0123456789ab" in out
+    assert out.rstrip().endswith("3 observed values changed on 2 boxes")
+    assert not HMAC.search(out)
+    # the same two runs named explicitly, in JSON, the other way round
+    code, out, _ = reconcile(capsys, "diff", "2", "1", "--history", str(db), "--format", "json")
+    doc = json.loads(out)
+    assert code == 2 and doc["changed"] is True
+    assert [(e["box"], e["kind"], e["path"]) for e in doc["appeared"]] == [
+        ("thor", "shell-leak", "GATEWAY_API_KEY")
+    ]
+    assert doc["appeared"][0]["observed"] == "***" and doc["appeared"][0]["changed"] is True
+    assert not HMAC.search(out)
+
+
+def test_two_runs_of_the_same_boxes_are_no_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    record(capsys, db, SNAPSHOT)
+    record(capsys, db, SNAPSHOT)
+    code, out, _ = reconcile(capsys, "diff", "--history", str(db))
+    assert (code, out.splitlines()[-1]) == (0, "diff: nothing changed")
+
+
+def test_two_snapshots_compare_drift_and_observations(
+    night: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = reconcile(capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(night))
+    assert code == 2
+    assert "  - thor shell-leak shell GATEWAY_API_KEY" in out
+    assert RECREATED in out
+    assert not HMAC.search(out)
+    code, out, _ = reconcile(capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(SNAPSHOT))
+    assert code == 0 and out.endswith("diff: nothing changed\n")
+
+
+def test_another_run_key_is_no_change_and_no_digest_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Digests are keyed per run: two runs always differ in them, so they are masked first."""
+
+    def rekey(docs: dict[str, object]) -> None:
+        # as another run key would: every value's digest differs, equal values stay equal
+        text = json.dumps(docs)
+        for digest in set(HMAC.findall(text)):
+            text = text.replace(digest, "hmac:" + hashlib.sha256(digest.encode()).hexdigest())
+        docs.update(json.loads(text))
+
+    other = edited_snapshot(tmp_path, "rekeyed", rekey)
+    code, out, _ = reconcile(capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(other))
+    assert (code, out.splitlines()[-1]) == (0, "diff: nothing changed")
+    assert not HMAC.search(out)
+
+
+def test_volatile_values_are_not_changes_and_lists_are_keyed_by_name() -> None:
+    doc = json.loads((SNAPSHOT / "thor.json").read_text())
+    view = comparable(doc)
+    assert "timings_ms" not in view["collected"] and "meminfo" not in view["collected"]
+    assert "model-gear-vllm-worker" in view["collected"]["docker"]["containers"]
+    assert view["collected"]["envfile"]["HF_TOKEN"]["line"] == 23
+    assert not HMAC.search(json.dumps(view))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["1"], "give two runs"),
+        (["1", "99"], "no single run '99'"),
+        (["1", "3"], "compare runs of one command"),
+    ],
+)
+def test_bad_run_references_are_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    record(capsys, db, SNAPSHOT)
+    record(capsys, db, SNAPSHOT)
+    reconcile(capsys, "audit", "--from-snapshot", str(SNAPSHOT), "--history", str(db))
+    code, out, err = reconcile(capsys, "diff", *args, "--history", str(db))
+    assert (code, out) == (1, "")
+    assert message in err
+
+
+def test_diff_needs_two_runs_and_real_snapshots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    code, _, err = reconcile(capsys, "diff", "--history", str(db))
+    assert code == 1 and "no store" in err
+    record(capsys, db, SNAPSHOT)
+    code, _, err = reconcile(capsys, "diff", "--history", str(db))
+    assert code == 1 and "fewer than two runs" in err
+    code, _, err = reconcile(capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(tmp_path))
+    assert code == 1 and f"{tmp_path}/index.json: not a snapshot's index" in err

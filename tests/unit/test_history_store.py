@@ -1,0 +1,223 @@
+"""The history store on captured lab data: drift and audit replays recorded through the CLI
+(--history under tmp_path), its schema and WAL mode, permissions, where it may live, retention,
+migrations, and that it holds no secret in clear."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from reconciler.history import store
+from reconciler.history.location import default_path, history_path
+from reconciler.history.migrations import VERSION
+from reconciler.history.since import parse_since
+from tests.unit.history_helpers import AUDIT_FIXTURES, INCIDENTS, ROOT, SNAPSHOT, reconcile
+
+HMAC = re.compile(r"hmac:[0-9a-f]{64}")
+
+
+def drift_replay(capsys: pytest.CaptureFixture[str], db: Path, *more: str) -> int:
+    code, _, err = reconcile(
+        capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(db), *more
+    )
+    assert "warning" not in err, err
+    return code
+
+
+def test_a_replay_is_recorded_with_its_summary_entries_and_observations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "state" / "h.sqlite3"
+    code, report, _ = reconcile(
+        capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--format", "json", "--history", str(db)
+    )
+    assert code == 2
+    doc = json.loads(report)
+    with store.opened(db, create=False) as conn:
+        (run,) = store.runs(conn)
+        assert (run.command, run.source, run.exit_code) == ("drift", "snapshot", 2)
+        assert run.summary == doc["summary"]
+        entries = store.entries_of(conn, run.id)
+        assert len(entries) == doc["summary"]["drifts"]
+        assert {e.cause for e in entries} == {d["cause"] for b in doc["boxes"] for d in b["drifts"]}
+        boxes = store.boxes_of(conn, run.id)
+        assert [b.box for b in boxes] == ["thor", "spark", "orin"]
+        assert sum(b.entries for b in boxes) == len(entries)
+        observed = store.observations_of(conn, run.id)
+        saved = json.loads((SNAPSHOT / "thor.json").read_text())
+        assert observed["thor"] == saved  # the snapshot's box file, as it was saved
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    assert (mode, version) == ("wal", VERSION)
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+def test_secrets_are_entries_as_stars_and_changed_never_a_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    with store.opened(db, create=False) as conn:
+        (run,) = store.runs(conn)
+        entries = store.entries_of(conn, run.id)
+    secret = [e for e in entries if e.secret]
+    assert secret, "the incidents hold secret entries (GATEWAY_API_KEY armed from the shell)"
+    for e in secret:
+        assert "***" in e.desired + e.observed or "null" in e.desired + e.observed
+        assert e.changed is not None
+    assert not any(HMAC.search(e.desired + e.observed) for e in entries)
+    assert not any('"digest"' in e.desired + e.observed for e in entries)
+
+
+def test_the_history_command_lists_runs_per_box_and_since(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    code, _, _ = reconcile(
+        capsys,
+        "audit",
+        "--from-snapshot",
+        str(AUDIT_FIXTURES / "key_armed_from_login_shell"),
+        "--history",
+        str(db),
+        root=ROOT,
+    )
+    assert code == 2
+    code, out, _ = reconcile(capsys, "history", "--history", str(db))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["#", "started", "(UTC)"]
+    drift_line, audit_line = lines[1].split(), lines[2].split()
+    assert drift_line[0] == "1" and "drift" in drift_line and "3/3" in drift_line
+    assert "10" in drift_line and "51" in drift_line  # causes, entries (examples README)
+    assert audit_line[0] == "2" and "audit" in audit_line and "fail" in audit_line
+    code, out, _ = reconcile(capsys, "history", "spark", "--history", str(db), "--format", "json")
+    runs = json.loads(out)["runs"]
+    assert [r["command"] for r in runs] == ["drift"]  # the audit scenario is thor's alone
+    assert [b["box"] for b in runs[0]["boxes"]] == ["spark"]
+    code, out, _ = reconcile(capsys, "history", "thor", "--history", str(db), "--format", "json")
+    assert [r["command"] for r in json.loads(out)["runs"]] == ["drift", "audit"]
+    code, out, _ = reconcile(capsys, "history", "--history", str(db), "--since", "1h")
+    assert "2 runs" in out
+    code, out, _ = reconcile(capsys, "history", "--history", str(db), "--since", "2100-01-01")
+    assert out.startswith("no runs recorded")
+
+
+def test_a_live_store_is_never_inside_the_fleet_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inside = INCIDENTS / "history.sqlite3"
+    code, out, err = reconcile(
+        capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(inside)
+    )
+    assert code == 1 and out == ""
+    assert "inside the fleet repository" in err
+    assert not inside.exists()
+    with pytest.raises(ValueError, match="inside the fleet repository"):
+        history_path(str(tmp_path / "repo" / "x.db"), tmp_path / "repo")
+    assert history_path(str(tmp_path / "x.db"), tmp_path / "repo") == tmp_path / "x.db"
+
+
+def test_the_default_is_the_users_state_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")
+    assert default_path() == Path("/srv/state/fleet-reconciler/history.sqlite3")
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")  # the XDG spec: ignore it
+    monkeypatch.setenv("HOME", "/home/op")
+    assert default_path() == Path("/home/op/.local/state/fleet-reconciler/history.sqlite3")
+
+
+def test_a_replay_without_history_path_and_no_history_record_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    reconcile(capsys, "drift", "--from-snapshot", str(SNAPSHOT))
+    assert not (tmp_path / "state").exists()  # a replay is not a new observation
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db, "--no-history")
+    assert not db.exists()
+
+
+def test_retention_by_count_and_by_age(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "h.sqlite3"
+    for _ in range(4):
+        drift_replay(capsys, db)
+    code, _, err = reconcile(capsys, "history", "--history", str(db), "--keep", "2")
+    assert code == 0 and "2 runs removed" in err
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [3, 4]
+        # what the removed runs held went with them (foreign keys, ON DELETE CASCADE)
+        left = conn.execute("SELECT DISTINCT run FROM entries ORDER BY run").fetchall()
+        assert left == [(3,), (4,)]
+        conn.execute("UPDATE runs SET started = started - 40 * 86400 WHERE id = 3")
+    drift_replay(capsys, db)  # recording applies the store's retention (keep 2, 30 days)
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [4, 5]
+        assert store.retention(conn) == (2, store.DEFAULT_KEEP_DAYS)
+
+
+def test_a_store_from_a_newer_reconciler_is_refused_not_touched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (?)", (VERSION + 1,))
+    conn.close()
+    code, out, err = reconcile(capsys, "history", "--history", str(db))
+    assert (code, out) == (1, "") and "newer than this reconciler" in err
+    code, _, err = reconcile(
+        capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(db)
+    )
+    assert code == 2  # the report's exit code: the store's trouble is a warning
+    assert "warning: the run was not recorded" in err
+
+
+def test_an_old_store_is_migrated_on_open(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite3"
+    with sqlite3.connect(db) as conn:  # a store as an older reconciler left it: no tables
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.close()
+    with store.opened(db) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"runs", "boxes", "entries", "findings", "observations", "settings"} <= tables
+
+
+def test_a_file_that_is_not_a_store_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    db.write_bytes(b"not a database at all" * 100)
+    code, _, err = reconcile(capsys, "history", "--history", str(db))
+    assert code == 1 and "not a usable store" in err
+    code, out, _ = reconcile(capsys, "history", "--history", str(tmp_path / "none.db"))
+    assert (code, out.startswith("no runs recorded")) == (0, True)
+    assert not (tmp_path / "none.db").exists()  # listing creates no store
+
+
+def test_since_accepts_dates_and_ages_and_says_what_it_wanted() -> None:
+    assert parse_since("90m", now=10_000.0) == 10_000.0 - 5400
+    assert parse_since("2d", now=200_000.0) == 200_000.0 - 172_800
+    assert parse_since("1970-01-02") == 86400.0
+    assert parse_since("1970-01-01T01:00Z") == 3600.0
+    with pytest.raises(ValueError, match="an age"):
+        parse_since("yesterday")
+
+
+def test_the_store_is_private_even_under_a_permissive_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        db = tmp_path / "new" / "h.sqlite3"
+        with store.opened(db):
+            pass
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
