@@ -205,8 +205,9 @@ def _mesh(view: BoxView, tree: Tree, deploy: str, found: list[Candidate]) -> Non
         put(tree, ("mesh", "enabled"), Sourced(False, key.origin if key else "no LOBES_MESH_KEY"))
         return
     seeds = view.text("LOBES_MESH_SEEDS")
-    members = f"; seeds {seeds.value} ({seeds.origin})" if seeds is not None else ""
-    put(tree, ("mesh", "enabled"), Sourced(True, f"LOBES_MESH_KEY set, {key.origin}{members}"))
+    count = len([s for s in str(seeds.value).split(",") if s]) if seeds is not None else 0
+    members = f", {count} other members in LOBES_MESH_SEEDS" if count else ""
+    put(tree, ("mesh", "enabled"), Sourced(True, f"LOBES_MESH_KEY set in .env{members}"))
     put(tree, ("mesh", "key"), Sourced({"secret": "mesh_key"}, key.origin))
     put(
         tree,
@@ -221,6 +222,17 @@ def _mesh(view: BoxView, tree: Tree, deploy: str, found: list[Candidate]) -> Non
     name = view.text("LOBES_MESH_NAME")
     if name is not None and name.value != view.name:
         view.note(f"LOBES_MESH_NAME: {name.origin} says {name.value!r}, the box is {view.name!r}")
+
+
+def summary(name: str, tree: Tree) -> str:
+    """One line per adopted box: its lanes, the gateway's posture and the mesh."""
+    lanes = tree.get("lanes", {})
+    roles_run = ", ".join(f"{n} ({lane['role'].value})" for n, lane in sorted(lanes.items()))
+    auth = tree.get("gateway", {}).get("auth")
+    mesh = tree.get("mesh", {}).get("enabled")
+    posture = auth.value if isinstance(auth, Sourced) else "?"
+    on = "on" if isinstance(mesh, Sourced) and mesh.value else "off"
+    return f"{name}: lanes {roles_run or 'none'}; gateway {posture}; mesh {on}"
 
 
 def _env_pins(view: BoxView, tree: Tree) -> None:

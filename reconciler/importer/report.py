@@ -30,10 +30,9 @@ def reasons(report: DriftReport, done: Imported) -> list[str]:
 
 def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
     print(f"wrote {done.output}: {', '.join(done.files)}")
-    print(
-        f"adopted {len(done.boxes)} box{'es' if len(done.boxes) != 1 else ''}: "
-        f"{', '.join(done.boxes)}"
-    )
+    print(f"adopted {len(done.boxes)} box{'es' if len(done.boxes) != 1 else ''}:")
+    for line in done.boxes:
+        print(f"  {line}")
     report = remaining(done, inventory)
     notes = [f"{f.box}: {f.what}" for f in done.findings]
     errors = [f"{b.box}: {e}" for b in report.boxes for e in b.errors]

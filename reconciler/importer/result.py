@@ -16,7 +16,7 @@ EXIT_OK, EXIT_ERROR, EXIT_FOUND = 0, 1, 2
 class Imported:
     output: Path
     files: list[str]
-    boxes: list[str]
+    boxes: list[str]  # one summary line per adopted box
     findings: list[Finding] = field(default_factory=list)
     results: list[BoxResult] = field(default_factory=list)
     expectations: dict[str, BoxExpectation] = field(default_factory=dict)

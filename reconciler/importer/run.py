@@ -19,7 +19,7 @@ from reconciler.desired.problems import DesiredStateError
 from reconciler.desired.types import url_host
 from reconciler.desired.yaml_source import load_yaml
 from reconciler.importer import observations as observing
-from reconciler.importer.adopt import adopt_box
+from reconciler.importer.adopt import adopt_box, summary
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
 from reconciler.importer.inventory import copied_inventory
@@ -101,9 +101,8 @@ def adopt(
         put_in_place(building, output, force)
     finally:
         discard(building)
-    return Imported(
-        output, sorted(files), list(trees), findings, results, expected, snapshot=not live
-    )
+    lines = [summary(name, tree) for name, tree in trees.items()]
+    return Imported(output, sorted(files), lines, findings, results, expected, snapshot=not live)
 
 
 def run_import(args: argparse.Namespace) -> int:
