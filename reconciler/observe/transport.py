@@ -115,13 +115,32 @@ def refuse_unsafe(target: Target) -> None:
             raise UnsafeTarget(f"{target.box}: refusing ssh {what} {value!r}")
 
 
+def ssh_config_path(path: str, tokens: str = "") -> str:
+    """A controller file as the value of an ssh `-o` option. ssh parses that value as a config
+    line (whitespace separates files, quotes and backslashes are syntax) and expands `%` tokens
+    and `${VAR}` in it, and `-i` expands them too: a repository checked out under
+    `/home/me/my fleet` or `.../100%` must still name its own key. So the path is quoted with
+    `%` doubled (`tokens`, such as `/%C`, are appended for ssh to expand); a path holding
+    what cannot be quoted that way is refused."""
+    if any(c in path for c in '"\\') or "${" in path or not path.isprintable():
+        raise UnsafeTarget(f"refusing ssh file path {path!r}: ssh would parse it")
+    return '"' + path.replace("%", "%%") + tokens + '"'
+
+
 def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> list[str]:
     """`ssh -l USER -p PORT [options] -- HOST COMMAND`: the user is an option's argument and the
     host comes after `--`, so neither can ever be read as an option."""
     refuse_unsafe(target)
     sockets = control_dir()
     sharing = (
-        ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C", "-o", "ControlPersist=120"]
+        [
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={ssh_config_path(str(sockets), '/%C')}",
+            "-o",
+            "ControlPersist=120",
+        ]
         if sockets is not None
         else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     )
@@ -144,11 +163,12 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
         "LogLevel=ERROR",
     ]
     if target.key_file:
-        argv += ["-i", target.key_file, "-o", "IdentitiesOnly=yes"]
+        key = ssh_config_path(str(target.key_file))
+        argv += ["-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes"]
     if target.known_hosts:
         argv += [
             "-o",
-            f"UserKnownHostsFile={target.known_hosts}",
+            f"UserKnownHostsFile={ssh_config_path(str(target.known_hosts))}",
             "-o",
             "StrictHostKeyChecking=yes",
         ]

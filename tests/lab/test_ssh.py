@@ -57,3 +57,30 @@ def test_scrubbed_compose_resolves_the_lobes_chain(lab, on_box):
             "docker compose ps --format '{{.Service}}'",
         ).stdout.split()
         assert sorted(out) == sorted(box["services"])
+
+
+def test_the_tool_reaches_a_box_from_a_repository_path_with_spaces_and_percent(
+    lab, tmp_path, monkeypatch
+):
+    """The key and known_hosts of a checkout under `my fleet/100%d` are the files ssh opens."""
+    import shutil
+
+    from reconciler.observe import transport
+    from reconciler.observe.transport import Target, ssh_argv
+
+    # A fresh connection: a persisted master would not need to read the key at all.
+    monkeypatch.setattr(transport, "control_dir", lambda: None)
+
+    where = tmp_path / "my fleet" / "100%d"
+    where.mkdir(parents=True)
+    key, known = where / "id_ed25519", where / "known_hosts"
+    shutil.copy(lab["ssh"]["key"], key)
+    key.chmod(0o600)
+    shutil.copy(lab["ssh"]["known_hosts"], known)
+    b = lab["boxes"]["thor"]
+    target = Target("thor", b["address"], b["user"], 22, str(key), str(known))
+    argv = ssh_argv(target, "id -un")
+    assert "ControlPath=none" in argv
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == b["user"]

@@ -156,3 +156,21 @@ def test_bench_floor_argv_gives_user_to_l_and_host_after_double_dash() -> None:
     assert _ssh_config(argv)["user"] == "lobes"
     with pytest.raises(UnsafeTarget):
         bench.floor_ssh(_target(user=HOSTILE))
+
+
+@pytest.mark.parametrize("directory", ["/home/me/my fleet", "/srv/100%d", "/srv/a#b", "/srv/x'y"])
+def test_a_repository_path_with_spaces_or_percent_reaches_ssh_unchanged(directory: str) -> None:
+    """ssh parses `-o` values as config lines (whitespace splits, `%` expands): the key and the
+    known_hosts of a repository under such a directory must still be exactly those files."""
+    target = Target("thor", "10.0.0.11", "lobes", 22, f"{directory}/key", f"{directory}/kh")
+    resolved = _ssh_config(ssh_argv(target, "true"))
+    assert resolved["userknownhostsfile"] == f"{directory}/kh"  # one file, tokens not expanded
+    # -G prints IdentityFile before its own expansion: `%%` is the literal `%` it will open.
+    assert resolved["identityfile"] == f"{directory}/key".replace("%", "%%")
+
+
+@pytest.mark.parametrize("directory", ['/srv/a"b', "/srv/a\\b", "/srv/${HOME}", "/srv/a\nb"])
+def test_a_path_ssh_cannot_be_told_safely_is_refused(directory: str) -> None:
+    target = Target("thor", "10.0.0.11", "lobes", 22, f"{directory}/key", None)
+    with pytest.raises(UnsafeTarget):
+        ssh_argv(target, "true")
