@@ -9,6 +9,8 @@ import os
 import re
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,21 @@ def test_the_store_is_private_even_under_a_permissive_umask(tmp_path: Path) -> N
         os.umask(old)
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+
+
+def test_a_run_without_history_or_metrics_imports_neither(tmp_path: Path) -> None:
+    """The repeated drift's budget: sqlite3, deepdiff and prometheus_client are imported only
+    by a run that records or writes metrics, and then after its report is printed."""
+    code = (
+        "import sys\n"
+        "from reconciler import cli\n"
+        f"cli.main(['--root', {str(INCIDENTS)!r}, '-i', 'lab', 'drift', '--from-snapshot',\n"
+        f"          {str(SNAPSHOT)!r}, '--history', {str(tmp_path / 'h.db')!r}, '--no-history'])\n"
+        "heavy = ('sqlite3', 'deepdiff', 'prometheus_client')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+    assert "drift:" in done.stdout  # the report was printed
