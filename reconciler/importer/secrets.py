@@ -1,9 +1,10 @@
 """Secrets become references to where their value was found, never values.
 
-The observation holds only keyed digests (`hmac:...`, one key per run): a `.env` line's digest
-is matched against the secret sources the collector read (`~/.lobes/.secrets.env` and the
-like). A match names that file and key; with none, the reference points at the `.env` line
-itself, which is where the value was found. Nothing here can see or print a value.
+The observation holds only keyed digests (`hmac:...`, one key per run): the digest of the value
+in use (a `.env` line, or what the running gateway carries) is matched against every place the
+collector read one: the secret sources (`~/.lobes/.secrets.env`) and the deploy user's
+login-shell exports (`~/.bashrc:6`, incident #209). A match names that file and key; with none,
+the reference points at the `.env` line itself. Nothing here can see or print a value.
 """
 
 from __future__ import annotations
@@ -23,38 +24,44 @@ SECRET_KEYS = {
 
 @dataclass(frozen=True)
 class Candidate:
-    """A secret source the collector read: where, which key, and the value's digest."""
+    """A file on the box that holds a secret: where, under which key, its digest, and what
+    the comment says about it."""
 
     path: str  # ~/...
     key: str
     digest: str
+    origin: str
 
 
 def candidates(doc: Observed, keys: dict[str, str]) -> list[Candidate]:
-    """`keys`: source name -> the key it was read under (a live import asks for these; a
-    snapshot's sources were named by the state it was taken against: same convention)."""
+    """Secret files first (`keys`: source name -> the key it was read under; a snapshot's
+    sources were named by the state it was taken against, the same convention), then the
+    login shell's exports of secrets, each under the home (a box_file path is `~/...`)."""
     out = []
     for name, src in sorted(doc.secret_sources.items()):
         if src.status == "ok" and src.digest is not None and src.path is not None:
             key = keys.get(name) or SECRET_KEYS.get(name)
             if key is not None:
-                out.append(Candidate(src.path, key, src.digest.digest))
+                out.append(Candidate(src.path, key, src.digest.digest, f"in {src.path}"))
+    for name, export in sorted(doc.login_shell.exports.items()):
+        where = export.source or ""
+        path, _, line = where.rpartition(":")
+        if isinstance(export.value, SecretValue) and path.startswith("~/") and line.isdigit():
+            out.append(Candidate(path, name, export.value.digest, f"{where} (login-shell export)"))
     return out
 
 
 def source_for(
     value: SecretValue, env_key: str, origin: str, deploy_dir: str, found: list[Candidate]
 ) -> Sourced:
-    """A box_file source for the secret `value` that `.env` holds under `env_key`."""
-    same_key = [c for c in found if c.digest == value.digest and c.key == env_key]
-    match = same_key or [c for c in found if c.digest == value.digest]
+    """A box_file source for the secret `value` in use under `env_key` (seen at `origin`)."""
+    same = [c for c in found if c.digest == value.digest]
+    match = [c for c in same if c.key == env_key] + [c for c in same if c.key != env_key]
     if match:
         c = match[0]
-        return Sourced(
-            {"source": "box_file", "path": c.path, "key": c.key},
-            f"same digest as {origin}",
-        )
+        where = f"{c.origin}, same digest as {origin}"
+        return Sourced({"source": "box_file", "path": c.path, "key": c.key}, where)
     return Sourced(
         {"source": "box_file", "path": f"{deploy_dir}/.env", "key": env_key},
-        f"{origin} (no other source holds it)",
+        f"{origin} (no other file holds it)",
     )

@@ -211,7 +211,15 @@ def test_incidents_are_found_while_importing(
     assert (
         "PRIMARY_MAX_MODEL_LEN: .env:61 says 262144, model-gear-vllm-primary runs 131072" in found
     )
-    assert load_fleet(out, "lab").boxes["spark"].lanes["primary"].max_model_len == 131072
+    fleet = load_fleet(out, "lab")
+    assert fleet.boxes["spark"].lanes["primary"].max_model_len == 131072
+    # The key thor's gateway runs with was found in the login shell's file: the reference
+    # points there (a live drift reads it there), and the comment says which line.
+    source = fleet.boxes["thor"].secrets["gateway_api_key"]
+    assert (source.source, source.path, source.key) == ("box_file", "~/.bashrc", "GATEWAY_API_KEY")
+    assert comment(layer(out, "thor")["secrets"], "gateway_api_key").startswith(
+        "~/.bashrc:6 (login-shell export)"
+    )
     drifts = drift_of(out, snapshot)
     assert {(d.box, d.kind.value, d.path) for d in drifts} >= {
         ("thor", "shell-leak", "GATEWAY_API_KEY"),
