@@ -319,3 +319,19 @@ def test_a_running_command_hands_back_the_checks_answer() -> None:
     broken.set_exception(OSError("ssh vanished"))
     assert transport.Running("thor", None, fresh=broken).refused_anew() is None
     assert transport.Running("thor", None).refused_anew() is None
+
+
+def test_a_converge_is_blocked_for_a_box_reached_only_through_an_old_connection(
+    captured: Any,
+) -> None:
+    from reconciler.plan import plan_box
+
+    fleet_, observations = captured
+    obs = observations["thor"]
+    exp = expectations(fleet_, ["thor"])["thor"]
+    healthy = plan_box(compare_box(exp, obs.document, obs.probes), exp)
+    assert not healthy.blocked and healthy.steps  # thor's incidents call for a converge
+    stale = plan_box(compare_box(exp, obs.document, obs.probes, None, MASTER_ONLY), exp)
+    assert [e.part for e in stale.blocked] == [Part.CONNECTION] and not stale.steps
+    partial = plan_box(compare_box(exp, None, obs.probes, REFUSED), exp)
+    assert partial.blocked == (str(REFUSED),) and not partial.steps
