@@ -45,23 +45,26 @@ def desired_split(
     command: Sequence[EnvValue] | None,
     observed_entrypoint: Sequence[EnvValue] | None,
     observed_cmd: Sequence[EnvValue] | None,
+    image: tuple[Sequence[EnvValue], Sequence[EnvValue]] | None = None,
 ) -> tuple[Argv, Argv]:
     """(Entrypoint, Cmd) docker gives a container created from a compose service.
 
-    The engine fills what the service leaves out from the image: an unset entrypoint is the
-    image's, and an unset command is the image's too, unless the service sets an entrypoint
-    (then Cmd stays empty, as `docker run --entrypoint` does). The observation does not carry
-    the image's own ENTRYPOINT/CMD, so an image default is taken as the container runs it:
-    which image runs is the `image` rule's finding, not this one.
+    The engine fills what the service leaves out from the image (moby's config merge): an
+    unset entrypoint is the image's, and an unset command is the image's too, unless the
+    service sets an entrypoint (then Cmd stays empty, as `docker run --entrypoint` does).
+    `image`: the image's own (ENTRYPOINT, CMD) when the observation carries them; without
+    them an image default is taken as the container runs it (which image runs is the `image`
+    rule's finding, not this one).
     """
-    # `entrypoint: []` is not unset: it clears the image's (moby's config merge tells nil apart)
-    want_entry = tuple(entrypoint if entrypoint is not None else observed_entrypoint or ())
+    default_entry, default_cmd = image if image is not None else (observed_entrypoint, observed_cmd)
+    # `entrypoint: []` is not unset: it clears the image's (the merge tells nil apart)
+    want_entry = tuple(entrypoint if entrypoint is not None else default_entry or ())
     if command:
         want_cmd = tuple(command)
     elif entrypoint:
         want_cmd = ()
     else:
-        want_cmd = tuple(observed_cmd or ())
+        want_cmd = tuple(default_cmd or ())
     return want_entry, want_cmd
 
 

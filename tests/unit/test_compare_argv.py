@@ -193,6 +193,10 @@ def test_desired_split_follows_the_engine_defaults() -> None:
     # `entrypoint: []` clears the image's entrypoint; the image's CMD still applies.
     assert desired_split([], None, ["x"], ["y"]) == ((), ("y",))
     assert desired_split([], ["c"], ["x"], ["y"]) == ((), ("c",))
+    # The image's own defaults, when known, are what the service leaves out.
+    assert desired_split(None, ["c"], ["x"], ["y"], image=(["i"], ["j"])) == (("i",), ("c",))
+    assert desired_split(None, None, ["x"], ["y"], image=(["i"], ["j"])) == (("i",), ("j",))
+    assert desired_split(None, None, ["x"], ["y"], image=((), ())) == ((), ())
 
 
 def test_json_tokens_compare_by_content() -> None:
