@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+import lab as labpkg
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +111,30 @@ def test_adopt_the_lab_then_drift_replay_and_refuse(lab: Any, tmp_path: Path) ->
         assert isinstance(value, str) and len(value) >= 8
         leaks = [i for i, text in enumerate(outputs + written) if value in text]
         assert not leaks, f"the lab's {name} appears in output #{leaks[0]}"  # never the value
+
+
+def test_a_login_shell_key_is_found_while_importing(
+    lab: Any, pristine: Any, tmp_path: Path
+) -> None:
+    """Incident #209 on thor: the gateway runs with a key only ~/.bashrc exports. Import adopts
+    it keyed, its reference pointing at that file, and lists the export as found."""
+    pristine("thor")
+    did = labpkg.incidents.shell_exported_key("thor", "GATEWAY_API_KEY")
+    adopted = tmp_path / "adopted"
+    done = reconcile(ROOT, "import", "--output", str(adopted))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "thor: a login shell export" in done.stdout
+    thor = (adopted / "group_vars" / "thor.yaml").read_text(encoding="utf-8")
+    assert "path: ~/.bashrc, key: GATEWAY_API_KEY}" in thor
+    assert f"~/.bashrc:{did['line']} (login-shell export)" in thor
+    drift = reconcile(adopted, "drift", "--format", "json")
+    entries = drift_entries(drift)["thor"] - LOBES_LEAVES_OUT
+    assert ("shell-leak", "GATEWAY_API_KEY") in entries
+    assert entries <= {
+        ("shell-leak", "GATEWAY_API_KEY"),
+        ("envfile", "GATEWAY_API_KEY"),  # .env does not hold the key the gateway runs with
+        ("env", "GATEWAY_API_KEY"),  # the lanes would carry it through env_file
+    }
+    assert remaining(done.stdout) == json.loads(drift.stdout)["summary"]["drifts"]
+    for text in (done.stdout, done.stderr, drift.stdout, thor):
+        assert did["value"] not in text
