@@ -6,7 +6,8 @@ desired state: lobes' deployment directory, no managed `.env` keys (so compose r
 box's own `.env`, the one being adopted), and, as secret sources to digest, the conventional
 `.secrets.env` beside it, so a `.env` key can be traced to the file that holds it. The `-f`
 chain compose renders with is lobes' base file until the box's `.env` names its chain
-(COMPOSE_FILE): a box whose chain is longer is observed once more with it.
+(COMPOSE_FILE), and the gateway is probed on lobes' port 8000 until `docker inspect` shows
+where it is published: a box whose chain or port differs is observed once more with them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def from_snapshot(directory: Path, boxes: list[str]) -> dict[str, BoxObservation
     return {b: observations[b] for b in boxes if b in observations}
 
 
-def discovery_payload(chain: list[str]) -> dict[str, Any]:
+def discovery_payload(chain: list[str], port: int = GATEWAY_PORT) -> dict[str, Any]:
     return {
         "directory": DIRECTORY,
         "project": "lobes",
@@ -47,13 +48,15 @@ def discovery_payload(chain: list[str]) -> dict[str, Any]:
         },
         "controller_secrets": {},
         "secret_patterns": list(effective(SECRET_PATTERNS)),
-        "gateway_port": GATEWAY_PORT,
+        "gateway_port": port,
         "timeout_s": 20,
         "probe_timeout_s": 3,
     }
 
 
-def _inputs(root: Path, inv: InventorySpec, chains: dict[str, list[str]]) -> DriftInputs:
+def _inputs(
+    root: Path, inv: InventorySpec, chains: dict[str, list[str]], ports: dict[str, int]
+) -> DriftInputs:
     def path(value: str | None) -> str | None:
         if value is None:
             return None
@@ -69,10 +72,13 @@ def _inputs(root: Path, inv: InventorySpec, chains: dict[str, list[str]]) -> Dri
         inventory_file="(import)",
         boxes=tuple(inv.boxes),
         expectations={},
-        payloads={name: discovery_payload(chains.get(name, BASE_CHAIN)) for name in inv.boxes},
+        payloads={
+            name: discovery_payload(chains.get(name, BASE_CHAIN), ports.get(name, GATEWAY_PORT))
+            for name in inv.boxes
+        },
         targets=targets,
         bases={
-            name: f"http://{url_host(b.ssh_hostname)}:{GATEWAY_PORT}"
+            name: f"http://{url_host(b.ssh_hostname)}:{ports.get(name, GATEWAY_PORT)}"
             for name, b in inv.boxes.items()
         },
     )
@@ -86,10 +92,20 @@ def _chain(obs: BoxObservation) -> list[str] | None:
     return [f for f in line.value.split(":") if f] or None
 
 
+def _port(obs: BoxObservation) -> int | None:
+    """The host port the gateway container publishes lobes' 8000/tcp on."""
+    doc = obs.document
+    gateway = next((c for c in doc.containers if c.key == "gateway"), None) if doc else None
+    bindings = gateway.ports.get("8000/tcp") if gateway is not None else None
+    port = bindings[0].host_port if bindings else ""
+    return int(port) if port.isdigit() and 0 < int(port) < 65536 else None
+
+
 def live(root: Path, inv: InventorySpec, boxes: list[str]) -> dict[str, BoxObservation]:
-    found = observe(_inputs(root, inv, {}), boxes, new_run_key())
+    found = observe(_inputs(root, inv, {}, {}), boxes, new_run_key())
     chains = {b: c for b, o in found.items() if (c := _chain(o)) and c != BASE_CHAIN}
-    if chains:
-        again = observe(_inputs(root, inv, chains), list(chains), new_run_key())
-        found.update(again)
+    ports = {b: p for b, o in found.items() if (p := _port(o)) and p != GATEWAY_PORT}
+    again = sorted(set(chains) | set(ports))
+    if again:
+        found.update(observe(_inputs(root, inv, chains, ports), again, new_run_key()))
     return found
