@@ -254,3 +254,17 @@ def test_factor_gives_each_box_exactly_its_values() -> None:
     assert layers["c"] == {"g": leaf("d")}  # dgx has one member: the box keeps it
     assert layers["a"] == {"only": leaf(True)}
     assert "gpu" not in layers and "b" not in layers
+
+
+def test_the_drift_path_never_imports_the_importer() -> None:
+    """`reconcile drift` runs often and its import time is budgeted (BENCHMARKS.md): the CLI
+    parser must not import this package (nor ruamel through it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, reconciler.cli as c; c.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.startswith('reconciler.importer')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
