@@ -242,6 +242,7 @@ def _env_pins(view: BoxView, tree: Tree) -> None:
     names = view.doc.variables.names
     if view.doc.variables.error or not names:
         return
+    lanes = tuple(c for s, c in sorted(view.by_service.items()) if s != roles.GATEWAY_SERVICE)
     for key, line in sorted(view.env.items()):
         if key in names or key in DERIVED or not isinstance(line.value, str):
             continue
@@ -249,7 +250,9 @@ def _env_pins(view: BoxView, tree: Tree) -> None:
             continue
         if any(key.startswith(f"{p}_") for p in _lane_prefixes(tree)):
             continue
-        put(tree, ("env", key), Sourced(line.value, f".env:{line.line}"))
+        got = view.text(key, lanes)  # the lanes carry it through env_file
+        if got is not None:
+            put(tree, ("env", key), got)
 
 
 def _lane_prefixes(tree: Tree) -> set[str]:

@@ -54,6 +54,13 @@ class BoxView:
         running = [(c, c.env[key]) for c in chosen if key in c.env]
         if found is not None:
             differs = [(c, v) for c, v in running if v != found.value]
+            lacking = sorted(c.name for c in carriers if key not in c.env)
+            if lacking and not differs:
+                # Nothing else to adopt (a desired state cannot pin "absent"): said, not hidden.
+                self.note(
+                    f"{key}: .env:{found.line} sets it but {', '.join(lacking)} "
+                    "run without it (created before the line was written)"
+                )
             if not differs:
                 return Sourced(found.value, f".env:{found.line}")
             c, v = differs[0]

@@ -15,6 +15,7 @@ from reconciler.compare.values import same
 from reconciler.desired import roles
 
 IMAGE_VARIABLES = frozenset(roles.IMAGE_VARIABLE.values())
+MESH_DERIVED = frozenset({"LOBES_MESH_SEEDS"})
 ALWAYS_PINNED = frozenset({"CULTURE_VLLM_API_KEY", "GATEWAY_API_KEY", "LOBES_MESH_KEY"})
 
 
@@ -52,6 +53,11 @@ def reason(d: Drift, exp: BoxExpectation | None = None, snapshot: bool = False) 
         return "the gateway advertises what it read at its start (recreate the gateway)"
     if d.kind == Kind.STATE:
         return "a container not running healthy: a state, not a setting"
+    if d.path in MESH_DERIVED:
+        return (
+            f"{d.path} is derived from the adopted mesh members: adopt every member of the "
+            "mesh together"
+        )
     if d.kind == Kind.ENVFILE and d.observed is None and d.path in IMAGE_VARIABLES:
         return (
             f"{d.path} is not in .env (compose's default picks the image); a desired state "
