@@ -152,7 +152,11 @@ def run_import(args: argparse.Namespace) -> int:
     except DesiredStateError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
-        print("error: the adopted state does not validate; nothing written", file=sys.stderr)
+        print(
+            "error: the adopted state does not validate (built in a temporary directory, now "
+            "removed); nothing written",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     from reconciler.importer.report import print_report
 
