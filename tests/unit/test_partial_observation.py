@@ -259,7 +259,9 @@ def server() -> Iterator[tuple[socket.socket, list[bytes]]]:
     listener.close()
 
 
-def serve_once(listener: socket.socket, greeting: bytes | None, received: list[bytes]) -> None:
+def serve_once(
+    listener: socket.socket, greeting: bytes | None, received: list[bytes]
+) -> threading.Thread:
     def run() -> None:
         conn, _ = listener.accept()
         with conn:
@@ -271,13 +273,16 @@ def serve_once(listener: socket.socket, greeting: bytes | None, received: list[b
             else:
                 threading.Event().wait(1.0)  # say nothing
 
-    threading.Thread(target=run, daemon=True).start()
+    server = threading.Thread(target=run, daemon=True)
+    server.start()
+    return server
 
 
 def test_an_ssh_greeting_is_a_box_that_takes_new_connections(server: Any) -> None:
     listener, received = server
-    serve_once(listener, b"some banner line\r\nSSH-2.0-OpenSSH_9.2p1\r\n", received)
+    server = serve_once(listener, b"some banner line\r\nSSH-2.0-OpenSSH_9.2p1\r\n", received)
     assert transport.greets("127.0.0.1", listener.getsockname()[1]) is None
+    server.join(5)
     # It said who it is, so sshd logs a plain "Connection closed" (no kex error).
     assert received == [transport.IDENT]
 
