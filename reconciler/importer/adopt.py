@@ -74,10 +74,9 @@ def home_path(doc: Observed, path: str | None) -> str:
 
 
 def adopt_box(
-    name: str, doc: Observed, names: dict[str, str], members: set[str], keys: dict[str, str]
+    name: str, doc: Observed, names: dict[str, str], members: set[str]
 ) -> tuple[Tree, BoxView]:
-    """`names`: the catalog (digest -> name); `members`: every box adopted in this run;
-    `keys`: secret source name -> key, as the collector was asked to read them."""
+    """`names`: the catalog (digest -> name); `members`: every box adopted in this run."""
     view = BoxView(name, doc)
     tree: Tree = {}
     _lobes(view, tree)
@@ -87,7 +86,7 @@ def adopt_box(
     lanes, windows = adopt_lanes(view, names)
     if lanes:
         tree["lanes"] = lanes
-    found = candidates(doc, keys)
+    found = candidates(doc)
     _gateway(view, tree, names, deploy, found)
     _mesh(view, tree, deploy, found)
     contract = adopt_contract(view, windows, members)

@@ -73,7 +73,7 @@ def adopt(
     trees: dict[str, Tree] = {}
     findings: list[Finding] = []
     for name, doc in docs.items():
-        trees[name], view = adopt_box(name, doc, names, set(docs), {})
+        trees[name], view = adopt_box(name, doc, names, set(docs))
         findings += view.findings
     groups = {b: inv.boxes[b].groups for b in trees}
     layers = factor(trees, groups, inv.group_order)

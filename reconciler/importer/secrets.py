@@ -33,14 +33,14 @@ class Candidate:
     origin: str
 
 
-def candidates(doc: Observed, keys: dict[str, str]) -> list[Candidate]:
-    """Secret files first (`keys`: source name -> the key it was read under; a snapshot's
-    sources were named by the state it was taken against, the same convention), then the
-    login shell's exports of secrets, each under the home (a box_file path is `~/...`)."""
+def candidates(doc: Observed) -> list[Candidate]:
+    """Secret files first (a live import names its sources as SECRET_KEYS does; a snapshot's
+    were named by the state it was taken against, by the same convention), then the login
+    shell's exports of secrets, each under the home (a box_file path is `~/...`)."""
     out = []
     for name, src in sorted(doc.secret_sources.items()):
         if src.status == "ok" and src.digest is not None and src.path is not None:
-            key = keys.get(name) or SECRET_KEYS.get(name)
+            key = SECRET_KEYS.get(name)
             if key is not None:
                 out.append(Candidate(src.path, key, src.digest.digest, f"in {src.path}"))
     for name, export in sorted(doc.login_shell.exports.items()):
