@@ -15,38 +15,13 @@ import os
 from reconciler.desired import roles, secret_names
 from reconciler.importer.boxview import BoxView
 from reconciler.importer.contract import adopt_contract
-from reconciler.importer.images import running_digest
+from reconciler.importer.gateway import adopt_gateway, adopt_mesh
 from reconciler.importer.lanes import adopt_lanes
-from reconciler.importer.secrets import Candidate, candidates, source_for
+from reconciler.importer.policy import SECRET_PATTERNS, adopt_policy
+from reconciler.importer.secrets import candidates
 from reconciler.importer.sourced import Sourced, Tree, put
-from reconciler.observe.document import Observed, SecretValue
+from reconciler.observe.document import Observed
 
-POLICY = "policy default (not observed)"
-# group_vars/all.yaml's policy: what a box cannot tell us about what it must never do.
-FORBIDDEN_EXPORTS = [
-    "GATEWAY_API_KEY",
-    "CULTURE_VLLM_API_KEY",
-    "LOBES_MESH_KEY",
-    "LOBES_MESH_NAME",
-    "GATEWAY_SELF_ORIGIN",
-    "HF_TOKEN",
-    "COMPOSE_FILE",
-    "COMPOSE_PROFILES",
-    "HOME_CACHE",
-    "*_MAX_MODEL_LEN",
-    "*_IMAGE",
-    "*_SERVED_NAME",
-    "*_GPU_MEM_UTIL",
-    "MODEL_GEAR_VERSION",
-]
-SECRET_PATTERNS = [
-    *secret_names.FLOOR_NAMES,
-    "*_KEY",
-    "*_KEYS",
-    "*_TOKEN",
-    "*_SECRET",
-    "*PASSWORD*",
-]
 # `.env` keys a desired state derives from typed fields: never pinned under `env:` too.
 DERIVED = {
     "MODEL_GEAR_VERSION",
@@ -87,13 +62,13 @@ def adopt_box(
     if lanes:
         tree["lanes"] = lanes
     found = candidates(doc)
-    _gateway(view, tree, names, deploy, found)
-    _mesh(view, tree, deploy, found)
+    adopt_gateway(view, tree, names, deploy, found)
+    adopt_mesh(view, tree, deploy, found)
     contract = adopt_contract(view, windows, members)
     if contract:
         tree["contract"] = contract
     _env_pins(view, tree)
-    _policy(view, tree)
+    adopt_policy(view, tree)
     return tree, view
 
 
@@ -145,84 +120,6 @@ def _deployment(view: BoxView, tree: Tree) -> str:
     return directory
 
 
-def _gateway(
-    view: BoxView, tree: Tree, names: dict[str, str], deploy: str, found: list[Candidate]
-) -> None:
-    gw = view.gateway
-    if gw is None:
-        view.note("no gateway container: gateway.image and auth are not adopted")
-        return
-    seen = f"docker inspect ({gw.name})"
-    ref = running_digest(view.doc, gw)
-    if ref is not None:
-        put(tree, ("gateway", "image"), Sourced(names[ref], seen))
-    bindings = gw.ports.get("8000/tcp") or ()
-    if bindings:
-        b = bindings[0]
-        bind = b.host_ip if b.host_ip not in ("", "::") else "0.0.0.0"
-        put(tree, ("gateway", "bind"), Sourced(bind, seen))
-        put(tree, ("gateway", "port"), Sourced(int(b.host_port), seen))
-    port = view.text("VLLM_PORT")
-    if bindings and port is not None and port.value != bindings[0].host_port:
-        view.note(
-            f"VLLM_PORT: {port.origin} says {port.value}, the gateway publishes "
-            f"{bindings[0].host_port}"
-        )
-    probe = view.doc.gateway.models_noauth
-    status = probe.status if probe is not None else None
-    key = view.value("GATEWAY_API_KEY", (gw,))
-    if status in (401, 200):
-        auth = "keyed" if status == 401 else "open"
-        origin = f"GET /v1/models without key: {status}"
-    else:
-        auth = "keyed" if key is not None and isinstance(key.value, SecretValue) else "open"
-        origin = key.origin if key is not None else "no GATEWAY_API_KEY anywhere"
-    put(tree, ("gateway", "auth"), Sourced(auth, origin))
-    if auth == "keyed":
-        if key is None or not isinstance(key.value, SecretValue):
-            view.note(
-                "the gateway refuses callers without a key, but neither .env nor the "
-                "gateway container holds GATEWAY_API_KEY (a login shell export?)"
-            )
-            return
-        put(tree, ("gateway", "api_key"), Sourced({"secret": "gateway_api_key"}, key.origin))
-        put(
-            tree,
-            ("secrets", "gateway_api_key"),
-            source_for(key.value, "GATEWAY_API_KEY", key.origin, deploy, found),
-        )
-    elif key is not None and isinstance(key.value, SecretValue):
-        view.note(
-            f"GATEWAY_API_KEY: {key.origin} holds a key, yet the gateway serves callers "
-            "without one; adopted auth: open"
-        )
-
-
-def _mesh(view: BoxView, tree: Tree, deploy: str, found: list[Candidate]) -> None:
-    key = view.value("LOBES_MESH_KEY", (view.gateway,) if view.gateway else ())
-    if key is None or not isinstance(key.value, SecretValue):
-        put(tree, ("mesh", "enabled"), Sourced(False, key.origin if key else "no LOBES_MESH_KEY"))
-        return
-    seeds = view.text("LOBES_MESH_SEEDS")
-    count = len([s for s in str(seeds.value).split(",") if s]) if seeds is not None else 0
-    members = f", {count} other members in LOBES_MESH_SEEDS" if count else ""
-    put(tree, ("mesh", "enabled"), Sourced(True, f"LOBES_MESH_KEY set in .env{members}"))
-    put(tree, ("mesh", "key"), Sourced({"secret": "mesh_key"}, key.origin))
-    put(
-        tree,
-        ("secrets", "mesh_key"),
-        source_for(key.value, "LOBES_MESH_KEY", key.origin, deploy, found),
-    )
-    beat = view.text("LOBES_MESH_HEARTBEAT_S")
-    if beat is not None and beat.value.isdigit() and int(beat.value) > 0:
-        put(tree, ("mesh", "heartbeat_s"), Sourced(int(beat.value), beat.origin))
-    else:
-        view.note("LOBES_MESH_HEARTBEAT_S is not set in .env: lobes' default 60 is adopted")
-    name = view.text("LOBES_MESH_NAME")
-    if name is not None and name.value != view.name:
-        view.note(f"LOBES_MESH_NAME: {name.origin} says {name.value!r}, the box is {view.name!r}")
-
-
 def summary(name: str, tree: Tree) -> str:
     """One line per adopted box: its lanes, the gateway's posture and the mesh."""
     lanes = tree.get("lanes", {})
@@ -257,21 +154,3 @@ def _env_pins(view: BoxView, tree: Tree) -> None:
 def _lane_prefixes(tree: Tree) -> set[str]:
     lanes = tree.get("lanes", {})
     return {roles.ENV_PREFIX[lane["role"].value] for lane in lanes.values()}
-
-
-def _policy(view: BoxView, tree: Tree) -> None:
-    put(tree, ("secret_patterns",), Sourced(SECRET_PATTERNS, POLICY))
-    put(tree, ("login_shell", "forbidden"), Sourced(FORBIDDEN_EXPORTS, POLICY))
-    put(tree, ("memory", "drop_caches_before_boot"), Sourced(True, POLICY))
-    put(tree, ("memory", "mem_available_floor_gib"), Sourced(2, POLICY))
-    shares = [
-        lane["gpu_memory_utilization"].value
-        for lane in tree.get("lanes", {}).values()
-        if "gpu_memory_utilization" in lane
-    ]
-    total = round(sum(shares), 4)
-    budget = 0.9 if total <= 0.9 else min(1.0, total)
-    origin = POLICY if budget == 0.9 else "the lanes' shares (docker inspect / .env)"
-    put(tree, ("gpu_memory_budget",), Sourced(budget, origin))
-    if total > 1:
-        view.note(f"the lanes use {total:g} of GPU memory, more than the whole GPU")

@@ -19,7 +19,7 @@ from reconciler.desired.models import InventorySpec
 from reconciler.desired.secret_names import effective
 from reconciler.desired.types import url_host
 from reconciler.drift_inputs import DriftInputs
-from reconciler.importer.adopt import SECRET_PATTERNS
+from reconciler.importer.policy import SECRET_PATTERNS
 from reconciler.importer.secrets import SECRET_KEYS
 from reconciler.observe.observe import BoxObservation, load_snapshot, observe
 from reconciler.observe.payload import new_run_key
