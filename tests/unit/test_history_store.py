@@ -11,6 +11,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,23 @@ def test_a_run_without_history_or_metrics_imports_neither(tmp_path: Path) -> Non
     )
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
     assert "drift:" in done.stdout  # the report was printed
+
+
+def test_a_reader_in_a_transaction_does_not_block_a_run_being_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """WAL: a dashboard or `reconcile history` reading the store never holds a run up."""
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    reader = sqlite3.connect(db, timeout=0.1, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+        started = time.monotonic()
+        drift_replay(capsys, db)  # recorded while the reader's snapshot is open
+        assert time.monotonic() - started < store.BUSY_TIMEOUT_S / 2
+        assert reader.execute("SELECT count(*) FROM runs").fetchone() == (1,)  # its snapshot
+        reader.execute("COMMIT")
+        assert reader.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+    finally:
+        reader.close()
