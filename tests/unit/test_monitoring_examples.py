@@ -141,3 +141,20 @@ def test_the_cron_line_runs_the_same_every_15_minutes() -> None:
     parsed = [build_parser().parse_args(reconcile_argv(c)) for c in commands]
     assert [p.command for p in parsed] == ["drift", "audit"]
     assert all(p.metrics.endswith(".prom") for p in parsed)
+
+
+def test_the_promtool_rule_tests_cover_every_alert() -> None:
+    """fleet-alerts.test.yml (`promtool test rules`) tests the rule file, each alert firing."""
+    doc = YAML(typ="safe").load((EXAMPLES / "fleet-alerts.test.yml").read_text())
+    assert doc["rule_files"] == ["fleet-alerts.rules.yml"]
+    fired = {
+        case["alertname"]
+        for test in doc["tests"]
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    assert fired == {r["alert"] for r in rules()}
+    for test in doc["tests"]:
+        for series in test["input_series"]:
+            name = series["series"].split("{", 1)[0]
+            assert name in written_metric_names()
