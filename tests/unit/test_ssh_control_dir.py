@@ -53,7 +53,7 @@ def test_a_missing_directory_is_created_0700_and_used(
     assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
     assert _sharing(ssh_argv(TARGET, "true")) == [
         "ControlMaster=auto",
-        f"ControlPath={path}/%C",
+        f'ControlPath="{path}/%C"',  # quoted for ssh's config parser
         "ControlPersist=120",
     ]
     assert capsys.readouterr().err == ""
