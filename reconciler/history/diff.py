@@ -141,6 +141,11 @@ _NAMED = frozenset(
 def _events(changes: Sequence[Change]) -> list[str]:
     """The changes a person looks for first, said in words (the full list follows them)."""
     out: list[str] = []
+    recreated = {
+        (c.box, _container(c.path))
+        for c in changes
+        if _container(c.path) and c.path.endswith("].id") and c.change == "changed"
+    }
     for c in changes:
         container = _container(c.path)
         if container and c.path.endswith("].id") and c.change == "changed":
@@ -148,7 +153,8 @@ def _events(changes: Sequence[Change]) -> list[str]:
         elif container and c.path.endswith("].image_ref") and c.change == "changed":
             out.append(f"{c.box}: {container} runs another image ({_short(c.new)})")
         elif container and c.path.endswith("].started_at") and c.change == "changed":
-            out.append(f"{c.box}: {container} (re)started at {c.new}")
+            if (c.box, container) not in recreated:  # a new container starts, of course
+                out.append(f"{c.box}: {container} restarted at {c.new}")
         elif container and c.path.endswith("]") and c.change in ("added", "removed"):
             out.append(f"{c.box}: container {container} {c.change}")
         elif c.path.startswith("login_shell.exports[") and c.path.endswith("]"):

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.history.diff import Side, diff_sides
 from reconciler.history.observed import comparable
 from tests.unit.history_helpers import (
     SNAPSHOT,
+    container,
     edited_snapshot,
     reconcile,
     recreate_worker_and_drop_shell_key,
@@ -144,3 +146,22 @@ def test_diff_needs_two_runs_and_real_snapshots(
     assert code == 1 and "fewer than two runs" in err
     code, _, err = reconcile(capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(tmp_path))
     assert code == 1 and f"{tmp_path}/index.json: not a snapshot's index" in err
+
+
+def test_restarts_and_images_are_said_in_words_and_a_recreate_once() -> None:
+    before = {b: json.loads((SNAPSHOT / f"{b}.json").read_text()) for b in ("spark", "orin")}
+    after = json.loads(json.dumps(before))
+    container(after["spark"], "gateway")["started_at"] = "2026-12-01T03:00:00Z"
+    embed = container(after["orin"], "vllm-embed")
+    embed["image_ref"] = "10.77.0.1:5000/vllm/vllm-openai@sha256:" + "0" * 64
+    worker = container(after["orin"], "vllm-hand")
+    old_id = worker["id"]
+    worker["id"], worker["started_at"] = "fedcba987654", "2026-12-01T03:01:00Z"
+    diff = diff_sides(Side("a", observations=before), Side("b", observations=after))
+    assert diff.events == (
+        "orin: model-gear-vllm-embed runs another image "
+        "(10.77.0.1:5000/vllm/vllm-openai@sha256:" + "0" * 40 + "…)",
+        f"orin: model-gear-vllm-hand recreated (container id {old_id} -> fedcba987654)",
+        "spark: model-gear-gateway restarted at 2026-12-01T03:00:00Z",
+    )
+    assert not diff.appeared and diff.changed
