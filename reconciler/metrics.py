@@ -21,13 +21,19 @@ VERDICTS = ("ok", "warn", "fail")
 
 
 def drift_registry(
-    doc: dict[str, Any], kinds: tuple[str, ...], finished: float, duration_s: float
+    doc: dict[str, Any],
+    kinds: tuple[str, ...],
+    finished: float,
+    duration_s: float,
+    collect_s: dict[str, float] | None = None,
 ) -> CollectorRegistry:
     """A drift report document -> its metrics. `kinds`: every drift kind, so a box without
-    drift of a kind reads 0 (not absent: an alert on `> 0` needs the zero to resolve)."""
+    drift of a kind reads 0 (not absent: an alert on `> 0` needs the zero to resolve).
+    `collect_s`: how long each box's collector ran on the box (its own `timings_ms.total`)."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry()
+    _box_times(registry, "drift", [b["box"] for b in doc["boxes"]], finished, collect_s or {})
     reachable = Gauge(
         "fleet_drift_box_reachable",
         "1 if the box was observed over SSH in the last drift run, else 0",
@@ -64,12 +70,18 @@ def drift_registry(
     return registry
 
 
-def audit_registry(doc: dict[str, Any], finished: float, duration_s: float) -> CollectorRegistry:
+def audit_registry(
+    doc: dict[str, Any],
+    finished: float,
+    duration_s: float,
+    collect_s: dict[str, float] | None = None,
+) -> CollectorRegistry:
     """An audit report document -> its metrics; each verdict is a labelled 0/1 gauge (one
-    series per verdict, the one that holds is 1), the mesh's under box="(mesh)"."""
+    series per verdict, the one that holds is 1), the mesh's in its own metric."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry()
+    _box_times(registry, "audit", [b["box"] for b in doc["boxes"]], finished, collect_s or {})
     verdict = Gauge(
         "fleet_audit_verdict",
         "1 for the box's audit verdict (ok, warn, fail) in the last audit run, 0 for the others",
@@ -111,6 +123,47 @@ def audit_registry(doc: dict[str, Any], finished: float, duration_s: float) -> C
         mesh.labels(v).set(1 if doc["mesh"]["verdict"] == v else 0)
     _run_metrics(registry, "audit", doc, finished, duration_s)
     return registry
+
+
+def _box_times(
+    registry: CollectorRegistry,
+    command: str,
+    boxes: list[str],
+    finished: float,
+    collect_s: dict[str, float],
+) -> None:
+    """Per box: when the run that covered it finished (a run of some boxes writes only theirs),
+    and how long its collector ran on it (absent for a box that gave no answer)."""
+    from prometheus_client import Gauge
+
+    stamp = Gauge(
+        f"fleet_{command}_box_last_run_timestamp_seconds",
+        f"when the last {command} run that covered the box finished (Unix time)",
+        ["box"],
+        registry=registry,
+    )
+    took = Gauge(
+        f"fleet_{command}_box_collect_duration_seconds",
+        f"how long the collector ran on the box in the last {command} run",
+        ["box"],
+        registry=registry,
+    )
+    for box in boxes:
+        stamp.labels(box).set(finished)
+        if box in collect_s:
+            took.labels(box).set(collect_s[box])
+
+
+def collect_seconds(observations: dict[str, Any]) -> dict[str, float]:
+    """Each box's collector time from its observation (snapshot box-file form)."""
+    out = {}
+    for box, obs in observations.items():
+        collected = obs.get("collected") if isinstance(obs, dict) else None
+        timings = collected.get("timings_ms") if isinstance(collected, dict) else None
+        total = timings.get("total") if isinstance(timings, dict) else None
+        if isinstance(total, int | float) and not isinstance(total, bool) and total >= 0:
+            out[box] = total / 1000
+    return out
 
 
 def _run_metrics(

@@ -80,16 +80,17 @@ def finish_drift(outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code
 
     doc = to_document(run.report)
     took = time.monotonic() - outs.clock
+    observations = _observations(run.observations, args, [b["box"] for b in doc["boxes"]])
     if outs.metrics is not None:
-        from reconciler.metrics import drift_registry
+        from reconciler.metrics import collect_seconds, drift_registry
 
         kinds = tuple(k.value for k in Kind)
-        if not _write_metrics(outs.metrics, drift_registry(doc, kinds, time.time(), took)):
+        registry = drift_registry(doc, kinds, time.time(), took, collect_seconds(observations))
+        if not _write_metrics(outs.metrics, registry):
             exit_code = EXIT_ERROR
     if outs.history is not None:
         from reconciler.history.record import drift_record
 
-        observations = _observations(run.observations, args, [b["box"] for b in doc["boxes"]])
         source = "snapshot" if getattr(args, "from_snapshot", None) else "live"
         _record(outs.history, drift_record, doc, observations, source, outs.started, took)
     return exit_code
@@ -106,15 +107,16 @@ def finish_audit(
 
     doc = to_document(report)
     took = time.monotonic() - outs.clock
+    observations = _observations(observed, args, [b["box"] for b in doc["boxes"]])
     if outs.metrics is not None:
-        from reconciler.metrics import audit_registry
+        from reconciler.metrics import audit_registry, collect_seconds
 
-        if not _write_metrics(outs.metrics, audit_registry(doc, time.time(), took)):
+        registry = audit_registry(doc, time.time(), took, collect_seconds(observations))
+        if not _write_metrics(outs.metrics, registry):
             code = EXIT_ERROR
     if outs.history is not None:
         from reconciler.history.record import audit_record
 
-        observations = _observations(observed, args, [b["box"] for b in doc["boxes"]])
         source = "snapshot" if getattr(args, "from_snapshot", None) else "live"
         _record(outs.history, audit_record, doc, observations, source, outs.started, took)
     return code

@@ -57,6 +57,12 @@ def test_drift_metrics_hold_every_series_per_box(
     ((_, took),) = got["fleet_drift_last_run_duration_seconds"]
     assert before <= stamp <= time.time() and 0 < took < 60
     assert got["fleet_drift_last_run_exit_code"] == [({}, 2.0)]
+    stamps = {b["box"]: v for b, v in got["fleet_drift_box_last_run_timestamp_seconds"]}
+    assert stamps == dict.fromkeys(BOXES, stamp)
+    collect = {b["box"]: v for b, v in got["fleet_drift_box_collect_duration_seconds"]}
+    for box in BOXES:
+        saved = json.loads((SNAPSHOT / f"{box}.json").read_text())
+        assert collect[box] == saved["collected"]["timings_ms"]["total"] / 1000
     for series in got.values():
         for labels, _ in series:
             assert set(labels) <= ALLOWED_LABELS
@@ -98,6 +104,8 @@ def test_a_box_not_observed_reads_0_with_its_errors(
     assert {b["box"]: v for b, v in got["fleet_drift_box_reachable"]} == {"thor": 1, "spark": 0}
     errors = {b["box"]: v for b, v in got["fleet_drift_observation_errors"]}
     assert errors["spark"] >= 1 and errors["thor"] == 0
+    collected = {b["box"] for b, _ in got["fleet_drift_box_collect_duration_seconds"]}
+    assert collected == {"thor"}  # spark gave no answer: no collector time, not a 0
 
 
 def test_an_unwritable_target_is_refused_before_anything_runs(
