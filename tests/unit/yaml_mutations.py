@@ -24,6 +24,8 @@ from typing import Any, Protocol, TypeVar
 
 from ruamel.yaml import YAML
 
+from reconciler.desired.safe_read import INVENTORY_MAX_BYTES, MAX_BYTES
+
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
@@ -46,7 +48,7 @@ class Draw(Protocol):
 class Variant:
     file: str  # relative to the repository root
     content: bytes
-    inventory: str  # hosts or lab
+    inventory: str  # the inventory that reads the file (hosts, lab, lab-controller)
     kind: str  # the mutation's name
     must_refuse: str | None  # why this variant can never be a valid desired state
 
@@ -65,7 +67,7 @@ def make_repo(target: Path) -> Path:
 def corpus(root: Path) -> dict[str, bytes]:
     """Every desired-state file of the copy, by path relative to it."""
     files = [
-        *sorted((root / "inventory").glob("*.yaml")),
+        *sorted((root / "inventory").rglob("*.yaml")),  # inventories and their box layers
         *sorted((root / "group_vars").glob("*.yaml")),
         root / ".lab" / "images.yaml",
         *sorted((root / ".lab" / "overlay").glob("*.yaml")),
@@ -73,15 +75,25 @@ def corpus(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
+def _inventory(path: str) -> bool:
+    return path.startswith("inventory/") and path.count("/") == 1
+
+
 def variant(draw: Draw, originals: dict[str, bytes]) -> Variant:
     file = draw.choice(sorted(originals))
     text = originals[file].decode("utf-8")
-    if file == "inventory/hosts.yaml":
-        inventory = "hosts"
-    elif file == "inventory/lab.yaml" or file.startswith(".lab/"):
+    # The inventory that reads the file: its own, the one whose box layers live under
+    # inventory/<name>/, the lab's for its facts; any of them for a group_vars layer.
+    inventories = sorted(p.removeprefix("inventory/")[:-5] for p in originals if _inventory(p))
+    parts = file.split("/")
+    if _inventory(file):
+        inventory = parts[1][:-5]
+    elif parts[0] == "inventory":
+        inventory = parts[1]
+    elif parts[0] == ".lab":
         inventory = "lab"
     else:
-        inventory = draw.choice(("hosts", "lab"))
+        inventory = draw.choice(inventories)
     level = draw.choice(("text", "text", "inject", "data", "targeted"))
     if level == "text":
         kind, content, why = _text_mutation(draw, text)
@@ -270,11 +282,12 @@ def _whole_file(draw: Draw, kind: str, text: str, file: str) -> tuple[bytes, str
     if kind == "bad_utf8":
         at = draw.integer(0, len(data))
         return data[:at] + draw.choice((b"\xff", b"\xed\xa0\x80", b"\xc3")) + data[at:], kind
-    if kind == "oversize":
-        return data + b"#" + b"x" * (64 * 1024) + b"\n", kind
+    if kind == "oversize":  # past the limit of what the file is: an inventory, or a layer
+        limit = INVENTORY_MAX_BYTES if _inventory(file) else MAX_BYTES
+        return data + b"#" + b"x" * limit + b"\n", kind
     # An empty file: the inventory must hold boxes; an empty layer is just empty.
     blank = draw.choice((b"", b"# nothing\n", b"~\n", b"---\n"))
-    return blank, ("empty inventory" if file.startswith("inventory/") else None)
+    return blank, ("empty inventory" if _inventory(file) else None)
 
 
 # -- data level ----------------------------------------------------------------------------------
@@ -370,7 +383,7 @@ _OPTION_LIKE = ("-oProxyCommand=touch /tmp/x", "-F/dev/null", "--", "-l root")
 
 def _targeted(draw: Draw, text: str, file: str) -> tuple[str, bytes, str | None]:
     data = _load(text)
-    if file.startswith("inventory/"):
+    if _inventory(file):
         return _targeted_inventory(draw, data)
     box = file.removeprefix("group_vars/").removesuffix(".yaml")
     if box not in BOXES or not isinstance(data, dict):
