@@ -110,7 +110,12 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     on_terminal = args.output is None and sys.stdout.isatty()
     color = on_terminal and args.format == "text"
     width = shutil.get_terminal_size().columns if on_terminal else 100
-    text = render(run.report, args.format, color=color, width=max(80, width))
+    if args.format == "html":  # its own module: jinja2 is imported for this format only
+        from reconciler.report.html import drift_page
+
+        text = drift_page(run.report, inputs, outs.history)
+    else:
+        text = render(run.report, args.format, color=color, width=max(80, width))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
@@ -297,7 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drift_p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes to check (default: all)")
     drift_p.add_argument(
-        "--format", choices=("text", "json", "markdown"), default="text", help="report format"
+        "--format",
+        choices=("text", "json", "markdown", "html"),
+        default="text",
+        help="report format (html: one self-contained page, docs/html-report.md)",
     )
     drift_p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     drift_p.add_argument(

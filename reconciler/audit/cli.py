@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "html")
 EXIT_ERROR = 1
 
 
@@ -70,7 +70,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     on_terminal = args.output is None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if on_terminal else 100
-    text = render(report, args.format, color=on_terminal, width=max(80, width))
+    if args.format == "html":  # its own module: jinja2 is imported for this format only
+        from reconciler.audit.report_html import audit_page
+
+        text = audit_page(report, fleet, outs.history)
+    else:
+        text = render(report, args.format, color=on_terminal, width=max(80, width))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)

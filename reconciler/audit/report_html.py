@@ -1,0 +1,92 @@
+"""`reconcile audit --format html`: the page of reconciler/report/html.py for an audit.
+
+The matrix is boxes x (gateway + lanes): the gateway cell is the box's auth verdict, a lane
+cell fails when the lane publishes a host port (callers reach it around the gateway's key; a
+loopback-only port warns, as the verdict says). Under it: each box's findings, then the mesh
+and its weakest-link proof. Values come from the JSON document (report_json.to_document), which
+has already scrubbed every free-text field; Jinja2 escapes them all on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reconciler.audit.mesh import LOOPBACK_PREFIXES
+from reconciler.audit.report import AuditReport
+from reconciler.report.html import BOX_WIDE, GATEWAY, Cell, environment, sparkline, worse
+
+
+def audit_matrix(
+    report: AuditReport, lanes: Mapping[str, Sequence[str]]
+) -> tuple[list[str], dict[str, dict[str, Cell]]]:
+    cols: list[str] = [GATEWAY]
+    for row in report.rows:
+        cols += [lane for lane in lanes.get(row.box, ()) if lane not in cols]
+    published: dict[str, dict[str, str]] = {}  # box -> lane -> worst state of its host ports
+    for row in report.rows:
+        for b in row.published.lanes if row.published else ():
+            state = "warn" if b.host_ip.startswith(LOOPBACK_PREFIXES) else "fail"
+            lane = b.service or b.container
+            if lane not in cols:
+                cols.append(lane)
+            mine = published.setdefault(row.box, {})
+            mine[lane] = worse(mine.get(lane, "ok"), state)
+    matrix: dict[str, dict[str, Cell]] = {}
+    for row, verdict in zip(report.rows, report.verdicts, strict=True):
+        cells: dict[str, Cell] = {}
+        for col in cols:
+            if not verdict.audited:
+                cells[col] = Cell("unobserved", title="not audited")
+            elif col == GATEWAY:
+                n = len(verdict.findings)
+                cells[col] = Cell(verdict.verdict.value, n, f"auth verdict {verdict.verdict.value}")
+            elif col in published.get(row.box, {}):
+                state = published[row.box][col]
+                cells[col] = Cell(state, 1, "publishes a host port: reachable around the gateway")
+            elif col in lanes.get(row.box, ()) or not lanes:
+                cells[col] = Cell("ok", title="no host port")
+            else:
+                cells[col] = Cell("absent")
+        matrix[row.box] = cells
+    return cols, matrix
+
+
+def render_html(
+    report: AuditReport,
+    lanes: Mapping[str, Sequence[str]] | None = None,
+    history: Mapping[str, Sequence[int]] | None = None,
+) -> str:
+    """`history`: each box's drift entry counts over its drift runs (sparklines), if any."""
+    from reconciler.audit.report_json import to_document
+    from reconciler.audit.report_text import sentence
+
+    doc = to_document(report)
+    cols, matrix = audit_matrix(report, lanes or {})
+    boxes = [{**b, "spark": sparkline((history or {}).get(b["box"], ()))} for b in doc["boxes"]]
+    return (
+        environment()
+        .get_template("audit.html.j2")
+        .render(
+            title=f"audit: {report.inventory}",
+            doc=doc,
+            sentence=sentence(report),
+            columns=[c for c in cols if c != BOX_WIDE],
+            matrix=matrix,
+            boxes=boxes,
+            mesh=doc["mesh"],
+        )
+    )
+
+
+def audit_page(report: AuditReport, fleet: Any, history: Any) -> str:
+    """The CLI's entry: lanes from the desired state, sparklines from the history store."""
+    from reconciler.history.series import drift_counts
+
+    names = [r.box for r in report.rows]
+    lanes = {
+        name: [lane.service_name for lane in fleet.boxes[name].lanes.values()]
+        for name in names
+        if name in fleet.boxes
+    }
+    return render_html(report, lanes, drift_counts(history, names))

@@ -1,0 +1,182 @@
+"""`--format html`: one self-contained page (no script, no CDN, no fetch) for drift and audit.
+
+Jinja2 renders it with autoescape on, so every value (an observed value is whatever the box
+says, and can be hostile) reaches the page as text. Jinja2 is imported here only, and this
+module only when html is asked for: the repeated text/json drift path never loads it.
+The page's Content-Security-Policy allows inline styles and data: images and nothing else,
+so even markup that slipped through could neither run nor fetch anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.compare.drift import Action, DriftReport
+from reconciler.report import grouped
+from reconciler.report.values import display, free_text, guarded, secret_tag
+
+GATEWAY = "gateway"
+BOX_WIDE = "box-wide"  # .env, compose files, the login shell, the host: not one lane's
+# Entries a converge does nothing about: a person decides, so the cell warns, not fails.
+REPORT_ONLY = frozenset({Action.REPORT, Action.SCRUB_SHELL})
+RANK = {"ok": 0, "warn": 1, "fail": 2, "unobserved": 3}
+
+
+@dataclass(frozen=True)
+class Cell:
+    state: str  # ok / warn / fail / unobserved / absent (no such lane on the box)
+    count: int = 0
+    title: str = ""
+
+
+def environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("reconciler.report", "templates"),
+        autoescape=True,  # every value is text, whatever it holds
+        undefined=jinja2.StrictUndefined,  # a template typo fails the render, never blank
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def columns(lanes: Mapping[str, Sequence[str]], boxes: Sequence[str], seen: set[str]) -> list[str]:
+    """The gateway, every lane of any box (desired first, in order, then lanes only drift
+    names), then the box-wide column."""
+    out: list[str] = [GATEWAY]
+    for box in boxes:
+        out += [lane for lane in lanes.get(box, ()) if lane not in out]
+    out += sorted(lane for lane in seen if lane not in out and lane != BOX_WIDE)
+    return [*out, BOX_WIDE]
+
+
+def column_of(subject: str) -> str:
+    if subject == GATEWAY:
+        return GATEWAY
+    if subject.startswith("lane:"):
+        return subject.removeprefix("lane:")
+    return BOX_WIDE
+
+
+def worse(a: str, b: str) -> str:
+    return a if RANK.get(a, 0) >= RANK.get(b, 0) else b
+
+
+def sparkline(counts: Sequence[int], width: int = 120, height: int = 24) -> dict[str, Any] | None:
+    """An inline SVG polyline's points for `counts` (oldest first); None under two points."""
+    if len(counts) < 2:
+        return None
+    top = max(max(counts), 1)
+    step = width / (len(counts) - 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 2 - (c / top) * (height - 4):.1f}" for i, c in enumerate(counts)
+    )
+    return {"points": points, "width": width, "height": height, "counts": list(counts)}
+
+
+def drift_matrix(
+    report: DriftReport, lanes: Mapping[str, Sequence[str]]
+) -> tuple[list[str], dict[str, dict[str, Cell]]]:
+    seen = {column_of(d.subject) for d in report.drifts}
+    cols = columns(lanes, [b.box for b in report.boxes], seen)
+    matrix: dict[str, dict[str, Cell]] = {}
+    for box in report.boxes:
+        own = set(lanes.get(box.box, ())) | {GATEWAY, BOX_WIDE}
+        row: dict[str, Cell] = {}
+        for col in cols:
+            drifts = [d for d in box.drifts if column_of(d.subject) == col]
+            if not box.reachable and box.partial is None:
+                row[col] = Cell("unobserved", title="not observed")
+                continue
+            if not drifts:
+                here = col in own or not lanes
+                row[col] = Cell("ok" if here else "absent", title="in sync" if here else "")
+                continue
+            state = "warn" if all(d.action in REPORT_ONLY for d in drifts) else "fail"
+            kinds = sorted({d.kind.value for d in drifts})
+            row[col] = Cell(state, len(drifts), f"{len(drifts)} entries: {', '.join(kinds)}")
+        matrix[box.box] = row
+    return cols, matrix
+
+
+def drift_causes(report: DriftReport) -> list[dict[str, Any]]:
+    """The causes as text and markdown list them (grouped.py), as plain strings."""
+    order = tuple(b.box for b in report.boxes)
+    out = []
+    for cause in grouped.causes(report):
+        rows = []
+        for row in grouped.rows(cause):
+            d = row.first
+            tag = secret_tag(d)
+            rows.append(
+                {
+                    "symptom": row.symptom,
+                    "kind": d.kind.value,
+                    "path": d.path,
+                    "desired": display(d.desired),
+                    "observed": display(d.observed) + (f" ({tag})" if tag else ""),
+                    "action": d.action.value,
+                    "where": grouped.where(row, order),
+                    "notes": [free_text(n) for n, _ in grouped.per_box(row, "note")],
+                    "sources": [free_text(s) for s, _ in grouped.per_box(row, "source")],
+                }
+            )
+        out.append({"id": cause.id, "boxes": cause.boxes, "entries": cause.entries, "rows": rows})
+    return out
+
+
+def render_drift_html(
+    report: DriftReport,
+    lanes: Mapping[str, Sequence[str]] | None = None,
+    history: Mapping[str, Sequence[int]] | None = None,
+) -> str:
+    """`lanes`: each box's desired lanes (services); `history`: each box's drift entry counts,
+    oldest first, this run last (no sparkline for a box without)."""
+    from reconciler.report.summary import summarize
+
+    report = guarded(report)
+    cols, matrix = drift_matrix(report, lanes or {})
+    boxes = []
+    for box in report.boxes:
+        boxes.append(
+            {
+                "name": box.box,
+                "observation": box.observation,
+                "partial": free_text(box.partial) if box.partial else None,
+                "errors": [free_text(str(e)) for e in box.errors],
+                "entries": len(box.drifts),
+                "spark": sparkline((history or {}).get(box.box, ())),
+            }
+        )
+    causes = drift_causes(report)
+    s = summarize(report, causes=len(causes))
+    return (
+        environment()
+        .get_template("drift.html.j2")
+        .render(
+            title=f"drift: {report.inventory}",
+            report=report,
+            summary=s,
+            columns=cols,
+            matrix=matrix,
+            boxes=boxes,
+            causes=causes,
+        )
+    )
+
+
+def drift_page(report: DriftReport, inputs: Any, history: Any) -> str:
+    """The CLI's entry: lanes from the drift inputs (the desired state), each box's earlier
+    counts from the history store `history` (a Path, or None: no sparkline), this run last."""
+    from reconciler.history.series import drift_counts
+
+    names = [b.box for b in report.boxes]
+    lanes = {b: list(inputs.expectations[b].lanes) for b in names if b in inputs.expectations}
+    series = drift_counts(history, names)
+    for box in report.boxes:
+        if box.box in series and box.observation != "none":
+            series[box.box].append(len(box.drifts))
+    return render_drift_html(report, lanes, series)
