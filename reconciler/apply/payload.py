@@ -90,8 +90,8 @@ def managed_env(exp: BoxExpectation, box: BoxSpec, environ: Mapping[str, str]) -
     """Managed key -> value, or {"secret": name} (+ "value" for a controller_env secret)."""
     out: dict[str, Any] = {}
     for entry in exp.env:
-        if isinstance(entry.value, str):
-            out[entry.key] = entry.value
+        if entry.value is None or isinstance(entry.value, str):
+            out[entry.key] = entry.value  # None: the box removes the key's line
             continue
         name = entry.value.secret
         source = box.secrets.get(name)

@@ -54,7 +54,7 @@ def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
                 seen,
                 env_rule.action,
                 source=where or "absent",
-                note=f"from {entry.origin}",
+                note=f"from {entry.origin}" if want is not None else f"{entry.origin}: null",
             )
     fact = doc.files.get(".env")
     mode = fact.mode if fact else None

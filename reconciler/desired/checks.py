@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry
-from reconciler.desired.envfile import MeshSeeds, desired_env
+from reconciler.desired.envfile import MeshSeeds, desired_env, left_out_image_problems
 from reconciler.desired.models import (
     BoxSpec,
     EnvValue,
@@ -35,6 +35,7 @@ def check_box(box: BoxSpec, inventory: dict[str, InventoryBox], mesh: MeshSeeds)
     findings += _contract_local(box)
     findings += _compose_chain(box)
     findings += _env_keys(desired_env(box, inventory, mesh))
+    findings += left_out_image_problems(box)
     return findings
 
 
@@ -156,7 +157,7 @@ def _secret_refs(box: BoxSpec) -> Iterator[tuple[PathKey, SecretRef]]:
         yield ("mesh", "key", "secret"), box.mesh.key
 
 
-def _env_maps(box: BoxSpec) -> Iterator[tuple[PathKey, str, EnvValue]]:
+def _env_maps(box: BoxSpec) -> Iterator[tuple[PathKey, str, EnvValue | None]]:
     for key, value in box.env.items():
         yield ("env", key), key, value
     for name, lane in box.lanes.items():
@@ -174,7 +175,7 @@ def _secrets(box: BoxSpec) -> Iterator[Finding]:
             )
     for path, key, value in _env_maps(box):
         secret_name = is_secret_name(key, box.secret_patterns)
-        if secret_name and not isinstance(value, SecretRef) and value != "":
+        if secret_name and not isinstance(value, SecretRef) and value not in ("", None):
             yield path, f"{key} is a secret name: use {{secret: <name>}}, never a literal value"
         if isinstance(value, SecretRef) and not secret_name:
             yield path, f"{key} takes a secret but matches no secret_patterns; add a pattern"

@@ -19,7 +19,7 @@ class SecretName:
 @dataclass(frozen=True)
 class EnvEntry:
     key: str
-    value: str | SecretName
+    value: str | SecretName | None  # None: the key must be absent from `.env`
     origin: str  # dotted YAML path that decided the value
 
     @property

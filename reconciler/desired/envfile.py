@@ -19,8 +19,20 @@ if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
 
 
-def env_text(value: EnvValue) -> str | SecretName:
-    """How compose will see a YAML scalar: booleans as lobes writes them (true/false)."""
+# Derived keys an `env: {KEY: null}` may leave out of `.env` because compose's fallback then
+# says the same: lobes' template reads `${HAND_IMAGE:-${VLLM_NIGHTLY_IMAGE...}}` (WORKER_IMAGE
+# and ASSOCIATE_IMAGE alike), and `${CULTURE_VLLM_API_KEY:-}`. Any other derived key is refused
+# (checks.py: "already set by"), a key the state does not derive may always be left out.
+NIGHTLY_FALLBACK = ("HAND_IMAGE", "WORKER_IMAGE", "ASSOCIATE_IMAGE")
+MAY_LEAVE_OUT = frozenset({*NIGHTLY_FALLBACK, "CULTURE_VLLM_API_KEY"})
+NIGHTLY = "VLLM_NIGHTLY_IMAGE"
+
+
+def env_text(value: EnvValue | None) -> str | SecretName | None:
+    """How compose will see a YAML scalar: booleans as lobes writes them (true/false); None
+    (a `null` pin) is a key that must be absent."""
+    if value is None:
+        return None
     if isinstance(value, SecretRef):
         return SecretName(value.secret)
     if isinstance(value, bool):
@@ -63,8 +75,9 @@ def desired_env(
 ) -> list[EnvEntry]:
     """Every managed `.env` key of `box`, in a stable order (derived keys, then pins)."""
     out: list[EnvEntry] = []
+    left_out = {k for k, v in box.env.items() if v is None and k in MAY_LEAVE_OUT}
 
-    def put(key: str, value: EnvValue, origin: str) -> None:
+    def put(key: str, value: EnvValue | None, origin: str) -> None:
         out.append(EnvEntry(key, env_text(value), origin))
 
     put("MODEL_GEAR_VERSION", box.lobes.version, "lobes.version")
@@ -79,7 +92,7 @@ def desired_env(
     image_vars: dict[str, tuple[str, str]] = {}
     for name, lane in sorted(box.lanes.items()):
         var = roles.IMAGE_VARIABLE.get(lane.role)
-        if var and var not in image_vars:
+        if var and var not in image_vars and var not in left_out:
             image_vars[var] = (box.image_ref(lane.image), f"lanes.{name}.image")
     for var, (ref, origin) in sorted(image_vars.items()):
         put(var, ref, origin)
@@ -106,7 +119,8 @@ def desired_env(
         put("GATEWAY_API_KEY", box.gateway.api_key, "gateway.api_key")
     else:
         put("GATEWAY_API_KEY", "", "gateway.auth")
-    put("CULTURE_VLLM_API_KEY", "", "gateway.auth")
+    if "CULTURE_VLLM_API_KEY" not in left_out:
+        put("CULTURE_VLLM_API_KEY", "", "gateway.auth")
 
     if box.mesh.enabled and box.mesh.key is not None:
         inv = inventory[box.name]
@@ -120,6 +134,35 @@ def desired_env(
 
     for key, value in box.env.items():
         put(key, value, f"env.{key}")
+    return out
+
+
+def left_out_image_problems(box: BoxSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """A lane whose own image variable is left out of `.env` runs VLLM_NIGHTLY_IMAGE's image:
+    it must want the one another lane of the box pins there, else no converge delivers it."""
+    nightly = next(
+        (
+            (name, box.image_ref(lane.image))
+            for name, lane in sorted(box.lanes.items())
+            if roles.IMAGE_VARIABLE.get(lane.role) == NIGHTLY
+        ),
+        None,
+    )
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for name, lane in sorted(box.lanes.items()):
+        var = roles.IMAGE_VARIABLE.get(lane.role)
+        if var not in NIGHTLY_FALLBACK or var not in box.env or box.env[var] is not None:
+            continue
+        if nightly is None:
+            why = f"no lane of the box pins {NIGHTLY}, so compose would run lobes' default"
+        elif nightly[1] != box.image_ref(lane.image):
+            why = f"compose then runs {NIGHTLY}, which lanes.{nightly[0]}.image decides"
+        else:
+            continue
+        out.append(
+            (("lanes", name, "image"), f"env.{var} is null (left out of .env): {why}; "
+             f"pin {var} or want the same image")
+        )  # fmt: skip
     return out
 
 

@@ -96,6 +96,9 @@ class SecretRef(Strict):
 
 # A string value is one line of text (checked after the union: its message, not five).
 EnvValue = Annotated[str | int | float | bool | SecretRef, AfterValidator(check_env_value)]
+# An `env:` pin of `null` means "leave this key out of `.env`": a converge removes its line
+# (lobes' own render leaves some keys out, and compose's `${KEY:-default}` then decides).
+EnvPin = EnvValue | None
 
 
 class BoxFileSecret(Strict):
@@ -151,7 +154,9 @@ class LaneSpec(Strict):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
     profile: Name | None = Field(default=None, description="COMPOSE_PROFILES entry it needs")
     boot_timeout_s: Annotated[int, Field(gt=0)] = 900
-    env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
+    env: dict[EnvKey, EnvPin] = Field(
+        default_factory=dict, description="extra .env pins of this lane; null: leave the key out"
+    )
 
     @property
     def service_name(self) -> str:
@@ -217,7 +222,13 @@ class BoxSpec(Strict):
     gpu_memory_budget: Annotated[float, Field(gt=0, le=1)]
     gateway: GatewaySpec
     mesh: MeshSpec
-    env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
+    env: dict[EnvKey, EnvPin] = Field(
+        default_factory=dict,
+        description="extra .env pins; null: leave the key out of .env (a converge removes its "
+        "line). A null may also drop a key the state derives where compose falls back the same: "
+        "a lane's own image variable (HAND_IMAGE, WORKER_IMAGE, ASSOCIATE_IMAGE: compose then "
+        "runs VLLM_NIGHTLY_IMAGE) or CULTURE_VLLM_API_KEY",
+    )
     lanes: dict[Name, LaneSpec] = Field(default_factory=dict)
     contract: dict[Role, RoleContract] = Field(default_factory=dict)
 

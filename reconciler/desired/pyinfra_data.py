@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reconciler.desired.entries import SecretName
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.types import check_host, check_user_name
@@ -34,7 +35,7 @@ def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
     data["desired"] = fleet.boxes[box].model_dump(mode="json")
     # Managed .env keys; a secret is its reference ({"secret": name}), never a value.
     data["desired_env"] = {
-        e.key: e.value if isinstance(e.value, str) else {"secret": e.value.secret}
+        e.key: {"secret": e.value.secret} if isinstance(e.value, SecretName) else e.value
         for e in box_env(fleet, box)
     }
     return data

@@ -10,7 +10,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from reconciler.desired.entries import EnvEntry
+from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.problems import Location, PathKey
@@ -22,7 +22,9 @@ def env_lines(entries: list[EnvEntry]) -> list[str]:
     """KEY=value lines as compose will read them; a secret shows *** and its source."""
     out = []
     for entry in entries:
-        if isinstance(entry.value, str):
+        if entry.value is None:
+            out.append(f"# {entry.key} left out of .env   (null: {entry.origin})")
+        elif isinstance(entry.value, str):
             out.append(f"{entry.key}={entry.value}")
         else:
             out.append(f"{entry.key}={MASK}   # secret {entry.value.secret}")
@@ -56,8 +58,9 @@ def show_text(fleet: Fleet, box: str) -> str:
 def show_json(fleet: Fleet, box: str) -> str:
     spec = fleet.boxes[box]
     env = {
-        e.key: {"value": e.value if isinstance(e.value, str) else MASK, "origin": e.origin}
-        | ({"secret": e.value.secret} if not isinstance(e.value, str) else {})
+        e.key: {"value": e.value if e.value is None or isinstance(e.value, str) else MASK}
+        | {"origin": e.origin}
+        | ({"secret": e.value.secret} if isinstance(e.value, SecretName) else {})
         for e in box_env(fleet, box)
     }
     doc = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from reconciler.desired import roles, secret_names
+from reconciler.desired.envfile import MAY_LEAVE_OUT, NIGHTLY
 from reconciler.importer.boxview import BoxView
 from reconciler.importer.contract import adopt_contract
 from reconciler.importer.gateway import adopt_gateway, adopt_mesh
@@ -68,6 +69,7 @@ def adopt_box(
     if contract:
         tree["contract"] = contract
     _env_pins(view, tree)
+    _left_out(view, tree)
     adopt_policy(view, tree)
     return tree, view
 
@@ -154,3 +156,35 @@ def _env_pins(view: BoxView, tree: Tree) -> None:
 def _lane_prefixes(tree: Tree) -> set[str]:
     lanes = tree.get("lanes", {})
     return {roles.ENV_PREFIX[lane["role"].value] for lane in lanes.values()}
+
+
+def _left_out(view: BoxView, tree: Tree) -> None:
+    """Keys a desired state derives that lobes' own render leaves out of `.env`, where
+    compose's fallback says the same (envfile.MAY_LEAVE_OUT): adopted as `env: {KEY: null}`,
+    so a converge keeps them out. A lane's own image variable only when the lane runs the
+    image VLLM_NIGHTLY_IMAGE gives it; else the variable stays pinned (and drift shows it)."""
+    lanes = tree.get("lanes", {})
+    nightly = sorted(
+        lane["image"].value
+        for lane in lanes.values()
+        if roles.IMAGE_VARIABLE.get(lane["role"].value) == NIGHTLY
+    )
+    for key in sorted(MAY_LEAVE_OUT):
+        if view.line(key) is not None:
+            continue
+        users = sorted(
+            name
+            for name, lane in lanes.items()
+            if roles.IMAGE_VARIABLE.get(lane["role"].value) == key
+        )
+        if key == "CULTURE_VLLM_API_KEY":
+            put(tree, ("env", key), Sourced(None, f"not in .env (compose: ${{{key}:-}})"))
+        elif not users:
+            continue
+        elif nightly and all(lanes[n]["image"].value == nightly[0] for n in users):
+            put(tree, ("env", key), Sourced(None, f"not in .env (compose runs {NIGHTLY})"))
+        else:
+            view.note(
+                f"{key} is not in .env and lanes {', '.join(users)} run another image than "
+                f"{NIGHTLY}: pinned (a converge writes it)"
+            )

@@ -67,6 +67,10 @@ def dump_layer(tree: Tree, header: str) -> str:
     yaml = YAML()  # round-trip: keeps the comments attached above
     yaml.width = 4096  # a long .env value stays on its line
     yaml.indent(mapping=2, sequence=4, offset=2)
+    # `KEY: null` (leave it out of .env) said in words: ruamel's default writes nothing.
+    yaml.representer.add_representer(
+        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
     buffer = io.StringIO()
     for line in header.splitlines():
         buffer.write(f"# {line}\n" if line else "#\n")

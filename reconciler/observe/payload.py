@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from reconciler.desired.entries import EnvEntry
+from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.secret_names import effective
 
 if TYPE_CHECKING:  # values arrive validated; nothing here needs the models at run time
@@ -29,8 +29,11 @@ def collector_payload(
 ) -> dict[str, Any]:
     managed: dict[str, Any] = {}
     for entry in env:
+        # None (JSON null): the key must be absent; the collector renders without its line.
         managed[entry.key] = (
-            entry.value if isinstance(entry.value, str) else {"secret": entry.value.secret}
+            entry.value
+            if entry.value is None or isinstance(entry.value, str)
+            else {"secret": entry.value.secret}
         )
     box_secrets = {
         name: {"path": src.path, "key": src.key}
@@ -57,7 +60,7 @@ def collector_payload(
 def controller_secrets(box: BoxSpec, env: list[EnvEntry]) -> dict[str, str]:
     """secret name -> variable, for each controller_env secret drift or audit checks: the ones
     `.env` pins and the gateway's and mesh's keys (a defined but unused one is not required)."""
-    used = [e.value.secret for e in env if not isinstance(e.value, str)]
+    used = [e.value.secret for e in env if isinstance(e.value, SecretName)]
     used += [box.gateway.api_key.secret] if box.gateway.api_key else []
     used += [box.mesh.key.secret] if box.mesh.enabled and box.mesh.key else []
     out = {}

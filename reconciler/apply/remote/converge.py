@@ -191,7 +191,7 @@ def _validate_converge(p, home):
             _named("managed_env.%s.secret" % key, spec.get("secret"), SECRET_NAME)
             if "value" in spec:
                 _env_value("managed_env.%s" % key, spec["value"])
-        else:
+        elif spec is not None:  # None: the key must be absent (its lines are removed)
             _env_value("managed_env.%s" % key, spec)
     for name, src in _dict("box_secrets", p.get("box_secrets") or {}).items():
         _named("box_secrets", name, SECRET_NAME)
@@ -717,9 +717,11 @@ def desired_values(box):
     if missing:
         raise Failed("secret source missing: " + ", ".join(sorted(set(missing))))
     for key, spec in box.p["managed_env"].items():
-        if isinstance(spec, dict) or floor_secret(key):  # a floor name's value is a secret too
-            box.secrets.append(out[key])
+        if isinstance(spec, dict) or (spec is not None and floor_secret(key)):
+            box.secrets.append(out[key])  # a floor name's value is a secret too
     for key in box.p.get("env_keys") or []:
+        if out[key] is None:
+            continue
         try:
             quote(out[key])
         except Failed as exc:
@@ -730,7 +732,21 @@ def desired_values(box):
 def differs(key, want, current):
     # An absent key is appended even when empty: `KEY=` is what the drift engine renders
     # from, and lanes read `.env` whole through env_file, so absent and empty differ there.
+    # A key wanted absent (None, `env: {KEY: null}`) differs while any line assigns it.
+    if want is None:
+        return key in current
     return key not in current or current[key][0] != want
+
+
+def assigning_lines(lines, key):
+    """Indexes of every active assignment of `key` (compose keeps the last; removing a key
+    must remove them all, or an earlier one would become the value)."""
+    out = []
+    for index, raw in enumerate(lines):
+        match = _LINE.match(raw.rstrip("\r\n"))
+        if match and not raw.lstrip().startswith("#") and match.group(1) == key:
+            out.append(index)
+    return out
 
 
 def write_env(box, keys, desired):
@@ -743,13 +759,15 @@ def write_env(box, keys, desired):
         text = ""
     current = parse_env(text)
     lines = text.splitlines(True)
-    changed = []
+    changed, removed = [], set()
     for key in keys:
         want = desired[key]
         if not differs(key, want, current):
             continue
         changed.append(key)
-        if key in current:
+        if want is None:
+            removed.update(assigning_lines(lines, key))
+        elif key in current:
             index = current[key][1]
             raw = lines[index]
             ending = raw[len(raw.rstrip("\r\n")) :]
@@ -758,6 +776,8 @@ def write_env(box, keys, desired):
             if lines and not lines[-1].endswith("\n"):
                 lines[-1] += "\n"
             lines.append("%s=%s\n" % (key, quote(want)))
+    if removed:
+        lines = [line for index, line in enumerate(lines) if index not in removed]
     mode_ok = os.path.exists(path) and (os.stat(path).st_mode & 0o777) == 0o600
     if changed or not mode_ok:
         atomic_write(path, "".join(lines).encode("utf-8"), 0o600)

@@ -386,11 +386,14 @@ def secret_sources(run, sent=None):
 
 
 def desired_envfile(run, current_text, secret_values):
-    """The .env a converge would write: current lines, managed keys replaced or appended.
+    """The .env a converge would write: current lines, managed keys replaced or appended, and
+    a key managed as None (`env: {KEY: null}`) without its lines, as a converge removes them.
     Used only to render; it lives in a 0600 temp file that is removed before the run ends."""
-    managed = {}
+    managed, absent = {}, set()
     for key, spec in run.p["managed_env"].items():
-        if not isinstance(spec, dict):
+        if spec is None:
+            absent.add(key)
+        elif not isinstance(spec, dict):
             managed[key] = spec
         elif spec["secret"] in secret_values:
             managed[key] = secret_values[spec["secret"]]
@@ -400,6 +403,8 @@ def desired_envfile(run, current_text, secret_values):
     lines, seen = [], set()
     for raw in (current_text or "").splitlines():
         match = _LINE.match(raw)
+        if match and not raw.lstrip().startswith("#") and match.group(1) in absent:
+            continue
         if match and not raw.lstrip().startswith("#") and match.group(1) in managed:
             key = match.group(1)
             if key in seen:
