@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import html
 import json
 import re
 import shutil
@@ -26,6 +27,7 @@ import pytest
 
 from reconciler.audit.document import AuditReportDoc
 from reconciler.audit.report import AuditReport
+from reconciler.audit.report_html import render_html
 from reconciler.audit.report_json import render_json
 from reconciler.audit.report_md import render_markdown
 from reconciler.audit.report_text import render_text
@@ -275,6 +277,7 @@ def outputs(report: AuditReport) -> dict[str, str]:
         "text": render_text(report),
         "json": render_json(report),
         "markdown": render_markdown(report),
+        "html": render_html(report),
     }
 
 
@@ -402,7 +405,7 @@ def test_a_broken_snapshot_file_is_that_boxs_error(tmp_path, case):
 
 
 # -- the command as an operator runs it --------------------------------------------------------
-@pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html"])
 def test_the_audit_command_reports_every_box_around_a_hostile_one(tmp_path, capsys, fmt):
     from reconciler.cli import main
 
@@ -428,7 +431,8 @@ def test_the_audit_command_reports_every_box_around_a_hostile_one(tmp_path, caps
     else:
         for box in ("orin", "thor", "mesh"):
             assert box in out
-        assert "malformed" in out and "a secret's value in clear text" in out
+        text = html.unescape(out) if fmt == "html" else out  # the page's text, as shown
+        assert "malformed" in text and "a secret's value in clear text" in text
 
 
 def test_lane_ports_asked_are_the_boxs_own_published_ports():
