@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from reconciler.compare.drift import DriftReport
 
-Format = Literal["text", "json", "markdown"]
-FORMATS: tuple[Format, ...] = ("text", "json", "markdown")
+Format = Literal["text", "json", "markdown", "html"]
+FORMATS: tuple[Format, ...] = ("text", "json", "markdown", "html")
 
 
 def render(report: DriftReport, fmt: Format, color: bool = False, width: int = 100) -> str:
@@ -29,6 +29,10 @@ def render(report: DriftReport, fmt: Format, color: bool = False, width: int = 1
         from reconciler.report.markdown import render_markdown
 
         return render_markdown(report)
+    if fmt == "html":  # without lanes or history; the CLI passes both (report/html.py)
+        from reconciler.report.html import render_drift_html
+
+        return render_drift_html(report)
     raise ValueError(f"unknown report format {fmt!r} (one of: {', '.join(FORMATS)})")
 
 
