@@ -249,12 +249,15 @@ def test_audit_never_prints_a_canary(lab, restore, tmp_path):
 
 
 def test_audit_exits_1_when_a_box_cannot_be_audited(lab, restore, tmp_path):
-    """Nothing changes on the boxes: thor is only looked for on a port nobody listens on."""
+    """Nothing changes on the boxes: thor's sshd is only looked for on a port nobody listens
+    on. Its gateway still answers the controller, so thor is seen from the mesh side (partial):
+    pristine thor runs open where the desired state says keyed, and that is said too."""
     inventory = sc.unreachable(sc.desired_state(tmp_path / "desired", {}), "thor")
     rc, doc, text = audit(inventory, tmp_path)
     thor = box(doc, "thor")
     assert (thor["audited"], thor["verdict"], thor["evidence"]) == (False, "fail", None)
-    assert codes(thor) == {"audit.unobserved"} and "ssh" in thor["errors"][0].lower()
+    assert thor["observation"] == "partial" and "ssh" in thor["errors"][0].lower()
+    assert codes(thor) == {"audit.unobserved", "posture.keyed-but-open"}
     assert all(box(doc, b)["audited"] for b in ("spark", "orin"))
     assert "mesh.incomplete" in codes(doc["mesh"])
     assert rc == 1 and doc["summary"]["exit_code"] == 1
