@@ -1,10 +1,12 @@
 """Why a difference survives adoption: each one the round trip leaves is a fact about the box
 that no desired state of this project can express, named here in one sentence.
 
-The desired state always pins some `.env` keys (a lane's own image variable, both inbound key
-variables, the mesh's keys): a box that lacks them keeps them to compose's defaults or to
-whoever's shell starts compose next, and a converge writes them (and, since lanes read `.env`
-through `env_file`, recreates the lanes that then carry them).
+The desired state pins some `.env` keys whatever a box has (GATEWAY_API_KEY, the mesh's keys,
+a lane's own image variable when the lane runs another image than VLLM_NIGHTLY_IMAGE's): a box
+that lacks them keeps them to compose's defaults or to whoever's shell starts compose next, and
+a converge writes them (and, since lanes read `.env` through `env_file`, recreates the lanes
+that then carry them). Keys lobes' render leaves out where compose's fallback says the same are
+adopted as `env: {KEY: null}` and leave nothing (adopt.py `_left_out`).
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ def reason(d: Drift, exp: BoxExpectation | None = None, snapshot: bool = False) 
         )
     if d.kind == Kind.ENVFILE and d.observed is None and d.path in IMAGE_VARIABLES:
         return (
-            f"{d.path} is not in .env (compose's default picks the image); a desired state "
-            "always pins each lane's image variable"
+            f"{d.path} is not in .env and its lane runs another image than VLLM_NIGHTLY_IMAGE "
+            "gives it: the desired state pins the lane's own image variable"
         )
     if d.kind == Kind.ENVFILE and d.path in ALWAYS_PINNED:
         return f"{d.path} is always decided by gateway.auth / mesh, never left as the box has it"
