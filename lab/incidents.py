@@ -20,6 +20,7 @@ import re
 import secrets as _secrets
 import shlex
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import deployments, imageset, readiness, ssh
@@ -371,8 +372,10 @@ def reset(box: str | None = None, *, timeout: float = 120) -> dict[str, Any]:
     images = imageset.load()
     secrets = labfacts.lab_secrets()
     targets = [_box(box)] if box else list(BOXES)
-    with locked():
-        changed = {b.name: _converge(b, images, secrets) for b in targets}
+    with locked(), ThreadPoolExecutor(len(targets)) as pool:
+        # Each box has its own dockerd and files: resetting them at once overlaps their waits.
+        done = pool.map(lambda b: _converge(b, images, secrets), targets)
+        changed = {b.name: result for b, result in zip(targets, done, strict=True)}
     services = {b.name: list(deployments.manifest(b)["services"]) for b in BOXES}
     readiness.wait_all(services, timeout=timeout)
     return {"reset": [b.name for b in targets], "changed": changed}
