@@ -5,7 +5,8 @@
 # 2 drift (the pristine lab is lobes' own render, so expect drift), 1 a box not observed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# The demo opens no browser: Chromium (only the HTML report's test needs it) is left out.
+FLEET_SETUP_SKIP_BROWSER=1 bash scripts/setup.sh
 .venv/bin/python -m lab up
 export FLEET_INVENTORY=lab
 .venv/bin/reconcile validate
