@@ -152,9 +152,9 @@ git -C "$REPO" ls-files -z --cached --others --exclude-standard |
     done | (cd "$REPO" && xargs -0 cp --parents -t "$copy")
 install -m 0755 "$setup" "$copy/.ci/setup-machine.sh"
 in_root() {
-    # FLEET_SETUP_SKIP_BROWSER: Chromium (the HTML report's test) is no part of the lab's
+    # FLEET_SETUP_SKIP_TEST_TOOLS: Chromium and promtool (only tests use them) are no part of the lab's
     # set-up and would double this check's downloads; setup-machine.sh installs it apart.
-    chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb FLEET_SETUP_SKIP_BROWSER=1 \
+    chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb FLEET_SETUP_SKIP_TEST_TOOLS=1 \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${pip_env[@]}" \
         bash -c 'cd /root/fleet-reconciler && "$@"' in_root "$@"
 }

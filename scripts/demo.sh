@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The demo opens no browser: Chromium (only the HTML report's test needs it) is left out.
-FLEET_SETUP_SKIP_BROWSER=1 bash scripts/setup.sh
+FLEET_SETUP_SKIP_TEST_TOOLS=1 bash scripts/setup.sh
 .venv/bin/python -m lab up
 export FLEET_INVENTORY=lab
 .venv/bin/reconcile validate

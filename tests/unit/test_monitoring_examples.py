@@ -1,12 +1,14 @@
-"""examples/monitoring: the alert rules hold to Prometheus' rule-file format (checked against
-its schema here: promtool is not installable from this project's registries) and name only
-series that `--metrics` writes, with label matchers on labels it sets; the systemd units and
-the cron line run commands this CLI accepts, every 15 minutes."""
+"""examples/monitoring: the alert rules load in Prometheus' own checker (`promtool check rules`,
+and `promtool test rules` fires each alert; .ci/setup-machine.sh takes promtool from Debian's
+prometheus package), hold to the rule-file format, and name only series that `--metrics`
+writes, with label matchers on labels it sets; the systemd units and the cron line run
+commands this CLI accepts, every 15 minutes."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from reconciler.compare.drift import Kind
 from reconciler.metrics import VERDICTS, audit_registry, drift_registry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
+PROMTOOL = "/opt/fleet-lab/bin/promtool"  # .ci/setup-machine.sh; never skipped when missing
 RULE_KEYS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -158,3 +161,21 @@ def test_the_promtool_rule_tests_cover_every_alert() -> None:
         for series in test["input_series"]:
             name = series["series"].split("{", 1)[0]
             assert name in written_metric_names()
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PROMTOOL, *args], cwd=EXAMPLES, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_promtool_loads_the_rule_file() -> None:
+    done = _promtool("check", "rules", "fleet-alerts.rules.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"SUCCESS: \d+ rules found", done.stdout + done.stderr)
+
+
+def test_promtool_fires_each_alert_as_its_tests_expect() -> None:
+    done = _promtool("test", "rules", "fleet-alerts.test.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout + done.stderr
