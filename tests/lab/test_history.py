@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import lab as labpkg
 from tests.lab import audit_scenarios as sc
+from tests.lab.lab_cli import reconcile
 
 pytestmark = pytest.mark.lab
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def reconcile(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", "--root", str(REPO), "-i", "lab", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def store_text(db: Path) -> str:

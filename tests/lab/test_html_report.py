@@ -9,8 +9,6 @@ The page's other properties (escaping, audit, phone width) are unit tests on cap
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +16,9 @@ import pytest
 
 from reconciler.desired.load import load_fleet
 from tests.chromium import artifacts_dir, chromium
+from tests.lab.lab_cli import REPO, reconcile
 
 pytestmark = pytest.mark.lab
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def reconcile(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", "--root", str(REPO), "-i", "lab", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def test_live_drift_page_in_chromium(lab: Any, tmp_path: Path) -> None:

@@ -40,3 +40,25 @@ def load_box_program(name: str, relative: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- `reconcile import` of the pristine lab's saved snapshot (test_import*.py) ---------------------
+IMPORT_SNAPSHOT = ROOT / "tests" / "fixtures" / "import" / "pristine"
+
+
+@pytest.fixture(scope="module")
+def pristine_import(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """The adopted repository, import's exit code and what it printed."""
+    import contextlib
+    import io
+
+    from reconciler.cli import main
+
+    out = tmp_path_factory.mktemp("import") / "adopted"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        code = main(
+            ["--root", str(ROOT), "-i", "lab", "import", "--from-snapshot", str(IMPORT_SNAPSHOT),
+             "--output", str(out)]
+        )  # fmt: skip
+    return out, code, buffer.getvalue()

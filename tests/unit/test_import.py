@@ -7,8 +7,6 @@ adopted `.env`; examples/lab-incidents/snapshot is the lab with the field incide
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
@@ -42,18 +40,6 @@ def run_import(
 def drift_of(root: Path, snapshot: Path) -> list[Drift]:
     fleet = load_fleet(root, "lab")
     return list(run_drift(fleet, list(fleet.boxes), from_snapshot=snapshot).report.drifts)
-
-
-@pytest.fixture(scope="module")
-def pristine_import(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    out = tmp_path_factory.mktemp("import") / "adopted"
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = main(
-            ["--root", str(REPO), "-i", "lab", "import", "--from-snapshot", str(PRISTINE),
-             "--output", str(out)]
-        )  # fmt: skip
-    return out, code, buffer.getvalue()
 
 
 def layer(root: Path, name: str) -> Any:

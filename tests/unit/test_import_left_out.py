@@ -8,8 +8,6 @@ compare), and the loader refuses a null that no converge could honour.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from collections.abc import Callable
@@ -20,7 +18,6 @@ import pytest
 from ruamel.yaml import YAML
 
 from reconciler.apply.payload import check
-from reconciler.cli import main
 from reconciler.desired.envfile import box_env
 from reconciler.desired.load import load_fleet
 from reconciler.desired.problems import DesiredStateError
@@ -33,18 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 collector = load_box_program("box_collector_left_out", "reconciler/observe/remote/collector.py")
 converge = load_box_program("box_converge_left_out", "reconciler/apply/remote/converge.py")
 LEFT_OUT = {"HAND_IMAGE", "CULTURE_VLLM_API_KEY"}
-
-
-@pytest.fixture(scope="module")
-def pristine_import(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    out = tmp_path_factory.mktemp("import") / "adopted"
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = main(
-            ["--root", str(REPO), "-i", "lab", "import", "--from-snapshot", str(PRISTINE),
-             "--output", str(out)]
-        )  # fmt: skip
-    return out, code, buffer.getvalue()
 
 
 def test_the_pristine_lab_adopts_the_keys_lobes_leaves_out_as_null(
