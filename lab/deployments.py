@@ -77,10 +77,21 @@ def rendered(box: Box) -> bool:
     )
 
 
+def _remove_all_containers(box: Box) -> None:
+    ids = run(as_user(box, [DOCKER, "ps", "-aq"])).stdout.split()
+    if ids:
+        log(f"{box.name}: removing {len(ids)} container(s) left from an earlier lab")
+        run(as_user(box, [DOCKER, "rm", "-f", *ids]), timeout=120)
+
+
 def lobes_init(box: Box) -> None:
     """Run the real `lobes init` as the box user and keep its raw output as the base."""
     log(f"lobes init --profile {box.name} --shape {box.shape} --apply ({box.user})")
     if box.lobes_dir.exists():
+        # A home left by another checkout's lab (or a machine image taken with the lab up)
+        # still has containers; the engine restarts them and the gateway keeps writing to
+        # ~/.lobes/logs while it is being removed. Stop them first.
+        _remove_all_containers(box)
         shutil.rmtree(box.lobes_dir)
     proc = run(
         as_user(
