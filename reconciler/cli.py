@@ -71,7 +71,9 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from reconciler.history.hooks import finish_drift, prepare
+    from reconciler.observe.fanout import configure
 
+    configure(args.max_parallel, args.timeout)  # how many boxes at once, how long one may take
     outs = prepare(args)  # --metrics / the history store: checked before any box is contacted
     if outs is None:
         return EXIT_ERROR
@@ -316,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="compare saved observations instead of connecting (offline)",
     )
+    __import__("reconciler.observe.fanout_cli", fromlist=["x"]).add_arguments(drift_p)
     __import__("reconciler.history.hooks", fromlist=["x"]).add_arguments(drift_p)  # --metrics
     __import__("reconciler.audit.cli", fromlist=["register"]).register(sub)  # `audit`
     __import__("reconciler.history.cli", fromlist=["register"]).register(sub)  # history, diff

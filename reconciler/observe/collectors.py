@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from reconciler.observe import fanout
 from reconciler.observe.controller_secrets import controller_values, stdin_payload
 from reconciler.observe.transport import Running, Target, python_command, spawn
 
@@ -26,16 +27,31 @@ def start_collectors(
     targets: Mapping[str, Target],
     payloads: Mapping[str, dict[str, Any]],
     environ: Mapping[str, str] | None = None,
+    max_parallel: int | None = None,
 ) -> dict[str, Running]:
     """The collector on every box of `payloads` (each with its run key), not waited for.
 
-    The controller_env secrets a payload names are read from `environ` (this process's
-    environment) first and go on stdin; an unset one raises before any box is contacted."""
+    At most `max_parallel` boxes (default: fanout.limit(), sized for this controller) run at
+    once: when there are more, the rest wait in line and each starts when an earlier box's
+    answer has been read (reconciler/observe/fanout.py). The controller_env secrets a payload
+    names are read from `environ` (this process's environment) first and go on stdin; an unset
+    one raises before any box is contacted."""
     sent = controller_values(payloads, os.environ if environ is None else environ)
-    return {
-        box: spawn(targets[box], collector_command(payload), stdin_payload(sent.get(box)))
-        for box, payload in payloads.items()
-    }
+    size = fanout.limit() if max_parallel is None else max_parallel
+
+    def starter(box: str, payload: dict[str, Any]) -> Callable[[], Running]:
+        command, stdin = collector_command(payload), stdin_payload(sent.get(box))
+        return lambda: spawn(targets[box], command, stdin)
+
+    if len(payloads) <= size:  # every box at once: no line to wait in, nothing to schedule
+        return {box: starter(box, payload)() for box, payload in payloads.items()}
+    slots = fanout.Slots(size)
+    handles: dict[str, Running] = {}
+    for box, payload in payloads.items():
+        queued = fanout.Queued(box, starter(box, payload), slots)
+        handles[box] = queued
+        slots.take(queued)
+    return handles
 
 
 def collector_command(payload: dict[str, Any]) -> str:

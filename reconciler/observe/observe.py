@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reconciler.drift_inputs import DriftInputs
+from reconciler.observe import fanout
 from reconciler.observe.document import (
     MAX_ANSWER_BYTES,
     NO_PROBES,
@@ -111,23 +112,30 @@ def observe(
     inputs: DriftInputs,
     boxes: list[str],
     run_key: str,
-    timeout: float = 60.0,
+    timeout: float | None = None,
     early: EarlyStart | None = None,
 ) -> dict[str, BoxObservation]:
-    """Observe `boxes`; `early` holds collectors already started from these same inputs."""
+    """Observe `boxes`; `early` holds collectors already started from these same inputs.
+    `timeout`: what one box may take (default: `--timeout`, FLEET_BOX_TIMEOUT, else 60 s)."""
     if early is None or early.run_key != run_key or set(early.running) != set(boxes):
         if early is not None:
             early.cancel()
         early = launch(inputs, boxes, run_key)
-    return gather(early.running, early.probes, timeout)
+    return gather(early.running, early.probes, fanout.box_timeout() if timeout is None else timeout)
 
 
 def gather(
     running: dict[str, Running], probes: Future[dict[str, dict[str, Any]]], timeout: float
 ) -> dict[str, BoxObservation]:
-    """Wait for every box's collector and for the controller's probes: one observation each."""
+    """Wait for every box's collector and for the controller's probes: one observation each.
+    `timeout` is each box's own, counted from its start: a box that hangs costs that, and the
+    other boxes are read (and counted on the progress line) as each answers."""
     started = time.monotonic()
-    answers = _finish_each(running, timeout)
+    progress = fanout.Progress(len(running))
+    try:
+        answers = _finish_each(running, timeout, progress.update)
+    finally:
+        progress.close()
     try:
         controller = probes.result()
     except Exception:  # the probes are a part of each box's observation, never the run's end
@@ -151,16 +159,21 @@ def gather(
 Answer = tuple[dict[str, Any] | None, Observed | Fault]
 
 
-def _finish_each(running: dict[str, Running], timeout: float) -> dict[str, Answer]:
+def _finish_each(
+    running: dict[str, Running], timeout: float, done: Callable[[int], None] = lambda n: None
+) -> dict[str, Answer]:
     """Every box's answer at once, each read as soon as it arrives (while slower boxes are
     still working); whatever goes wrong reading one box is that box's fault (an answer that is
-    not UTF-8 makes the pipe's decoding raise, for one)."""
+    not UTF-8 makes the pipe's decoding raise, for one). `done(n)` is told each time one more
+    box is through. Boxes waiting for a slot (fanout.Queued) have a thread each too: it waits
+    for the box's turn, which an earlier box's thread gives it when it finishes."""
     if not running:
         return {}
     with ThreadPoolExecutor(max_workers=len(running)) as pool:
-        futures = {box: pool.submit(_answer, handle, timeout) for box, handle in running.items()}
+        futures = {pool.submit(_answer, handle, timeout): box for box, handle in running.items()}
         out: dict[str, Answer] = {}
-        for box, future in futures.items():
+        for future in as_completed(futures):
+            box = futures[future]
             try:
                 out[box] = future.result()
             except UnicodeDecodeError:
@@ -170,7 +183,8 @@ def _finish_each(running: dict[str, Running], timeout: float) -> dict[str, Answe
                 running[box].cancel()
                 failed = f"reading the answer failed ({type(exc).__name__})"
                 out[box] = (None, Fault(FaultKind.UNREACHABLE, failed))
-        return out
+            done(len(out))
+        return {box: out[box] for box in running}  # the boxes' own order, not the finish order
 
 
 def _answer(handle: Running, timeout: float) -> Answer:

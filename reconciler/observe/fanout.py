@@ -1,0 +1,239 @@
+"""How many boxes are observed at once, how long one box may take, and the progress line.
+
+Stdlib only: this is on the repeated drift path, which starts its collectors before importing
+anything heavy.
+
+Why a limit at all: every box in flight costs the controller an ssh client (a process, three
+pipes, the key exchange's CPU), a thread that drains its answer and a socket for the
+new-connection check. On a fleet of a thousand boxes, starting them all at once runs the
+controller out of file descriptors (the usual soft limit is 1,024) and makes a thousand key
+exchanges fight for its cores, so that the first answers arrive no sooner than the last. A box
+that waits for a slot starts the moment another box's answer has been read; its own timeout
+counts from its own start, so a box that hangs holds one slot for its timeout and delays
+nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TextIO
+
+from reconciler.observe.transport import CHECK_S, OUTPUT_LIMIT_BYTES, RemoteResult, Running
+
+LIMIT_ENV = "FLEET_MAX_PARALLEL"
+TIMEOUT_ENV = "FLEET_BOX_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+# What one box in flight holds open in the controller: stdin, stdout and stderr pipes of its
+# ssh client, the new-connection check's socket, the gateway probe's connection, and slack
+# for the pipes' ends while Popen forks.
+FDS_PER_BOX = 8
+# Kept free for the process itself: the Python runtime, the history store, the report file.
+FDS_RESERVED = 64
+# ssh clients mostly wait (on the network, on the box's collector); their CPU is the key
+# exchange (~0.1 s per new connection here) and a few ms per answer. So the limit is not
+# the core count: 32 per core keeps a two-core controller at 64 boxes in flight, which is
+# every box of the 50-box lab at once (the comparison against the floor, which starts all of
+# them, stays like with like) while a thousand-box fleet queues.
+BOXES_PER_CPU = 32
+MIN_LIMIT = 4
+
+_configured: dict[str, float] = {}
+
+
+def default_limit(cpus: int | None = None, open_files: int | None = None) -> int:
+    """The controller's own size: BOXES_PER_CPU a core, within its file-descriptor limit."""
+    if cpus is None:
+        cpus = os.cpu_count() or 1
+    if open_files is None:
+        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if open_files == resource.RLIM_INFINITY:
+            open_files = 1 << 20
+    by_fds = (open_files - FDS_RESERVED) // FDS_PER_BOX
+    return max(MIN_LIMIT, min(BOXES_PER_CPU * cpus, by_fds))
+
+
+def parse_limit(text: str) -> int:
+    """`--max-parallel N` / FLEET_MAX_PARALLEL: a whole number of boxes, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not a whole number of boxes: {text!r}") from None
+    if value < 1:
+        raise ValueError(f"at least one box at a time, not {value}")
+    return value
+
+
+def parse_timeout(text: str) -> float:
+    """`--timeout S` / FLEET_BOX_TIMEOUT: seconds, more than 0 and at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86400:
+        raise ValueError(f"a timeout is more than 0 s and at most 86400 s, not {text}")
+    return value
+
+
+def configure(max_parallel: int | None = None, timeout: float | None = None) -> None:
+    """What the command line asked for; unset keeps the environment's, then the default."""
+    if max_parallel is not None:
+        _configured["max_parallel"] = max_parallel
+    if timeout is not None:
+        _configured["timeout"] = timeout
+
+
+def limit() -> int:
+    if "max_parallel" in _configured:
+        return int(_configured["max_parallel"])
+    if os.environ.get(LIMIT_ENV):
+        return parse_limit(os.environ[LIMIT_ENV])
+    return default_limit()
+
+
+def box_timeout() -> float:
+    if "timeout" in _configured:
+        return _configured["timeout"]
+    if os.environ.get(TIMEOUT_ENV):
+        return parse_timeout(os.environ[TIMEOUT_ENV])
+    return DEFAULT_TIMEOUT_S
+
+
+# -- slots -----------------------------------------------------------------------------------------
+class Slots:
+    """At most `size` boxes in flight: the first ones start now, the rest when one is read."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._waiting: deque[Queued] = deque()
+        self.peak = 0  # the most boxes that were ever in flight at once (for tests, benchmarks)
+
+    def take(self, handle: Queued) -> None:
+        with self._lock:
+            if self._busy >= self.size:
+                self._waiting.append(handle)
+                return
+            self._busy += 1
+            self.peak = max(self.peak, self._busy)
+        handle.begin()
+
+    def give_back(self) -> None:
+        with self._lock:
+            nxt = self._waiting.popleft() if self._waiting else None
+            if nxt is None:
+                self._busy -= 1
+            # else the slot passes straight to the next box: _busy stays
+        if nxt is not None:
+            nxt.begin()
+
+    def drop(self, handle: Queued) -> bool:
+        """Take a box that never started out of the queue (its run was cancelled)."""
+        with self._lock:
+            try:
+                self._waiting.remove(handle)
+            except ValueError:
+                return False
+            return True
+
+
+class Queued(Running):
+    """A box's collector run that starts when it gets a slot: a `Running` to everyone who
+    waits for it (gather, cancel), so the callers do not know whether it waited in line."""
+
+    def __init__(self, box: str, start: Callable[[], Running], slots: Slots) -> None:
+        super().__init__(box, None)
+        self._start = start
+        self._slots = slots
+        self._started = threading.Event()
+        self._running: Running | None = None
+        self._cancelled = False
+        self._done = False
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        with self._lock:
+            start = None if self._cancelled else self._start
+        if start is None:
+            self._slots.give_back()
+            return
+        self._running = start()
+        self._started.set()
+
+    def finish(self, timeout: float, limit: int = OUTPUT_LIMIT_BYTES) -> RemoteResult:
+        """The box's result; `timeout` counts from its own start, not from its wait in line."""
+        self._started.wait()
+        if self._running is None:  # cancelled before its turn came
+            return RemoteResult(self.box, None, "", "", "not started: the run was cancelled")
+        try:
+            return self._running.finish(timeout, limit)
+        finally:
+            self._release()
+
+    def refused_anew(self, timeout: float = CHECK_S * 2) -> str | None:
+        return None if self._running is None else self._running.refused_anew(timeout)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+        if self._running is not None:
+            self._running.cancel()
+            self._release()
+        elif self._slots.drop(self):
+            self._done = True
+            self._started.set()  # a finish() waiting for its turn returns at once
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self._slots.give_back()
+
+
+# -- progress --------------------------------------------------------------------------------------
+class Progress:
+    """`31/50 boxes observed` on one line of stderr, rewritten in place: only on a terminal
+    (never in a pipe, a log or a report), at most ten times a second, erased when done."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, interval: float = 0.1) -> None:
+        self.total = total
+        self.stream = sys.stderr if stream is None else stream
+        self.interval = interval
+        self.shown = False
+        self._last = 0.0
+        self.on = total > 0 and _is_terminal(self.stream)
+
+    def update(self, done: int) -> None:
+        if not self.on:
+            return
+        now = time.monotonic()
+        if done < self.total and now - self._last < self.interval:
+            return
+        self._last = now
+        self.stream.write(f"\r{line(done, self.total)}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+def line(done: int, total: int) -> str:
+    return f"{done}/{total} boxes observed"
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
