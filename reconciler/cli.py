@@ -77,7 +77,8 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     outs = prepare(args)  # --metrics / the history store: checked before any box is contacted
     if outs is None:
         return EXIT_ERROR
-    early = None if args.from_snapshot else _start_early(args)
+    # A saving run asks the boxes for more than the remembered payloads say (own_render.py).
+    early = None if args.from_snapshot or args.save_snapshot else _start_early(args)
     try:
         if early is not None:
             # Started from the remembered inputs: the desired state is neither parsed nor
@@ -89,6 +90,10 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             if found is None:
                 return EXIT_ERROR
             boxes = found
+            if args.save_snapshot:
+                from reconciler.observe.own_render import for_snapshot
+
+                inputs = for_snapshot(inputs)  # the boxes' own .env rendered too (for import)
             if not args.from_snapshot:  # send the boxes their work before importing ours
                 early = _launch(inputs, boxes)
         from reconciler.drift import run_drift_on

@@ -15,6 +15,7 @@ from reconciler.compare.drift import BoxError, BoxResult, Drift, Part, sorted_dr
 from reconciler.compare.envfile import compare_envfile, compare_host, secret_source_errors
 from reconciler.compare.gateway import compare_auth, compare_contract
 from reconciler.compare.partial import partial_result
+from reconciler.compare.render_basis import for_desired
 from reconciler.compare.shell import compare_shell
 from reconciler.observe.document import NO_PROBES, ControllerProbes, Fault, Observed
 
@@ -31,6 +32,7 @@ def compare_box(
     if doc is None:
         why = BoxError(Part.OBSERVATION, str(fault) if fault is not None else "not observed")
         return partial_result(exp, controller, why)
+    doc = for_desired(doc, exp.env)  # a snapshot's render of this state's .env, if it has one
     drifts: list[Drift] = []
     drifts += compare_envfile(exp, doc)
     drifts += compare_compose_files(exp, doc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from reconciler.compare.context import KNOB_FLAGS
+from reconciler.compare.render_basis import current_render
 from reconciler.compare.values import knob_tokens, parse_argv, same
 from reconciler.desired import roles
 from reconciler.importer.boxview import BoxView
@@ -158,7 +159,7 @@ def _active_profiles(view: BoxView) -> Sourced | None:
 def _profile(view: BoxView, service: str, active: Sourced | None) -> Sourced | None:
     """The compose profile that switches this service on: one the render gives the service
     and COMPOSE_PROFILES lists."""
-    spec = (view.doc.render.services or {}).get(service)
+    spec = (current_render(view.doc).services or {}).get(service)
     if spec is None or not spec.profiles or active is None:
         return None
     listed = [p for p in str(active.value).split(",") if p]

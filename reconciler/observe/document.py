@@ -602,6 +602,7 @@ class Service:
 class Render:
     services: Mapping[str, Service] | None  # None: the render failed (see error)
     error: str | None = None
+    basis: str | None = None  # sha256 of the .env it renders (compare/render_basis.py)
 
 
 @document()
@@ -738,6 +739,9 @@ class Observed:
     lanes: Mapping[str, LaneProbe]  # by compose service
     render: Render  # compose config from the desired .env, scrubbed environment
     render_login: Render | None  # the same under the deploy user's login shell
+    # The box's own .env rendered, when a snapshot asked and it differs from the desired one.
+    render_current: Render | None = None
+    render_login_current: Render | None = None
     variables: Variables
     login_shell: LoginShell
     current_env_keys: tuple[str, ...]
@@ -798,6 +802,8 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
     get = r.get
     envfile_raw = get(doc, "envfile", "")
     render_login = get(doc, "render_login", "")
+    own = get(doc, "render_current", "", required=False)
+    own_login = get(doc, "render_login_current", "", required=False)
     audit = get(doc, "audit", "", required=False)
     return Observed(
         collector=version,
@@ -817,6 +823,10 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         lanes=_mapping(_or(get(doc, "lanes", ""), {}), "lanes", _lane_probe),
         render=_render(r, get(doc, "render", ""), "render"),
         render_login=None if render_login is None else _render(r, render_login, "render_login"),
+        render_current=None if own is None else _render(r, own, "render_current"),
+        render_login_current=(
+            None if own_login is None else _render(r, own_login, "render_login_current")
+        ),
         variables=_variables(get(doc, "variables", ""), "variables"),
         login_shell=_login_shell(get(doc, "login_shell", ""), "login_shell"),
         current_env_keys=_names(_or(get(doc, "current_env_keys", ""), []), "current_env_keys"),
@@ -1035,11 +1045,12 @@ def _render(r: _Reader, raw: Any, path: str) -> Render:
         return Render(None)  # a snapshot without the section
     obj = _obj(raw, path)
     error = _error(obj, path)
+    basis = _opt_sha256(obj.get("basis"), f"{path}.basis")
     if "services" not in obj:
         if error is None and r.complete:
             _bad(f"{path}.services", "missing (and no error says why)")
-        return Render(None, error)
-    return Render(_mapping(obj["services"], f"{path}.services", _service), error)
+        return Render(None, error, basis)
+    return Render(_mapping(obj["services"], f"{path}.services", _service), error, basis)
 
 
 def _service(raw: Any, path: str) -> Service:

@@ -419,6 +419,24 @@ def desired_envfile(run, current_text, secret_values):
     return "\n".join(lines) + "\n"
 
 
+def env_basis(run, text):
+    """The digest of what compose reads from a `.env` text: its assignments parsed (the last
+    one of a key wins, at its first place), secret values as this run's keyed digests, as the
+    answer's `envfile` shows them. A render records the basis of the `.env` it was made from,
+    so the controller can tell which render a desired state's `.env` gives, offline too
+    (reconciler/compare/render_basis.py computes the same from `envfile` and the managed keys).
+    None without a `.env`."""
+    if text is None:
+        return None
+    pairs = {}
+    for entry in parse_dotenv(text):
+        pairs[entry["key"]] = run.masked(entry["key"], entry["value"])
+    canonical = json.dumps(
+        [[key, value] for key, value in pairs.items()], separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def _quote(value):
     if value == "" or re.match(r"^[A-Za-z0-9_./:,@+=-]+$", value):
         return value
@@ -428,12 +446,12 @@ def _quote(value):
 
 
 # -- compose ----------------------------------------------------------------------------------
-def shadow_project(run, tmpdir, desired_env_text):
+def shadow_project(run, tmpdir, desired_env_text, name="project"):
     """A private view of the deployment whose `.env` is the desired one and every other entry
     a symlink to the real file. Compose reads `.env` twice (interpolation, and each lane's
     `env_file`), so only a project directory holding the desired `.env` renders what a converge
     would run. Nothing in the real directory is touched."""
-    project = os.path.join(tmpdir, "project")
+    project = os.path.join(tmpdir, name)
     os.mkdir(project, 0o700)
     for entry in os.listdir(run.deploy):
         if entry != ".env":
@@ -1036,15 +1054,28 @@ def collect(payload, sent=None):
     current_text = read_text(os.path.join(run.deploy, ".env"))
 
     tmpdir = tempfile.mkdtemp(prefix="fleet-collect-")
+    bases = {}  # render name -> the basis of the .env it renders
+    own = None  # a project of the box's own .env, when the payload asks and it differs
     try:
         if doc["deploy_dir_exists"]:
             desired_text = desired_envfile(run, current_text, secret_values)
             project = shadow_project(run, tmpdir, desired_text)
             scrubbed = run.scrubbed_env()
+            bases["render"] = bases["render_login"] = env_basis(run, desired_text)
             threads += [
                 task("render", render, run, project, scrubbed),
                 task("variables", variables, run, project, scrubbed),
             ]
+            # A snapshot replayed against another desired state (an import adopting this
+            # box's own .env) needs compose's render of the .env on the box too. Asked for
+            # by `drift --save-snapshot` only, and made only when the two differ: otherwise
+            # one render serves both, and a live drift never pays for it.
+            if run.p.get("render_current") and current_text is not None:
+                basis = env_basis(run, current_text)
+                if basis != bases["render"]:
+                    own = shadow_project(run, tmpdir, current_text, "current")
+                    bases["render_current"] = bases["render_login_current"] = basis
+                    threads.append(task("render_current", render, run, own, scrubbed))
         for thread in threads[:3]:
             thread.join()
         login, login_env = results.get("login", ({"error": "no result"}, {}))
@@ -1055,6 +1086,8 @@ def collect(payload, sent=None):
         if doc["deploy_dir_exists"] and login_env:
             # Compose under the operator's shell: the same files and .env, the shell's variables.
             threads.append(task("render_login", render, run, project, login_env))
+            if own is not None:
+                threads.append(task("render_login_current", render, run, own, login_env))
         for thread in threads:
             thread.join()
     finally:
@@ -1066,6 +1099,12 @@ def collect(payload, sent=None):
     doc["lanes"] = lane_probes(run, found.get("containers", [])) if "containers" in found else {}
     doc["render"] = results.get("render", {"error": "deployment directory missing"})
     doc["render_login"] = results.get("render_login")
+    for name in ("render_current", "render_login_current"):
+        if name in results:
+            doc[name] = results[name]
+    for name, basis in bases.items():
+        if isinstance(doc.get(name), dict):
+            doc[name]["basis"] = basis
     doc["variables"] = results.get("variables", {})
     doc["current_env_keys"] = sorted(current)
     if payload.get("audit"):
