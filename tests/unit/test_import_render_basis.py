@@ -1,0 +1,209 @@
+"""Which compose render a comparison reads (reconciler/compare/render_basis.py), and the basis
+the collector and the controller each compute for a `.env`.
+
+tests/fixtures/import/lab_desired/ is the pristine lab (lobes' own render) observed by
+`reconcile -i lab drift --save-snapshot`: the lab's desired `.env` differs from every box's, so
+each answer holds the render of the desired `.env` (`render`) and of the box's own
+(`render_current`). Imported, it must replay to zero drift; judged against the lab's desired
+state, it must replay exactly as the live run reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.cli import main
+from reconciler.compare import render_basis
+from reconciler.compare.box import compare_box
+from reconciler.compare.context import BoxExpectation
+from reconciler.desired.entries import EnvEntry, SecretName
+from reconciler.desired.facts import snapshot_facts
+from reconciler.desired.load import load_fleet
+from reconciler.drift_inputs import drift_inputs
+from reconciler.observe.document import Observed, parse_collected
+from reconciler.observe.observe import load_snapshot
+from tests.unit.conftest import load_box_program
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_DESIRED = REPO / "tests/fixtures/import/lab_desired"
+PRISTINE = REPO / "tests/fixtures/import/pristine"  # saved before renders had a basis
+BOXES = ("thor", "spark", "orin")
+
+collector = load_box_program("box_collector_basis", "reconciler/observe/remote/collector.py")
+
+
+def docs(snapshot: Path) -> dict[str, Observed]:
+    out = {}
+    for name, obs in load_snapshot(snapshot)[1].items():
+        assert obs.document is not None, name
+        out[name] = obs.document
+    return out
+
+
+def lab_expectations() -> dict[str, BoxExpectation]:
+    """The lab's desired state, with the facts the snapshot was judged against."""
+    fleet = load_fleet(REPO, "lab", facts=snapshot_facts(LAB_DESIRED))
+    return drift_inputs(fleet).expectations
+
+
+@pytest.fixture(scope="module")
+def adopted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """The snapshot imported: the repository, import's exit code and what it printed."""
+    out = tmp_path_factory.mktemp("basis") / "adopted"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        code = main(
+            ["--root", str(REPO), "-i", "lab", "import", "--from-snapshot", str(LAB_DESIRED),
+             "--output", str(out)]
+        )  # fmt: skip
+    return out, code, buffer.getvalue()
+
+
+# -- captured data ------------------------------------------------------------------------------
+def test_the_controller_computes_the_bases_the_boxes_recorded() -> None:
+    """From `envfile` and the managed keys alone, the basis of the desired `.env` each box
+    rendered, and of the box's own: the two implementations agree on real answers."""
+    expectations = lab_expectations()
+    for name, doc in docs(LAB_DESIRED).items():
+        assert doc.render_current is not None and doc.render_login_current is not None, name
+        desired = render_basis.desired_pairs(doc, expectations[name].env)
+        current = render_basis.current_pairs(doc)
+        assert current is not None
+        assert doc.render.basis == render_basis.env_basis(desired), name
+        assert doc.render_login is not None and doc.render_login.basis == doc.render.basis
+        assert doc.render_current.basis == render_basis.env_basis(current), name
+        assert doc.render_current.basis != doc.render.basis
+        assert render_basis.current_render(doc) is doc.render_current
+
+
+def test_judged_against_the_state_it_was_saved_with_the_desired_render_is_read() -> None:
+    expectations = lab_expectations()
+    for name, doc in docs(LAB_DESIRED).items():
+        assert render_basis.for_desired(doc, expectations[name].env) is doc, name
+
+
+def test_the_imported_state_reads_the_render_of_the_boxes_own_env(
+    adopted: tuple[Path, int, str],
+) -> None:
+    root, code, printed = adopted
+    assert code == 0, printed
+    assert "found while importing" not in printed
+    fleet = load_fleet(root, "lab")
+    expectations = drift_inputs(fleet).expectations
+    read = {}
+    for name, doc in docs(LAB_DESIRED).items():
+        chosen = render_basis.for_desired(doc, expectations[name].env)
+        assert chosen.render is doc.render_current, name
+        assert chosen.render_login is doc.render_login_current, name
+        desired = render_basis.desired_pairs(doc, expectations[name].env)
+        read[name] = render_basis.env_basis(desired) == doc.render_current.basis
+        result = compare_box(expectations[name], doc)
+        assert not result.errors and not result.drifts, (name, result.drifts[:3])
+    # spark's .env is exactly what the adopted state writes; thor and orin run an open gateway,
+    # whose adopted state writes `GATEWAY_API_KEY=` where lobes' .env has no line (read alike).
+    assert read == {"thor": False, "spark": True, "orin": False}
+
+
+def test_the_snapshot_judged_against_the_lab_still_reports_what_the_live_run_did(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        ["--root", str(REPO), "-i", "lab", "drift", "--from-snapshot", str(LAB_DESIRED),
+         "--format", "json", "--no-history"]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 2
+    counts = {box["box"]: len(box["drifts"]) for box in report["boxes"]}
+    assert counts == {"thor": 18, "spark": 9, "orin": 13}  # the saving run's own report
+
+
+def test_an_older_snapshot_without_bases_is_read_as_before() -> None:
+    for name, doc in docs(PRISTINE).items():
+        assert doc.render.basis is None and doc.render_current is None, name
+        assert render_basis.for_desired(doc, ()) is doc
+        assert render_basis.current_render(doc) is doc.render
+
+
+# -- one basis, two implementations -------------------------------------------------------------
+CURRENT = (
+    "# lobes' render\n"
+    "export KEEP=1\n"
+    'QUOTED="a b # not a comment"  # a comment\n'
+    "SINGLE='x\"y'\n"
+    "WORKER_MAX_MODEL_LEN=1024\n"
+    "WORKER_MAX_MODEL_LEN=4096\n"
+    "GATEWAY_API_KEY=old-key-value\n"
+    "HF_TOKEN=\n"
+    "HAND_IMAGE=reg/hand@sha256:" + "1" * 64 + "\n"
+    "  # HAND_IMAGE=commented\n"
+    "WORKER_SPECULATIVE_CONFIG=\n"
+)
+
+
+def box(tmp_path: Path, managed: dict[str, Any]) -> tuple[Any, Observed, dict[str, str]]:
+    """A collector run on a deployment holding CURRENT, and its answer's typed `.env` part."""
+    (tmp_path / ".env").write_text(CURRENT, encoding="utf-8")
+    (tmp_path / ".secrets.env").write_text("GATEWAY_API_KEY=new-key-value\n", encoding="utf-8")
+    run = collector.Run(
+        {"run_key": "k" * 32, "secret_patterns": [], "directory": str(tmp_path),
+         "managed_env": managed, "compose_files": [],
+         "box_secrets": {"gw": {"path": str(tmp_path / ".secrets.env"), "key": "GATEWAY_API_KEY"},
+                         "gone": {"path": str(tmp_path / "missing.env"), "key": "X"}}}
+    )  # fmt: skip
+    envfile, _ = collector.envfile_fact(run)
+    sources, values = collector.secret_sources(run)
+    raw = json.loads(json.dumps({"envfile": envfile, "secret_sources": sources}))
+    doc = parse_collected(raw, complete=False, version=1)
+    assert isinstance(doc, Observed)
+    return run, doc, values
+
+
+def test_the_collector_and_the_controller_agree_on_the_boxes_own_env(tmp_path: Path) -> None:
+    run, doc, _ = box(tmp_path, {})
+    pairs = render_basis.current_pairs(doc)
+    assert pairs is not None and pairs["WORKER_MAX_MODEL_LEN"] == "4096"  # the last one wins
+    assert collector.env_basis(run, CURRENT) == render_basis.env_basis(pairs)
+
+
+def test_the_collector_and_the_controller_agree_on_a_desired_env(tmp_path: Path) -> None:
+    managed = {
+        "WORKER_MAX_MODEL_LEN": "2048",  # written in place of two lines
+        "QUOTED": 'it\'s "quoted" # too',  # needs quoting to read back
+        "HAND_IMAGE": None,  # its lines dropped
+        "NEW_SETTING": "appended",
+        "GATEWAY_API_KEY": {"secret": "gw"},  # read on the box, hashed
+        "HF_TOKEN": {"secret": "gone"},  # its source is missing: the box's line stays
+    }
+    env = [
+        EnvEntry(k, SecretName(v["secret"]) if isinstance(v, dict) else v, "test")
+        for k, v in managed.items()
+    ]
+    run, doc, values = box(tmp_path, managed)
+    text = collector.desired_envfile(run, CURRENT, values)
+    want = render_basis.env_basis(render_basis.desired_pairs(doc, env))
+    assert collector.env_basis(run, text) == want
+    assert want != collector.env_basis(run, CURRENT)
+
+
+# -- reading alike --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("desired", "current", "alike"),
+    [
+        ({"A": "1", "GATEWAY_API_KEY": ""}, {"A": "1"}, True),  # an open gateway's pin
+        ({"A": "1"}, {"A": "1", "HF_TOKEN": ""}, True),
+        ({"A": "1", "WORKER_SPECULATIVE_CONFIG": ""}, {"A": "1"}, False),  # ${KEY-default}
+        ({"A": "2"}, {"A": "1"}, False),
+        ({"A": "1", "B": "x"}, {"A": "1"}, False),
+        ({"A": "1"}, None, False),  # no .env on the box
+    ],
+)
+def test_only_empty_against_absent_reads_alike(
+    desired: dict[str, str], current: dict[str, str] | None, alike: bool
+) -> None:
+    assert render_basis.reads_alike(desired, current) is alike
