@@ -91,9 +91,33 @@ def test_adopt_the_lab_then_drift_replay_and_refuse(lab: Any, tmp_path: Path) ->
     outputs += [drift2.stdout, drift2.stderr]
     assert drift_entries(saved) == drift_entries(drift2) == {box: set() for box in BOXES}
 
+    # A snapshot saved against the repository's own state, whose .env differs from every
+    # pristine box's: it holds compose's render of each box's own .env too, so the state
+    # imported from it replays to zero, as a live drift of it does.
+    lab_snapshot = tmp_path / "lab-snapshot"
+    saved3 = reconcile(ROOT, "drift", "--save-snapshot", str(lab_snapshot), "--format", "json")
+    outputs += [saved3.stdout, saved3.stderr]
+    assert saved3.returncode == 2 and all(drift_entries(saved3).values())  # drifts, each box
+    for box in BOXES:
+        answer = json.loads((lab_snapshot / f"{box}.json").read_text(encoding="utf-8"))
+        assert answer["collected"]["render_current"]["services"], box
+    from_lab = tmp_path / "from-lab"
+    done3 = reconcile(
+        ROOT, "import", "--from-snapshot", str(lab_snapshot), "--output", str(from_lab), env=offline
+    )
+    outputs += [done3.stdout, done3.stderr]
+    assert done3.returncode == 0, done3.stdout + done3.stderr
+    replay3 = reconcile(
+        from_lab, "drift", "--from-snapshot", str(lab_snapshot), "--format", "json", env=offline
+    )
+    live3 = reconcile(from_lab, "drift", "--format", "json")
+    outputs += [replay3.stdout, replay3.stderr, live3.stdout, live3.stderr]
+    assert drift_entries(replay3) == drift_entries(live3) == {box: set() for box in BOXES}
+
     # Never a secret: not in what was printed, written or saved.
     secrets = json.loads((ROOT / ".lab" / "secrets.json").read_text(encoding="utf-8"))
-    files = [p for d in (adopted, replayed, snapshot) for p in d.rglob("*") if p.is_file()]
+    dirs = (adopted, replayed, snapshot, lab_snapshot, from_lab)
+    files = [p for d in dirs for p in d.rglob("*") if p.is_file()]
     written = [p.read_text(encoding="utf-8") for p in files]
     for name, value in secrets.items():
         assert isinstance(value, str) and len(value) >= 8
