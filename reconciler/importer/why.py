@@ -22,10 +22,13 @@ ALWAYS_PINNED = frozenset({"CULTURE_VLLM_API_KEY", "GATEWAY_API_KEY", "LOBES_MES
 
 
 def _stale_render(d: Drift, exp: BoxExpectation) -> bool:
-    """A saved snapshot's render is compose's config from the `.env` of the desired state it
-    was taken against, not the adopted one: an env or argv difference where the container
-    already runs the adopted value is that old render's, and a live drift (which renders the
-    adopted `.env` on the box) does not show it."""
+    """A snapshot holds compose's config of the `.env` of the desired state it was taken
+    against, and (saved by `drift --save-snapshot` since renders have a basis) of the box's own
+    `.env`; compare reads the one the adopted `.env` gives (compare/render_basis.py). Without
+    one (an older snapshot, or an adopted `.env` that differs from the box's own: what runs
+    was adopted), an env or argv difference where the container already runs the adopted
+    value is that other render's, and a live drift (which renders the adopted `.env` on the
+    box) does not show it."""
     adopted = {e.key: e.value for e in exp.env if isinstance(e.value, str)}
     if d.kind == Kind.ENV:
         if d.path not in adopted:
@@ -46,7 +49,7 @@ def reason(d: Drift, exp: BoxExpectation | None = None, snapshot: bool = False) 
     """One line: why this difference is not adopted away."""
     if snapshot and exp is not None and _stale_render(d, exp):
         return (
-            "the snapshot's render is of the state it was saved against; the container runs "
+            "the snapshot holds no compose render of the adopted .env; the container runs "
             "the adopted value (a live drift renders the adopted .env: no difference)"
         )
     if d.kind == Kind.SHELL_LEAK:
