@@ -29,7 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     inc.add_argument("args", nargs=argparse.REMAINDER)
     r = sub.add_parser("reset", help="put one box back to its pristine deployment")
     r.add_argument("box")
+    sc = sub.add_parser("scale", help="N more SSH boxes sharing the lab's engines (lab/scale.py)")
+    sc.add_argument("action", choices=("up", "down", "status"))
+    sc.add_argument("--boxes", type=int, default=50, help="how many boxes `up` makes (50)")
     ns = p.parse_args(argv)
+    if ns.cmd == "scale":
+        from .scale_cli import main as scale_main
+
+        return scale_main(ns.action, ns.boxes)
     if os.geteuid() != 0 and ns.cmd in ("up", "down", "reset"):
         print("lab up/down need root (namespaces, users, daemons)", file=sys.stderr)
         return 1
