@@ -207,3 +207,85 @@ def test_only_empty_against_absent_reads_alike(
     desired: dict[str, str], current: dict[str, str] | None, alike: bool
 ) -> None:
     assert render_basis.reads_alike(desired, current) is alike
+
+
+# -- the collector: which renders it makes ------------------------------------------------------
+def collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, managed: dict[str, Any], **extra: Any
+) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
+    """collect() on a deployment holding CURRENT, compose and the slow probes stubbed: the
+    answer, and each render asked for (the `.env` text it read, under a login shell or not)."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    (deploy / ".env").write_text(CURRENT, encoding="utf-8")
+    (deploy / "docker-compose.yml").write_text("services: {}\n", encoding="utf-8")
+    renders: list[tuple[str, bool]] = []
+
+    def render(run: Any, project: str, env: dict[str, str]) -> dict[str, Any]:
+        text = (Path(project) / ".env").read_text(encoding="utf-8")
+        renders.append((text, "LOGIN" in env))
+        return {"services": {}}
+
+    login_env = extra.pop("login_env", {})
+    monkeypatch.setattr(collector, "render", render)
+    monkeypatch.setattr(collector, "variables", lambda *a: {"names": []})
+    monkeypatch.setattr(collector, "containers", lambda run: {"error": "stubbed"})
+    monkeypatch.setattr(collector, "gateway_probes", lambda run: {})
+    monkeypatch.setattr(collector, "login_shell", lambda run: ({"exports": {}}, login_env))
+    payload = {"run_key": "k" * 32, "secret_patterns": [], "directory": str(deploy),
+               "project": "lobes", "compose_files": ["docker-compose.yml"],
+               "managed_env": managed, "box_secrets": {}, **extra}  # fmt: skip
+    return json.loads(json.dumps(collector.collect(payload))), renders
+
+
+def test_a_live_drift_renders_once_whatever_the_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc, renders = collected(tmp_path, monkeypatch, {"WORKER_MAX_MODEL_LEN": "2048"})
+    assert [text for text, _ in renders] == [
+        collector.desired_envfile(collector.Run({**PAYLOAD, "managed_env": {
+            "WORKER_MAX_MODEL_LEN": "2048"}}), CURRENT, {})
+    ]  # fmt: skip
+    assert "render_current" not in doc and "render_current" not in doc["timings_ms"]
+    assert doc["render"]["basis"] != basis_of(CURRENT)
+
+
+def test_a_saving_run_renders_the_boxes_own_env_where_it_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc, renders = collected(
+        tmp_path, monkeypatch, {"WORKER_MAX_MODEL_LEN": "2048"}, render_current=True,
+        login_env={"LOGIN": "1"},
+    )  # fmt: skip
+    own = [login for text, login in renders if text == CURRENT]
+    assert sorted(own) == [False, True] and len(renders) == 4  # scrubbed and login, each .env
+    assert doc["render_current"]["basis"] == doc["render_login_current"]["basis"]
+    assert doc["render_current"]["basis"] == basis_of(CURRENT) != doc["render"]["basis"]
+
+
+def test_a_saving_run_renders_once_where_the_env_is_already_the_desired_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written differently (unquoted), read the same: one render serves both.
+    doc, renders = collected(
+        tmp_path, monkeypatch, {"WORKER_MAX_MODEL_LEN": "4096", "SINGLE": 'x"y'},
+        render_current=True,
+    )  # fmt: skip
+    assert len(renders) == 1 and "render_current" not in doc
+    assert doc["render"]["basis"] == basis_of(CURRENT)
+
+
+PAYLOAD = {"run_key": "k" * 32, "secret_patterns": [], "directory": "/nonexistent"}
+
+
+def basis_of(text: str) -> str:
+    return str(collector.env_basis(collector.Run(PAYLOAD), text))
+
+
+def test_a_basis_that_is_not_a_sha256_is_a_fault_of_that_box() -> None:
+    from reconciler.observe.document import Fault
+
+    for where in ("render", "render_current"):
+        raw = {where: {"services": {}, "basis": "hmac:" + "0" * 64}}
+        fault = parse_collected(raw, complete=False, version=1)
+        assert isinstance(fault, Fault) and fault.path == f"{where}.basis", fault
