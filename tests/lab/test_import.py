@@ -78,6 +78,9 @@ def test_adopt_the_lab_then_drift_replay_and_refuse(lab: Any, tmp_path: Path) ->
     snapshot = tmp_path / "snapshot"
     saved = reconcile(adopted, "drift", "--save-snapshot", str(snapshot), "--format", "json")
     outputs += [saved.stdout, saved.stderr]
+    # spark's .env is exactly what the adopted state writes: one render serves both.
+    spark = json.loads((snapshot / "spark.json").read_text(encoding="utf-8"))["collected"]
+    assert "render_current" not in spark and spark["render"]["basis"]
     offline = {**os.environ, "PATH": str(tmp_path / "no-such-bin")}
     replayed = tmp_path / "replayed"
     done2 = reconcile(
