@@ -1061,18 +1061,18 @@ def collect(payload, sent=None):
             desired_text = desired_envfile(run, current_text, secret_values)
             project = shadow_project(run, tmpdir, desired_text)
             scrubbed = run.scrubbed_env()
-            bases["render"] = bases["render_login"] = env_basis(run, desired_text)
             threads += [
                 task("render", render, run, project, scrubbed),
                 task("variables", variables, run, project, scrubbed),
             ]
             # A snapshot replayed against another desired state (an import adopting this
-            # box's own .env) needs compose's render of the .env on the box too. Asked for
-            # by `drift --save-snapshot` only, and made only when the two differ: otherwise
-            # one render serves both, and a live drift never pays for it.
-            if run.p.get("render_current") and current_text is not None:
+            # box's own .env) needs compose's render of the .env on the box too, and each
+            # render's basis. Asked for by `drift --save-snapshot` only, and the second render
+            # made only when the two differ (else one serves both): a live drift never pays.
+            if run.p.get("render_current"):
+                bases["render"] = bases["render_login"] = env_basis(run, desired_text)
                 basis = env_basis(run, current_text)
-                if basis != bases["render"]:
+                if basis is not None and basis != bases["render"]:
                     own = shadow_project(run, tmpdir, current_text, "current")
                     bases["render_current"] = bases["render_login_current"] = basis
                     threads.append(task("render_current", render, run, own, scrubbed))
