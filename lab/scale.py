@@ -359,10 +359,13 @@ def _netns(b: ScaleBox) -> None:
     run([*ns, "link", "set", "lo", "up"])
 
 
-def _sshd_config(b: ScaleBox) -> str:
+def _sshd_config(b: ScaleBox, hang: bool = False) -> str:
+    # A hanging box (hang=True, for the fan-out's tests): sshd accepts, authenticates and runs
+    # every command as `sleep`, so a collector sent there never answers.
     return "\n".join(
         [
             f"# sshd of scale lab box {b.name} (written by lab/scale.py)",
+            *(["ForceCommand /bin/sleep 3600"] if hang else []),
             f"ListenAddress {b.address}:22",
             f"HostKey {b.hostkey}",
             f"PidFile {b.sshd_pidfile}",
@@ -382,10 +385,10 @@ def _sshd_config(b: ScaleBox) -> str:
     )
 
 
-def _sshd(b: ScaleBox) -> None:
+def _sshd(b: ScaleBox, hang: bool = False) -> None:
     b.run_dir.mkdir(parents=True, exist_ok=True)
     cfg = b.run_dir / "sshd_config"
-    text = _sshd_config(b)
+    text = _sshd_config(b, hang)
     changed = not cfg.exists() or cfg.read_text() != text
     cfg.write_text(text)
     if running(b.sshd_pidfile) and not changed:
@@ -397,6 +400,15 @@ def _sshd(b: ScaleBox) -> None:
          "-E", str(LOGS / f"sshd-{b.name}.log")],
         LOGS / f"sshd-{b.name}.out",
     )  # fmt: skip
+
+
+def set_hanging(name: str, hang: bool) -> None:
+    """Make box `name` hang on every command (or answer again); its sessions end either way.
+    A master connection opened before keeps the old behaviour: close it first."""
+    b = next(x for x in made() if x.name == name)
+    _sshd(b, hang)
+    _kill_uid(pwd.getpwnam(b.user).pw_uid)  # the sleeping sessions, or the ones before
+    wait_for(lambda: listening(b), timeout=20, what=f"sshd of scale box {b.name}")
 
 
 def listening(b: ScaleBox) -> bool:

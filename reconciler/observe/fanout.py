@@ -19,7 +19,6 @@ import os
 import resource
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TextIO
@@ -200,23 +199,19 @@ class Queued(Running):
 # -- progress --------------------------------------------------------------------------------------
 class Progress:
     """`31/50 boxes observed` on one line of stderr, rewritten in place: only on a terminal
-    (never in a pipe, a log or a report), at most ten times a second, erased when done."""
+    (never in a pipe, a log or a report), erased when done. Every count is drawn (a line of
+    25 bytes per box): a count held back to save a write could stay wrong for as long as the
+    next box takes, a whole timeout when it is the last one."""
 
-    def __init__(self, total: int, stream: TextIO | None = None, interval: float = 0.1) -> None:
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total = total
         self.stream = sys.stderr if stream is None else stream
-        self.interval = interval
         self.shown = False
-        self._last = 0.0
         self.on = total > 0 and _is_terminal(self.stream)
 
     def update(self, done: int) -> None:
         if not self.on:
             return
-        now = time.monotonic()
-        if done < self.total and now - self._last < self.interval:
-            return
-        self._last = now
         self.stream.write(f"\r{line(done, self.total)}\x1b[K")
         self.stream.flush()
         self.shown = True
