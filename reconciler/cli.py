@@ -159,12 +159,31 @@ def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
     from reconciler.desired.locate import inventory_file
     from reconciler.drift_inputs import remembered_inputs
 
+    replay = _replay_inputs(args)
+    if replay is not None:
+        return replay
     fleet = _load(args, cached=True)
     if _snapshot_facts(args) is not None:
         from reconciler.drift_inputs import drift_inputs
 
         return drift_inputs(fleet)  # the snapshot's facts: not the inputs of a live run
     return remembered_inputs(fleet, inventory_file(fleet.root, args.inventory))
+
+
+def _replay_inputs(args: argparse.Namespace) -> DriftInputs | None:
+    """A replay (--from-snapshot, judged against the repository's own facts) of byte-identical
+    desired-state files takes the remembered drift inputs, as a live run's early start does:
+    at 1,000 boxes that skips unpickling the validated state (~0.4 s), deriving the inputs
+    from it again (~0.7 s) and re-storing them (~0.7 s). None: load as before."""
+    if not args.from_snapshot or args.save_snapshot or _snapshot_facts(args) is not None:
+        return None
+    from pathlib import Path
+
+    from reconciler.desired.locate import inventory_file, root_or_none
+    from reconciler.drift_inputs import cached_inputs
+
+    root = Path(os.path.realpath(args.root)) if args.root else root_or_none()
+    return None if root is None else cached_inputs(root, inventory_file(root, args.inventory))
 
 
 def _boxes(known: Sequence[str], wanted: list[str]) -> list[str] | None:
