@@ -5,11 +5,12 @@ The collector renders the desired `.env` (the box's own with the managed keys wr
 converge writes it). A snapshot saved by `drift --save-snapshot` also holds the render of the
 box's own `.env` where the two differ (`render_current`, `render_login_current`), so that the
 snapshot replays against another desired state, such as one `reconcile import` adopted from
-that very `.env`. Each render records its basis: the sha256 of the `.env`'s assignments as the
-answer's `envfile` shows them (secrets as the run's keyed digests), which the controller
-computes here from `envfile` and the managed keys alone. The render whose basis is the desired
-`.env`'s is read, else the box's own where the desired `.env` reads alike (`reads_alike`);
-otherwise (and in an answer without bases) the desired render, as before. Pure: no I/O.
+that very `.env`. Each render of such a run records its basis: the sha256 of the `.env`'s
+assignments as the answer's `envfile` shows them (secrets as the run's keyed digests), which
+the controller computes here from `envfile` and the managed keys alone. The render whose
+basis is the desired `.env`'s is read, else the box's own where the desired `.env` reads
+alike (`reads_alike`); otherwise (and in an answer without bases) the desired render, as
+before. Pure: no I/O.
 """
 
 from __future__ import annotations
