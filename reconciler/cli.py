@@ -175,7 +175,8 @@ def _replay_inputs(args: argparse.Namespace) -> DriftInputs | None:
     desired-state files takes the remembered drift inputs, as a live run's early start does:
     at 1,000 boxes that skips unpickling the validated state (~0.4 s), deriving the inputs
     from it again (~0.7 s) and re-storing them (~0.7 s). None: load as before."""
-    if not args.from_snapshot or args.save_snapshot or _snapshot_facts(args) is not None:
+    saving = getattr(args, "save_snapshot", None)  # `diff --from-snapshot` has no such option
+    if not args.from_snapshot or saving or _snapshot_facts(args) is not None:
         return None
     from pathlib import Path
 
