@@ -300,13 +300,16 @@ def baseline_section(
 
 
 def kept_sections(old: str, new: str) -> str:
-    """`new` followed by the scale benchmark's marked section of `old`, if it has one."""
+    """`new` followed by the other benchmarks' marked sections of `old` (scale_bench.py,
+    live_scale_bench.py), those it has."""
     from bench.scale_bench import END, START
 
-    if START not in old or END not in old:
-        return new
-    section = START + old.split(START, 1)[1].split(END, 1)[0] + END
-    return new.rstrip("\n") + "\n\n" + section + "\n"
+    live = ("<!-- live-scale-bench:start -->", "<!-- live-scale-bench:end -->")
+    for start, end in ((START, END), live):
+        if start in old and end in old:
+            section = start + old.split(start, 1)[1].split(end, 1)[0] + end
+            new = new.rstrip("\n") + "\n\n" + section + "\n"
+    return new
 
 
 EXPLANATION = [
