@@ -80,7 +80,9 @@ def parse_timeout(text: str) -> float:
 
 
 def configure(max_parallel: int | None = None, timeout: float | None = None) -> None:
-    """What the command line asked for; unset keeps the environment's, then the default."""
+    """What this command's line asked for (None: the environment's, then the default); a
+    second command in the same process starts from its own options, not the first one's."""
+    _configured.clear()
     if max_parallel is not None:
         _configured["max_parallel"] = max_parallel
     if timeout is not None:

@@ -154,6 +154,8 @@ def test_the_limit_and_timeout_come_from_the_command_line_then_the_environment(
     assert (fanout.limit(), fanout.box_timeout()) == (7, 2.5)
     fanout.configure(max_parallel=3, timeout=9.0)
     assert (fanout.limit(), fanout.box_timeout()) == (3, 9.0)
+    fanout.configure()  # the next command without options: the environment's again
+    assert (fanout.limit(), fanout.box_timeout()) == (7, 2.5)
     monkeypatch.delenv(fanout.LIMIT_ENV)
     monkeypatch.delenv(fanout.TIMEOUT_ENV)
     monkeypatch.setattr(fanout, "_configured", {})
