@@ -37,6 +37,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--from-snapshot", metavar="DIR", help="judge saved observations (offline, no probes)"
     )
     __import__("reconciler.history.hooks", fromlist=["x"]).add_arguments(p)  # --metrics, ...
+    __import__("reconciler.observe.fanout_cli", fromlist=["x"]).add_arguments(p)
     return p
 
 
@@ -47,7 +48,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from reconciler.audit.run import run_audit
     from reconciler.cli import _boxes, _load, _snapshot_boxes
     from reconciler.history.hooks import finish_audit, prepare
+    from reconciler.observe.fanout import configure
 
+    configure(args.max_parallel, args.timeout)  # as drift: boxes at once, one box's time
     outs = prepare(args)  # --metrics / the history store: checked before any box is contacted
     if outs is None:
         return EXIT_ERROR

@@ -14,6 +14,7 @@ from reconciler.desired.envfile import fleet_env
 from reconciler.desired.fleet import Fleet
 from reconciler.drift_inputs import gateway_bases, targets
 from reconciler.observe.collectors import in_background, start_collectors
+from reconciler.observe.fanout import box_timeout
 from reconciler.observe.observe import BoxObservation, gather
 from reconciler.observe.payload import collector_payload, local_chat_role
 
@@ -24,8 +25,10 @@ def gateway_base(fleet: Fleet, box: str) -> str:
 
 
 def observe_audit(
-    fleet: Fleet, boxes: list[str], run_key: str, timeout: float = 60.0
+    fleet: Fleet, boxes: list[str], run_key: str, timeout: float | None = None
 ) -> dict[str, BoxObservation]:
+    """Every box's collector (audit's payload) and the controller's mesh-side probes; each
+    box's `timeout` defaults to the configured one (--timeout, $FLEET_BOX_TIMEOUT, 60 s)."""
     envs = fleet_env(fleet, boxes)
     payloads = {
         name: collector_payload(fleet.boxes[name], envs[name], run_key, audit=True)
@@ -35,7 +38,7 @@ def observe_audit(
         Endpoint(b, gateway_base(fleet, b), local_chat_role(fleet.boxes[b])) for b in boxes
     ]
     running = start_collectors(targets(fleet, boxes), payloads)
-    return gather(running, in_background(mesh_side, endpoints), timeout)
+    return gather(running, in_background(mesh_side, endpoints), timeout or box_timeout())
 
 
 def attach_proofs(
