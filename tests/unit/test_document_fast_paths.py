@@ -1,5 +1,7 @@
-"""The observation document checks well-formed values in bulk and builds a field path only
-when something is wrong: every malformed value must still be a located fault of that box."""
+"""The observation document's bulk checks (reconciler/observe/document.py) accept and refuse
+exactly what the per-entry checks do: an environment is read with C scans over its values and
+one joined text, yet a control character, a wrong type or a bad secret anywhere in it is still
+that box's fault, and the entries read are the same."""
 
 from __future__ import annotations
 
@@ -10,65 +12,78 @@ from typing import Any
 
 import pytest
 
-from reconciler.observe.document import Fault, Observed, SecretValue, parse_collected
+from reconciler.observe import document
+from reconciler.observe.document import Fault, FaultKind, SecretValue, parse_collected
 
-SNAPSHOT = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents" / "snapshot"
+THOR = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents" / "snapshot" / "thor.json"
 DIGEST = "hmac:" + "ab" * 32
 
 
-def _thor() -> dict[str, Any]:
-    return json.loads((SNAPSHOT / "thor.json").read_text(encoding="utf-8"))["collected"]
+def _collected() -> dict[str, Any]:
+    return json.loads(THOR.read_text(encoding="utf-8"))["collected"]
 
 
-def test_the_captured_answer_parses_with_its_secrets_typed() -> None:
-    doc = parse_collected(_thor())
-    assert isinstance(doc, Observed)
-    secrets = [e for e in doc.envfile or () if isinstance(e.value, SecretValue)]
-    assert secrets and all(str(e.value) == "***" for e in secrets)
-    env_secrets = [v for c in doc.containers for v in c.env.values() if isinstance(v, SecretValue)]
-    assert env_secrets
+@pytest.mark.parametrize("code", range(128))
+def test_a_long_ascii_text_is_printable_exactly_as_str_says(code: int) -> None:
+    text = "A_NAME" * 60 + chr(code) + "TAIL"
+    assert document._printable(text) is text.isprintable()
+    assert document._printable(chr(code)) is chr(code).isprintable()
 
 
-def _first_container_with_secret_env(raw: dict[str, Any]) -> tuple[int, str]:
-    for i, c in enumerate(raw["docker"]["containers"]):
-        for key, value in c["env"].items():
-            if isinstance(value, dict):
-                return i, key
-    raise AssertionError("the capture has no hashed container variable")
+def test_non_ascii_text_takes_str_isprintable() -> None:
+    assert document._printable("É" * 300) is True
+    assert document._printable("É" * 300 + "\u200b") is False  # a zero-width space (Cf)
 
 
-def _secret_line(raw: dict[str, Any]) -> int:
-    return next(i for i, e in enumerate(raw["envfile"]) if isinstance(e["value"], dict))
+def test_mixed_environment_reads_every_entry() -> None:
+    env = {"A": "1", "KEY": {"secret": DIGEST}, "B": "two", "C": "", "TOKEN": {"secret": DIGEST}}
+    out = document._env(env, "x.env")
+    assert set(out) == set(env)
+    assert out["A"] == "1" and out["B"] == "two" and out["C"] == ""
+    assert isinstance(out["KEY"], SecretValue) and out["KEY"].digest == DIGEST
+    assert isinstance(out["TOKEN"], SecretValue)
+    assert document._not_text([str, dict, str, int, dict, str]) == [1, 3, 4]
 
 
 @pytest.mark.parametrize(
-    ("name", "mutate", "where"),
+    ("value", "what"),
     [
-        ("line zero", lambda r: r["envfile"][3].update(line=0), "envfile[3].line"),
-        ("line as text", lambda r: r["envfile"][3].update(line="7"), "envfile[3].line"),
-        ("key with LF", lambda r: r["envfile"][2].update(key="A\nB"), "envfile[2].key"),
-        ("surrogate", lambda r: r["envfile"][1].update(value="\ud800"), "envfile[1].value"),
-        ("short digest",
-         lambda r: r["envfile"][_secret_line(r)].update(value={"secret": "hmac:ab"}),
-         "envfile[{secret_line}].value.secret"),
-        ("digest with extra key",
-         lambda r: r["envfile"][_secret_line(r)].update(value={"secret": DIGEST, "value": "x"}),
-         "envfile[{secret_line}].value"),
-        ("env secret upper-case hex",
-         lambda r: r["docker"]["containers"][_first_container_with_secret_env(r)[0]]["env"].update(
-             {_first_container_with_secret_env(r)[1]: {"secret": DIGEST.upper()}}),
-         "docker.containers[{c}].env"),
-        ("argv number", lambda r: r["docker"]["containers"][0].update(cmd=["serve", 8000]),
-         "docker.containers[0].cmd[1]"),
-        ("argv bad secret", lambda r: r["docker"]["containers"][0].update(cmd=[{"secret": 1}]),
-         "docker.containers[0].cmd[0].secret"),
+        (None, "expected a string, got null"),
+        (7, "expected a string, got an integer"),
+        ({"secret": "hmac:zz"}, "keyed digest"),
+        ({"secret": DIGEST, "more": 1}, "not a hashed secret"),
     ],
-)  # fmt: skip
-def test_a_malformed_value_is_a_located_fault(name: str, mutate: Any, where: str) -> None:
-    raw = copy.deepcopy(_thor())
-    fill = {"secret_line": _secret_line(raw), "c": _first_container_with_secret_env(raw)[0]}
-    mutate(raw)
-    doc = parse_collected(raw)
-    assert isinstance(doc, Fault), name
-    assert where.format(**fill) in doc.message, (name, doc.message)
-    assert DIGEST not in doc.message and DIGEST.upper() not in doc.message
+)
+def test_a_wrong_value_in_a_long_environment_is_located(value: Any, what: str) -> None:
+    raw = _collected()
+    env = raw["docker"]["containers"][0]["env"]
+    env["BROKEN"] = value
+    fault = parse_collected(raw, complete=False, version=1)
+    assert isinstance(fault, Fault) and fault.kind is FaultKind.MALFORMED
+    assert what in fault.what
+    assert fault.path is not None and ".env.BROKEN" in fault.path
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\x1b", "\x7f", "\u2028"])
+def test_a_control_character_in_a_name_is_a_fault(bad: str) -> None:
+    raw = _collected()
+    env = raw["docker"]["containers"][0]["env"]
+    assert sum(map(len, env)) > 256  # the joined names take the bulk scan
+    env[f"BAD{bad}NAME"] = "x"
+    fault = parse_collected(raw, complete=False, version=1)
+    assert isinstance(fault, Fault) and fault.kind is FaultKind.MALFORMED
+    assert "control characters" in fault.what
+
+
+def test_the_same_document_as_before_on_a_real_capture() -> None:
+    raw = _collected()
+    doc = parse_collected(copy.deepcopy(raw), complete=False, version=1)
+    assert not isinstance(doc, Fault)
+    for container, source in zip(doc.containers, raw["docker"]["containers"], strict=True):
+        assert set(container.env) == set(source["env"])
+        for key, value in source["env"].items():
+            got = container.env[key]
+            if isinstance(value, str):
+                assert got == value
+            else:
+                assert isinstance(got, SecretValue) and got.digest == value["secret"]
