@@ -114,6 +114,13 @@ def _drift(drift: Drift, link: Link) -> dict[str, Any]:
 
 
 def _jsonable(value: object) -> Any:
+    # Most values are plain text, numbers or absent: answered before as_secret's ABC checks
+    # (exact types only, so a str or int Enum still takes the Enum branch below).
+    kind = type(value)
+    if kind is str:
+        return scrub(str(value))  # str() of a str is itself (mypy does not narrow on type())
+    if value is None or kind is bool or kind is int:
+        return value
     secret = as_secret(value)
     if secret is not None:
         return {"secret": True, "digest": secret_digest(secret)}
