@@ -345,9 +345,14 @@ def _texts(raw: Any, path: str) -> tuple[str, ...]:
 
 def _names(raw: Any, path: str) -> tuple[str, ...]:
     items = _list(raw, path)
-    if all(type(v) is str for v in items) and _fine_texts(items, names=True):
+    if _all_text(items) and _fine_texts(items, names=True):
         return tuple(items)
     return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(items))
+
+
+def _all_text(items: list[Any]) -> bool:
+    # C loops (map, list.count) rather than a generator's Python step per item.
+    return list(map(type, items)).count(str) == len(items)
 
 
 def _mapping(raw: Any, path: str, read: Callable[[Any, str], T]) -> dict[str, T]:
@@ -513,6 +518,10 @@ def _encodes(text: str) -> bool:
 
 def _argv(raw: Any, path: str) -> tuple[EnvValue, ...]:
     items = _list(raw, path)
+    if _all_text(items):  # most command lines hold no secret: no step per token at all
+        if _fine_texts(items):
+            return tuple(items)
+        return tuple(_env_value(v, f"{path}[{i}]") for i, v in enumerate(items))
     quick: list[EnvValue] = []
     for token in items:  # the common case in bulk (see _quick_secret); else located, below
         value = token if type(token) is str else _quick_secret(token)
