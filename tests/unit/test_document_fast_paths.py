@@ -87,3 +87,19 @@ def test_the_same_document_as_before_on_a_real_capture() -> None:
                 assert got == value
             else:
                 assert isinstance(got, SecretValue) and got.digest == value["secret"]
+
+
+def test_a_bad_token_in_a_plain_command_line_is_located() -> None:
+    raw = _collected()
+    container = raw["docker"]["containers"][0]
+    container["cmd"] = ["serve", "--port", "8000", "x" * (document.MAX_TEXT + 1)]
+    fault = parse_collected(raw, complete=False, version=1)
+    assert isinstance(fault, Fault) and fault.kind is FaultKind.MALFORMED
+    assert fault.path == "docker.containers[0].cmd[3]" and "longer than" in fault.what
+
+
+def test_a_name_list_with_a_number_is_located() -> None:
+    raw = _collected()
+    raw["current_env_keys"] = ["A", "B", 3]
+    fault = parse_collected(raw, complete=False, version=1)
+    assert isinstance(fault, Fault) and fault.path == "current_env_keys[2]"
