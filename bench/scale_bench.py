@@ -161,6 +161,9 @@ timed("load", started)
 started = time.perf_counter()
 remembered_inputs(fleet, inventory)
 timed("inputs", started)
+del fleet  # a replay holds the drift inputs only (the CLI drops the validated state too)
+import gc
+gc.collect()
 started = time.perf_counter()
 inputs = cached_inputs(root, inventory)
 timed("remembered", started)
@@ -219,10 +222,10 @@ NOTE = [
     "",
     "A warm replay neither loads the desired state nor derives its inputs (it reads the "
     "remembered drift inputs, as a live run's early start does); a cold one pays both. The "
-    "text report (not profiled here) is mostly rich laying out the rows whose values fold (a "
-    "1,000-box mesh's LOBES_MESH_SEEDS is 23 kB a box). The desired state itself grows as N²:"
-    " each box's seeds name every other member, so the report does too. Fixed on the way "
-    "here: the mesh seeds were derived per member inside every box's env (2 million "
+    "text report is not profiled here: it groups the drift by cause, and the table's text "
+    "column against the warm one shows what it adds. The desired state itself grows as N²: "
+    "each box's seeds name every other member, so the report does too. Fixed on the way here:"
+    " the mesh seeds were derived per member inside every box's env (2 million "
     "`gateway_origin` calls, quadratic), each box's env twice, a rich table per text row, "
     "every box's observation kept until the end (620 MB), a replay unpickling the validated "
     "state and deriving and re-storing its inputs on every run (~2 s at 1,000 boxes), two "
