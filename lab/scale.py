@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import envfile, labfacts, users
+from . import envfile, labfacts, sshd, users
 from .config import (
     BOX_BY_NAME,
     BRIDGE,
@@ -362,26 +362,15 @@ def _netns(b: ScaleBox) -> None:
 def _sshd_config(b: ScaleBox, hang: bool = False) -> str:
     # A hanging box (hang=True, for the fan-out's tests): sshd accepts, authenticates and runs
     # every command as `sleep`, so a collector sent there never answers.
-    return "\n".join(
+    return sshd.config_text(
         [
             f"# sshd of scale lab box {b.name} (written by lab/scale.py)",
             *(["ForceCommand /bin/sleep 3600"] if hang else []),
-            f"ListenAddress {b.address}:22",
-            f"HostKey {b.hostkey}",
-            f"PidFile {b.sshd_pidfile}",
-            f"AllowUsers {b.user}",
-            "PubkeyAuthentication yes",
-            "AuthorizedKeysFile .ssh/authorized_keys",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin no",
-            "UsePAM no",
-            "StrictModes yes",
-            "PrintMotd no",
-            "X11Forwarding no",
-            "Subsystem sftp /usr/lib/openssh/sftp-server",
-            "",
-        ]
+        ],
+        address=b.address,
+        hostkey=b.hostkey,
+        pidfile=b.sshd_pidfile,
+        user=b.user,
     )
 
 

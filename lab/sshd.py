@@ -49,14 +49,28 @@ def config_path(box: Box) -> Path:
 
 
 def render_config(box: Box) -> str:
-    return "\n".join(
+    return config_text(
         [
             f"# sshd of lab box {box.name} (written by lab/sshd.py)",
             f"# started as: {' '.join(in_netns(box, ['sshd']))}",
-            f"ListenAddress {box.address}:22",
-            f"HostKey {hostkey(box)}",
-            f"PidFile {box.sshd_pidfile}",
-            f"AllowUsers {box.user}",
+        ],
+        address=box.address,
+        hostkey=hostkey(box),
+        pidfile=box.sshd_pidfile,
+        user=box.user,
+    )
+
+
+def config_text(head: list[str], *, address: str, hostkey: Path, pidfile: Path, user: str) -> str:
+    """One lab sshd's config (the three boxes' and the scale lab's): the deploy user only, by
+    key only, on the box's own address."""
+    return "\n".join(
+        [
+            *head,
+            f"ListenAddress {address}:22",
+            f"HostKey {hostkey}",
+            f"PidFile {pidfile}",
+            f"AllowUsers {user}",
             "PubkeyAuthentication yes",
             "AuthorizedKeysFile .ssh/authorized_keys",
             "PasswordAuthentication no",
