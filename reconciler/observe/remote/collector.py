@@ -489,7 +489,12 @@ def compose_cached(run, project, env, args):
     drift run. The cache keys on all of those, lives in the deploy user's ~/.cache (0600: a
     raw render holds the box's own secrets, which never leave it), and keeps the newest 64."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([args, sorted((env or {}).items())]).encode())
+    # The command line's own inputs: the arguments, the environment, and the project name and
+    # `-f` chain compose_argv adds. Without the chain, a render made with fewer files (the
+    # importer's discovery run: lobes' own chain) was served to a run whose chain has an
+    # override more, and the override's settings were missing from what it compared.
+    argv_inputs = [args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]]
+    digest.update(json.dumps(argv_inputs).encode())
     for name in sorted(os.listdir(project)):
         if name.startswith(("docker-compose", ".env", ".secrets.env")):
             digest.update(name.encode() + b"\0")
