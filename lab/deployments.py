@@ -184,22 +184,36 @@ def render_override(box: Box, services: list[str], images: dict[str, str]) -> st
 def env_values(
     box: Box, images: dict[str, str], secrets: dict[str, str], chain: list[str]
 ) -> dict[str, str]:
-    others = [b for b in BOXES if b.name != box.name]
+    seeds = [b.gateway_origin for b in BOXES if b.name != box.name]
+    return mesh_env(box.name, box.name, box.gateway_origin, seeds, images, secrets, chain)
+
+
+def mesh_env(
+    kind: str,
+    name: str,
+    origin: str,
+    seeds: list[str],
+    images: dict[str, str],
+    secrets: dict[str, str],
+    chain: list[str],
+) -> dict[str, str]:
+    """The lab's `.env` edits for a member of `kind` (thor, spark, orin) called `name`: a lab
+    box, or a scale box copied from one (lab/scale.py)."""
     values = {
         "VLLM_NIGHTLY_IMAGE": images["vllm_nightly"],
         "GATEWAY_IMAGE": images["gateway"],
         "LOBES_MESH_KEY": secrets["mesh_key"],
-        "LOBES_MESH_NAME": box.name,
-        "GATEWAY_SELF_ORIGIN": box.gateway_origin,
-        "LOBES_MESH_SEEDS": ",".join(b.gateway_origin for b in others),
+        "LOBES_MESH_NAME": name,
+        "GATEWAY_SELF_ORIGIN": origin,
+        "LOBES_MESH_SEEDS": ",".join(seeds),
         "LOBES_MESH_HEARTBEAT_S": HEARTBEAT_S,
         "COMPOSE_FILE": ":".join(chain),
     }
-    if box.name == "thor":
+    if kind == "thor":
         values["WORKER_IMAGE"] = images["vllm_nightly"]
-    if box.name == "orin":
+    if kind == "orin":
         values["MULTIMODAL_IMAGE"] = images.get("vllm_gemma4", images["vllm_nightly"])
-    if box.name == "spark":
+    if kind == "spark":
         # The keyed member: every /v1/* call without this bearer gets 401.
         values["GATEWAY_API_KEY"] = secrets["spark_gateway_key"]
     return values

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -187,21 +185,6 @@ def _up(timeout: float) -> dict[str, Any]:
     return data
 
 
-def _kill_user_processes(box: Box) -> None:
-    """Sessions left behind by SSH (sshd's children outlive the listener) block userdel."""
-    if not users.user_exists(box):
-        return
-    uid, _ = users.uid_gid(box)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid == uid:
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-
-
 def down(*, purge: bool = False) -> None:
     """Remove everything `up` created: processes by pidfile, namespaces, veths, data, users.
 
@@ -224,8 +207,7 @@ def _down(purge: bool) -> None:
     for box in BOXES:
         engines.remove_state(box)
         network.remove_box(box)
-        _kill_user_processes(box)
-        users.remove_user(box)
+        users.remove_user(box)  # its SSH sessions ended first
         shutil.rmtree(box.run_dir, ignore_errors=True)
     engines.remove_state(BUILDER)
     shutil.rmtree(BUILDER.run_dir, ignore_errors=True)

@@ -40,13 +40,11 @@ projects. Needs the lab up; one lab operation at a time (lifecycle.locked).
 
 from __future__ import annotations
 
-import grp
 import hashlib
 import json
 import os
 import pwd
 import shutil
-import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -68,7 +66,7 @@ from .config import (
     SCRUBBED_PATH,
     Box,
 )
-from .deployments import GATEWAY_UID, OVERRIDE, render_override
+from .deployments import GATEWAY_UID, OVERRIDE, mesh_env, render_override
 from .lifecycle import locked
 from .proc import LabError, log, ok, run, running, spawn, stop_pidfile, wait_for
 
@@ -229,23 +227,8 @@ def env_values(
 ) -> dict[str, str]:
     """deployments.env_values for a scale box: its own name, origin and the other members."""
     chain = [*_manifest(b.kind)["base_chain"], OVERRIDE]
-    values = {
-        "VLLM_NIGHTLY_IMAGE": images["vllm_nightly"],
-        "GATEWAY_IMAGE": images["gateway"],
-        "LOBES_MESH_KEY": secrets["mesh_key"],
-        "LOBES_MESH_NAME": b.name,
-        "GATEWAY_SELF_ORIGIN": b.origin,
-        "LOBES_MESH_SEEDS": ",".join(o.origin for o in fleet if o.name != b.name),
-        "LOBES_MESH_HEARTBEAT_S": "5",
-        "COMPOSE_FILE": ":".join(chain),
-    }
-    if b.kind == "thor":
-        values["WORKER_IMAGE"] = images["vllm_nightly"]
-    if b.kind == "orin":
-        values["MULTIMODAL_IMAGE"] = images.get("vllm_gemma4", images["vllm_nightly"])
-    if b.kind == "spark":
-        values["GATEWAY_API_KEY"] = secrets["spark_gateway_key"]
-    return values
+    seeds = [o.origin for o in fleet if o.name != b.name]
+    return mesh_env(b.kind, b.name, b.origin, seeds, images, secrets, chain)
 
 
 def _manifest(kind: str) -> dict[str, list[str]]:
@@ -396,7 +379,8 @@ def set_hanging(name: str, hang: bool) -> None:
     A master connection opened before keeps the old behaviour: close it first."""
     b = next(x for x in made() if x.name == name)
     _sshd(b, hang)
-    _kill_uid(pwd.getpwnam(b.user).pw_uid)  # the sleeping sessions, or the ones before
+    # The sleeping sessions, or the ones before.
+    users.kill_processes_of(pwd.getpwnam(b.user).pw_uid)
     wait_for(lambda: listening(b), timeout=20, what=f"sshd of scale box {b.name}")
 
 
@@ -508,32 +492,8 @@ def _remove(fleet: list[ScaleBox]) -> None:
             run(["ip", "netns", "del", b.netns], check=False)
         if ok(["ip", "link", "show", "dev", b.veth]):
             run(["ip", "link", "del", b.veth], check=False)
-        try:
-            uid = pwd.getpwnam(b.user).pw_uid
-        except KeyError:
-            uid = None
-        if uid is not None:
-            _kill_uid(uid)
-            run(["userdel", "--remove", b.user], check=False)
-        shutil.rmtree(b.home, ignore_errors=True)
-        try:
-            grp.getgrnam(b.user)
-        except KeyError:
-            pass
-        else:
-            run(["groupdel", b.user], check=False)
+        users.remove_account(b.user, b.home)
         shutil.rmtree(b.run_dir, ignore_errors=True)
-
-
-def _kill_uid(uid: int) -> None:
-    """Sessions left by SSH (their processes outlive sshd) block userdel; only this uid's."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue
 
 
 def status() -> dict[str, dict[str, object]]:

@@ -20,6 +20,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 from pathlib import Path
 
 from .config import CLIENT_KEY, Box
@@ -149,15 +150,38 @@ def ensure_run_dir(box: Box) -> None:
 
 
 def remove_user(box: Box) -> None:
-    if user_exists(box):
-        log(f"remove user {box.user}")
-        # Root-owned files (container logs, caches) live in the home; userdel -r handles them.
-        run(["userdel", "--remove", box.user], check=False)
-    if box.home.exists():
-        shutil.rmtree(box.home, ignore_errors=True)
+    remove_account(box.user, box.home)
+
+
+def remove_account(user: str, home: Path) -> None:
+    """A lab user (a box's or a scale box's): its SSH sessions ended, the account, its home
+    and its group removed."""
     try:
-        grp.getgrnam(box.user)
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        uid = None
+    if uid is not None:
+        log(f"remove user {user}")
+        kill_processes_of(uid)
+        # Root-owned files (container logs, caches) live in the home; userdel -r handles them.
+        run(["userdel", "--remove", user], check=False)
+    if home.exists():
+        shutil.rmtree(home, ignore_errors=True)
+    try:
+        grp.getgrnam(user)
     except KeyError:
         pass
     else:
-        run(["groupdel", box.user], check=False)
+        run(["groupdel", user], check=False)
+
+
+def kill_processes_of(uid: int) -> None:
+    """Sessions left behind by SSH (sshd's children outlive the listener) block userdel."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid == uid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
