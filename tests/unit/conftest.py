@@ -49,16 +49,21 @@ IMPORT_SNAPSHOT = ROOT / "tests" / "fixtures" / "import" / "pristine"
 @pytest.fixture(scope="module")
 def pristine_import(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
     """The adopted repository, import's exit code and what it printed."""
+    return import_snapshot(IMPORT_SNAPSHOT, tmp_path_factory.mktemp("import") / "adopted")
+
+
+def import_snapshot(snapshot: Path, out: Path) -> tuple[Path, int, str]:
+    """`reconcile -i lab import --from-snapshot SNAPSHOT --output OUT`, in this process: the
+    adopted repository, import's exit code and what it printed."""
     import contextlib
     import io
 
     from reconciler.cli import main
 
-    out = tmp_path_factory.mktemp("import") / "adopted"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
         code = main(
-            ["--root", str(ROOT), "-i", "lab", "import", "--from-snapshot", str(IMPORT_SNAPSHOT),
+            ["--root", str(ROOT), "-i", "lab", "import", "--from-snapshot", str(snapshot),
              "--output", str(out)]
         )  # fmt: skip
     return out, code, buffer.getvalue()

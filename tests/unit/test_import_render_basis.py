@@ -10,8 +10,6 @@ state, it must replay exactly as the live run reported.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from reconciler.cli import main
 from reconciler.compare import render_basis
 from reconciler.compare.box import compare_box
 from reconciler.compare.context import BoxExpectation
@@ -29,7 +26,7 @@ from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import drift_inputs
 from reconciler.observe.document import Observed, parse_collected
 from reconciler.observe.observe import load_snapshot
-from tests.unit.conftest import load_box_program
+from tests.unit.conftest import import_snapshot, load_box_program
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_DESIRED = REPO / "tests/fixtures/import/lab_desired"
@@ -56,14 +53,7 @@ def lab_expectations() -> dict[str, BoxExpectation]:
 @pytest.fixture(scope="module")
 def adopted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
     """The snapshot imported: the repository, import's exit code and what it printed."""
-    out = tmp_path_factory.mktemp("basis") / "adopted"
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = main(
-            ["--root", str(REPO), "-i", "lab", "import", "--from-snapshot", str(LAB_DESIRED),
-             "--output", str(out)]
-        )  # fmt: skip
-    return out, code, buffer.getvalue()
+    return import_snapshot(LAB_DESIRED, tmp_path_factory.mktemp("basis") / "adopted")
 
 
 # -- captured data ------------------------------------------------------------------------------
