@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Mapping, Set
 from enum import Enum
-from json.encoder import encode_basestring  # the C one when built, as json.dumps uses
 from typing import Any
 
 from reconciler.compare.causes import Link, link_box
@@ -56,95 +55,7 @@ def to_document(report: DriftReport) -> dict[str, Any]:
 
 def render_json(report: DriftReport) -> str:
     # No sort_keys: the document is built in reading order ("schema" and "version" first).
-    return indented(to_document(report)) + "\n"
-
-
-def indented(document: Any) -> str:
-    """`json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)`, byte for byte,
-    faster: json's indenting encoder is pure Python (a generator step per value), so each
-    object or list holding only scalars (most drift entries, every box's facts) is written by
-    the C encoder with the newline and indentation as its item separator. Anything but dicts
-    with text keys, lists and scalars is left to json.dumps whole."""
-    out: list[str] = []
-    try:
-        _write(document, 0, out)
-    except _NotPlain:
-        return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
-    return "".join(out)
-
-
-class _NotPlain(Exception):
-    pass
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-# json's C encoder factory (what JSONEncoder.iterencode builds per call); None without it.
-_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_FLAT: dict[int, Callable[[Any], str]] = {}  # indentation level -> writer with that separator
-
-
-def _flat_encoder(level: int) -> Callable[[Any], str]:
-    """The C encoder json.dumps itself builds (JSONEncoder.iterencode), built once per level
-    instead of once per call; JSONEncoder.encode where the C accelerator is missing."""
-    writer = _FLAT.get(level)
-    if writer is None:
-        separator = ",\n" + "  " * level
-        if _C_ENCODER is not None:
-            chunks = _C_ENCODER(
-                None, _unserializable, encode_basestring, None, ": ", separator, False, False, False
-            )  # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
-
-            def writer(value: Any) -> str:
-                return "".join(chunks(value, 0))
-
-        else:
-            writer = json.JSONEncoder(
-                ensure_ascii=False, allow_nan=False, separators=(separator, ": ")
-            ).encode
-        _FLAT[level] = writer
-    return writer
-
-
-def _unserializable(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _write(value: Any, level: int, out: list[str]) -> None:
-    kind = type(value)
-    if kind is str:
-        out.append(encode_basestring(value))
-        return
-    if kind is bool or value is None:
-        out.append("null" if value is None else "true" if value else "false")
-        return
-    if kind is int:
-        out.append(int.__repr__(value))
-        return
-    if kind is float:  # repr, and NaN/Infinity refused, as json.dumps(allow_nan=False) does
-        out.append(_flat_encoder(0)(value))
-        return
-    if kind is not dict and kind is not list:
-        raise _NotPlain
-    if not value:
-        out.append("{}" if kind is dict else "[]")
-        return
-    if kind is dict and list(map(type, value)).count(str) != len(value):
-        raise _NotPlain  # json.dumps turns such keys into text its own way
-    inner = "\n" + "  " * (level + 1)
-    if _SCALARS.issuperset(map(type, value.values() if kind is dict else value)):
-        text = _flat_encoder(level + 1)(value)
-        out += (text[0], inner, text[1:-1], "\n", "  " * level, text[-1])
-        return
-    out.append("{" if kind is dict else "[")
-    if kind is dict:
-        for index, (key, item) in enumerate(value.items()):
-            out += ("," + inner if index else inner, encode_basestring(key), ": ")
-            _write(item, level + 1, out)
-    else:
-        for index, item in enumerate(value):
-            out.append("," + inner if index else inner)
-            _write(item, level + 1, out)
-    out += ("\n", "  " * level, "}" if kind is dict else "]")
+    return json.dumps(to_document(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def secret_digest(value: SecretValue) -> str:
