@@ -233,8 +233,9 @@ NOTE = [
     "state and deriving and re-storing its inputs on every run (~2 s at 1,000 boxes), two "
     "Python loops per environment entry in the typed parse, ~40 fnmatch calls per drift in "
     "the JSON report, a generator step per command-line token and a key-by-key diff per "
-    "environment in comparing, and json's pure-Python indenting encoder for every value of "
-    "the report.",
+    "environment in comparing. The report is written by json.dumps, whose indenting encoder "
+    "is pure Python (~0.3 s at 1,000 boxes): a hand-written writer that saved a third of it "
+    "was not worth a second JSON encoder.",
 ]
 
 
