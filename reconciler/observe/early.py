@@ -50,7 +50,7 @@ def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) ->
 def launch(inputs: DriftInputs, boxes: list[str], run_key: str) -> EarlyStart:
     """The collectors of `boxes` and the controller's probes, started now, not waited for."""
     running = start_collectors(inputs.targets, {box: inputs.payload(box, run_key) for box in boxes})
-    # The mesh-side probes need nothing but the URLs: start them too (httpx is imported in
-    # that thread, while this one goes on to import the comparison).
+    # The mesh-side probes need nothing but the URLs: start them too (http.client is imported
+    # in that thread, while this one goes on to import the comparison).
     probes = in_background(probe_gateways, {box: inputs.bases[box] for box in boxes})
     return EarlyStart(inputs, running, run_key, probes)

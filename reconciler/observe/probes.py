@@ -1,7 +1,15 @@
 """The mesh side of an observation: what a caller on the network gets from each gateway,
-without a key. All gateways and paths at once (a hanging gateway costs one timeout), with httpx
-imported only when a command probes. Takes plain base URLs so a drift run can start it before
-the desired state is loaded (observe/early.py)."""
+without a key. All gateways and paths at once (a hanging gateway costs one timeout). Takes
+plain base URLs so a drift run can start it before the desired state is loaded (observe/early.py).
+
+Drift's three keyless GETs per gateway go through the standard library's `http.client`, not
+httpx: they run on every drift, and importing httpx (h11, httpcore, its models, cookie jar and
+the `email` and `urllib.request` modules under them) cost 40-60 ms of CPU here against 17 ms
+for `http.client`, and a repeated drift's whole controller process uses about 300 ms. The
+audit's requests (keys, POST bodies, phase 2) stay on httpx (`fetch` below, audit/probes.py).
+Both read an answer the same bounded way: at most MAX_BODY bytes, within TOTAL_S, parsed by
+`body_json` as a box's answer is.
+"""
 
 from __future__ import annotations
 
@@ -36,21 +44,13 @@ def needs_tls(urls: list[str]) -> bool:
 
 def probe_gateways(bases: dict[str, str]) -> dict[str, dict[str, Any]]:
     """{box: base URL} -> {box: {"base", "health", "capabilities", "models_noauth"}}."""
-    skip_httpx_cli()
-    import httpx
-
-    timeout = httpx.Timeout(3.0, connect=2.0)
-    verify = needs_tls(list(bases.values()))
     out: dict[str, dict[str, Any]] = {box: {"base": base} for box, base in bases.items()}
     jobs = [(box, probe, base + path) for box, base in bases.items() for probe, path in PATHS]
     if not jobs:
         return out
-    with (
-        httpx.Client(timeout=timeout, trust_env=False, verify=verify) as client,
-        ThreadPoolExecutor(max_workers=len(jobs)) as pool,
-    ):
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = [
-            (box, probe, pool.submit(_get, client, url, probe != "models_noauth"))
+            (box, probe, pool.submit(_get, url, probe != "models_noauth"))
             for box, probe, url in jobs
         ]
         for box, probe, future in futures:
@@ -58,21 +58,68 @@ def probe_gateways(bases: dict[str, str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _get(client: Any, url: str, keep_body: bool) -> dict[str, Any]:
-    import httpx
+CONNECT_S, READ_S = 2.0, 3.0  # a gateway that accepts but never answers costs READ_S per read
+
+
+def _get(url: str, keep_body: bool) -> dict[str, Any]:
+    import http.client
 
     started = time.monotonic()
     try:
-        resp, raw = fetch(client, "GET", url)
-    except httpx.HTTPError as exc:
+        status, raw = plain_get(url)
+    except (OSError, http.client.HTTPException) as exc:  # the socket's or HTTP's own errors
         return {"status": None, "error": exception_text(exc)}
     except Exception as exc:  # one gateway's odd answer fails that probe, never the others
         return {"status": None, "error": failure(exc)}
     elapsed_ms = int((time.monotonic() - started) * 1000)
-    result: dict[str, Any] = {"status": resp.status_code, "ms": elapsed_ms}
+    result: dict[str, Any] = {"status": status, "ms": elapsed_ms}
     if keep_body:
         result["body"] = body_json(raw)
     return result
+
+
+def plain_get(url: str) -> tuple[int, bytes]:
+    """One GET without credentials, proxies or cookies: the status and at most MAX_BODY + 1
+    bytes of the body. Raises what the socket or http.client raise, InvalidURL, or TooSlow."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError for a port that is not a number in range
+    except ValueError:
+        raise http.client.InvalidURL("not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise http.client.InvalidURL("not an http(s) URL with a host")
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        # Full verification (the system's CA bundle, the host name), as httpx's default.
+        import ssl
+
+        context = ssl.create_default_context()
+        conn = http.client.HTTPSConnection(parts.hostname, port, timeout=CONNECT_S, context=context)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, port, timeout=CONNECT_S)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    started = time.monotonic()
+    try:
+        conn.connect()
+        if conn.sock is not None:
+            conn.sock.settimeout(READ_S)
+        conn.request("GET", path, headers={"Accept": "*/*", "Connection": "close"})
+        resp = conn.getresponse()
+        chunks, size = [], 0
+        while size <= MAX_BODY:
+            chunk = resp.read1(64 * 1024)  # what one read brings: a drip is seen between reads
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() - started > TOTAL_S:
+                raise TooSlow
+        return resp.status, b"".join(chunks)[: MAX_BODY + 1]
+    finally:
+        conn.close()
 
 
 # -- reading a gateway's answer: it is the box's, so bounded like the collector's ----------------
@@ -86,8 +133,8 @@ class TooSlow(Exception):
 
 
 def fetch(client: Any, method: str, url: str, json: Any = None) -> tuple[Any, bytes]:
-    """One request: the response (headers and status) and at most MAX_BODY + 1 bytes of its
-    body. Raises what httpx raises, or TooSlow."""
+    """One request through an httpx client (the audit's): the response (headers and status)
+    and at most MAX_BODY + 1 bytes of its body. Raises what httpx raises, or TooSlow."""
     started = time.monotonic()
     with client.stream(method, url, json=json) as resp:
         chunks, size = [], 0
