@@ -11,27 +11,32 @@ from a report. The work runs in threads: the run takes about as long as its slow
 (usually `docker compose config`), not the sum.
 """
 
-import base64
-import contextlib
-import errno
-import fnmatch
-import hashlib
-import hmac
-import http.client
 import json
 import os
 import re
 import resource
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
+
+try:  # the C module under `socket`, which adds enum conversions and selectors on import
+    import _socket as sockets
+except ImportError:  # pragma: no cover - an interpreter without it
+    import socket as sockets  # type: ignore[no-redef]
+try:  # CPython's builtin SHA-256: hashlib's OpenSSL one costs ~5 ms to import and each HMAC
+    from _sha2 import sha256  # ~0.4 ms to set up (OpenSSL 3 fetches the algorithm each time)
+except ImportError:  # Python < 3.12
+    try:
+        from _sha256 import sha256
+    except ImportError:  # pragma: no cover - a build without the builtin hashes
+        from hashlib import sha256
+
+# What is imported at the top is what EVERY run needs: a repeated drift runs this program on
+# each box, and a module imported here costs every run its import time (http.client and
+# urllib pulled in email, ssl and hashlib: ~40 ms of a ~90 ms run). The rest is imported
+# where it is used, on the paths that need it (a compose render that misses the cache, an
+# HTTP redirect, the audit's stdin).
 
 SCRUBBED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRACE_SEP = "\x1f"
@@ -79,16 +84,68 @@ _DIGEST_PREFIX = r"(?:sha256|sha512|hmac):$"
 
 
 def _any_of(patterns):
-    """One compiled regex for shell-style patterns: a collector asks about every variable of
-    every container and render (thousands of names), fnmatch one pattern at a time cost ~20 ms."""
-    return re.compile("|".join(fnmatch.translate(p) for p in patterns) or "(?!)")
+    """One matcher for shell-style patterns: a collector asks about every variable of every
+    container and render (thousands of names), fnmatch one pattern at a time cost ~20 ms.
+    Patterns made of literal characters and `*` (the floor and every pattern seen so far) are
+    matched by their literal pieces, as fnmatch would: compiling them into one regular
+    expression cost each run ~2 ms. Any other pattern (`?`, `[...]`) goes through fnmatch's
+    own translation."""
+    globs = [p for p in patterns if not any(c in p for c in "?[")]
+    if len(globs) < len(patterns):
+        import fnmatch
+
+        regex = re.compile("|".join(fnmatch.translate(p) for p in patterns))
+        return regex.match
+    exact, prefixes, suffixes, inner, general = set(), [], [], [], []
+    for pattern in dict.fromkeys(globs):
+        parts = pattern.split("*")
+        if len(parts) == 1:
+            exact.add(pattern)
+        elif len(parts) == 2 and not parts[1]:
+            prefixes.append(parts[0])  # `X*` (and `*` itself: every name starts with "")
+        elif len(parts) == 2 and not parts[0]:
+            suffixes.append(parts[1])  # `*X`
+        elif len(parts) == 3 and not parts[0] and not parts[2]:
+            inner.append(parts[1])  # `*X*`
+        else:
+            general.append(tuple(parts))
+    starts, ends = tuple(prefixes), tuple(suffixes)
+
+    def match(name):
+        return (
+            name in exact
+            or name.startswith(starts)
+            or name.endswith(ends)
+            or any(piece in name for piece in inner)
+            or (bool(general) and _glob_any(general, name))
+        )
+
+    return match
+
+
+def _glob_any(pieces, name):
+    for parts in pieces:
+        first, last = parts[0], parts[-1]
+        if len(name) < len(first) + len(last):
+            continue
+        if not name.startswith(first) or not name.endswith(last):
+            continue
+        at, end = len(first), len(name) - len(last)
+        for middle in parts[1:-1]:  # each in turn, leftmost first: `*` takes what lies between
+            found = name.find(middle, at, end)
+            if found < 0:
+                break
+            at = found + len(middle)
+        else:
+            return True
+    return False
 
 
 _FLOOR = _any_of(FLOOR)
 
 
 def floor_secret(name):
-    return _FLOOR.match(name.upper()) is not None
+    return bool(_FLOOR(name.upper()))
 
 
 def scrub_text(text, secrets=()):
@@ -146,7 +203,7 @@ def _reason(exc):
 
 def _known_reason(exc):
     names = set(cls.__name__ for cls in type(exc).__mro__)
-    if isinstance(exc, socket.timeout) or any("Timeout" in n for n in names):
+    if isinstance(exc, sockets.timeout) or any("Timeout" in n for n in names):
         return "timed out"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
@@ -163,11 +220,25 @@ def _known_reason(exc):
     if isinstance(exc, ValueError) and str(exc).startswith("Invalid header"):
         return "a request header held a character HTTP forbids (its value is not shown)"
     if isinstance(exc, OSError) and isinstance(exc.errno, int) and exc.errno > 0:
+        import errno
+
         return "%s (%s)" % (
             os.strerror(exc.errno).lower(),
             errno.errorcode.get(exc.errno, exc.errno),
         )
     return None
+
+
+def _hmac_states(key):
+    """HMAC-SHA256 (RFC 2104) of `key`, as its two started hashes: each value then costs two
+    copies and two short updates (hmac.new went through OpenSSL, ~0.4 ms a value here)."""
+    if len(key) > 64:
+        key = sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    return (
+        sha256(bytes(b ^ 0x36 for b in key)),
+        sha256(bytes(b ^ 0x5C for b in key)),
+    )
 
 
 class Run:
@@ -177,6 +248,7 @@ class Run:
         if not isinstance(key, str) or len(key) < MIN_RUN_KEY:
             key = os.urandom(32).hex()  # digests then compare only within this answer
         self.key = key.encode()
+        self._keyed = _hmac_states(self.key)
         patterns = payload.get("secret_patterns")
         self.patterns = (
             [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
@@ -187,19 +259,33 @@ class Run:
         self.deploy = os.path.expanduser(payload["directory"])
         self.errors = []
         self.timeout = float(payload.get("timeout_s", 10))
+        self._once = {}  # type: dict
+        self._lock = threading.Lock()
+
+    def once(self, key, fn, *args):
+        """fn(*args), computed once in this run (a raised error is not remembered)."""
+        with self._lock:
+            if key in self._once:
+                return self._once[key]
+        value = fn(*args)
+        with self._lock:
+            return self._once.setdefault(key, value)
 
     # -- secrets -------------------------------------------------------------------------
     def is_secret(self, name):
         known = self._secret_names.get(name)
         if known is None:
-            known = self._patterns.match(name) is not None or floor_secret(name)
+            known = bool(self._patterns(name)) or floor_secret(name)
             self._secret_names[name] = known
         return known
 
     def digest(self, value):
         if len(value.strip()) >= 4:
             _KNOWN.add(value)  # whatever is hashed is a secret: never in an error text either
-        return "hmac:" + hmac.new(self.key, value.encode(), hashlib.sha256).hexdigest()
+        inner, outer = self._keyed[0].copy(), self._keyed[1].copy()
+        inner.update(value.encode())
+        outer.update(inner.digest())
+        return "hmac:" + outer.hexdigest()
 
     def masked(self, name, value):
         if value is None or not self.is_secret(name):
@@ -320,7 +406,7 @@ def file_facts(run, names):
             info = os.stat(path)
             out[name] = {
                 "exists": True,
-                "sha256": hashlib.sha256(data).hexdigest(),
+                "sha256": sha256(data).hexdigest(),
                 "mode": oct(info.st_mode & 0o777),
                 "size": len(data),
             }
@@ -434,7 +520,7 @@ def env_basis(run, text):
     canonical = json.dumps(
         [[key, value] for key, value in pairs.items()], separators=(",", ":"), sort_keys=True
     )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _quote(value):
@@ -446,19 +532,97 @@ def _quote(value):
 
 
 # -- compose ----------------------------------------------------------------------------------
-def shadow_project(run, tmpdir, desired_env_text, name="project"):
+class Workspace:
+    """The run's private temp directory, made only when a compose render must run: a render
+    served from the cache needs no project directory (mkdtemp, a symlink per entry and their
+    removal cost a run ~5 ms of system time)."""
+
+    def __init__(self):
+        self.path = None
+        self.lock = threading.Lock()
+
+    def directory(self):
+        with self.lock:
+            if self.path is None:
+                import tempfile
+
+                self.path = tempfile.mkdtemp(prefix="fleet-collect-")
+            return self.path
+
+    def remove(self):
+        if self.path is not None:
+            import shutil
+
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+class Shadow:
     """A private view of the deployment whose `.env` is the desired one and every other entry
     a symlink to the real file. Compose reads `.env` twice (interpolation, and each lane's
     `env_file`), so only a project directory holding the desired `.env` renders what a converge
-    would run. Nothing in the real directory is touched."""
+    would run. Nothing in the real directory is touched.
+
+    The view is built on disk only when compose is run (`path()`); the render cache reads the
+    same contents straight from the deployment and the desired text (`names`, `digest`)."""
+
+    def __init__(self, run, workspace, desired_env_text, name="project"):
+        self.run, self.workspace, self.text, self.name = run, workspace, desired_env_text, name
+        self.built = None
+        self.lock = threading.Lock()
+
+    def names(self):
+        return sorted(set(os.listdir(self.run.deploy)) | {".env"})
+
+    def digest(self, name):
+        """SHA-256 of the entry as compose would read it; the deployment's files are read and
+        hashed once a run, however many renders key on them."""
+        if name == ".env":
+            return sha256(self.text.encode("utf-8")).digest()
+        return self.run.once(("file", name), _file_digest, os.path.join(self.run.deploy, name))
+
+    def path(self):
+        with self.lock:
+            if self.built is None:
+                self.built = shadow_project(
+                    self.run, self.workspace.directory(), self.text, self.name
+                )
+            return self.built
+
+    def __fspath__(self):  # as a path, it is the directory on disk (built then)
+        return self.path()
+
+
+class Existing:
+    """A project directory that is already on disk (the real one, or a test's)."""
+
+    def __init__(self, path):
+        self.where = path
+
+    def names(self):
+        return sorted(os.listdir(self.where))
+
+    def digest(self, name):
+        return _file_digest(os.path.join(self.where, name))
+
+    def path(self):
+        return self.where
+
+
+def _file_digest(path):
+    with open(path, "rb") as handle:
+        return sha256(handle.read()).digest()
+
+
+def shadow_project(run, tmpdir, desired_env_text, name="project"):
+    """The Shadow view, on disk under `tmpdir`."""
     project = os.path.join(tmpdir, name)
     os.mkdir(project, 0o700)
     for entry in os.listdir(run.deploy):
         if entry != ".env":
             os.symlink(os.path.join(run.deploy, entry), os.path.join(project, entry))
     fd = os.open(os.path.join(project, ".env"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(desired_env_text)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(desired_env_text.encode("utf-8"))
     return project
 
 
@@ -487,20 +651,21 @@ def compose_cached(run, project, env, args):
     A render is a pure function of the compose files, the env files it reads, the process
     environment and the compose binary; it costs ~0.25 CPU-seconds, which would dominate a
     drift run. The cache keys on all of those, lives in the deploy user's ~/.cache (0600: a
-    raw render holds the box's own secrets, which never leave it), and keeps the newest 64."""
-    digest = hashlib.sha256()
+    raw render holds the box's own secrets, which never leave it), and keeps the newest 64.
+    `project`: a Shadow (built on disk only on a miss) or a directory's path."""
+    project = Existing(project) if isinstance(project, str) else project
+    digest = sha256()
     # The command line's own inputs: the arguments, the environment, and the project name and
     # `-f` chain compose_argv adds. Without the chain, a render made with fewer files (the
     # importer's discovery run: lobes' own chain) was served to a run whose chain has an
     # override more, and the override's settings were missing from what it compared.
     argv_inputs = [args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]]
     digest.update(json.dumps(argv_inputs).encode())
-    for name in sorted(os.listdir(project)):
+    for name in project.names():
         if name.startswith(("docker-compose", ".env", ".secrets.env")):
             digest.update(name.encode() + b"\0")
             try:
-                with open(os.path.join(project, name), "rb") as handle:
-                    digest.update(hashlib.sha256(handle.read()).digest())
+                digest.update(project.digest(name))
             except OSError:
                 digest.update(b"-")
     for plugin in COMPOSE_PLUGINS:
@@ -509,7 +674,7 @@ def compose_cached(run, project, env, args):
             digest.update(("%s:%d:%d" % (plugin, info.st_size, info.st_mtime_ns)).encode())
         except OSError:
             pass
-    cache_dir = _cache_dir()
+    cache_dir = run.once("cache_dir", _cache_dir)
     path = os.path.join(cache_dir or "/nonexistent", digest.hexdigest() + ".json")
     try:
         with open(path, encoding="utf-8") as handle:
@@ -517,7 +682,7 @@ def compose_cached(run, project, env, args):
             return 0, handle.read(), ""
     except OSError:
         pass
-    code, out, err = run.run(compose_argv(run, project) + list(args), env=env)
+    code, out, err = run.run(compose_argv(run, project.path()) + list(args), env=env)
     if code == 0 and cache_dir:
         try:
             fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -534,7 +699,7 @@ def _cache_dir():
     """~/.cache/... if the user may write there, else a private dir under /tmp (0700, owned)."""
     for candidate in (
         os.path.expanduser(CACHE_DIR),
-        os.path.join(tempfile.gettempdir(), "fleet-reconciler-%d" % os.getuid()),
+        os.path.join(_temp_root(), "fleet-reconciler-%d" % os.getuid()),
     ):
         try:
             os.makedirs(candidate, mode=0o700, exist_ok=True)
@@ -546,6 +711,17 @@ def _cache_dir():
     return None
 
 
+def _temp_root():
+    """tempfile.gettempdir()'s choice without importing tempfile (and random, shutil, bz2,
+    lzma with it): $TMPDIR, $TEMP or $TMP, else /tmp, /var/tmp, /usr/tmp, the first one this
+    user may create files in, else the working directory."""
+    names = [os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")]
+    for candidate in [n for n in names if n] + ["/tmp", "/var/tmp", "/usr/tmp"]:
+        if os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return os.path.abspath(candidate)
+    return os.getcwd()
+
+
 def _prune(cache_dir):
     entries = sorted(
         (os.stat(os.path.join(cache_dir, n)).st_mtime, n)
@@ -553,8 +729,10 @@ def _prune(cache_dir):
         if n.endswith(".json")
     )
     for _, name in entries[:-CACHE_KEEP]:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib is not imported for this
             os.unlink(os.path.join(cache_dir, name))
+        except OSError:
+            pass
 
 
 def render(run, project, env):
@@ -661,7 +839,7 @@ def docker_socket(home):
         if context and context != "default":
             meta = os.path.join(
                 home, ".docker", "contexts", "meta",
-                hashlib.sha256(context.encode()).hexdigest(), "meta.json",
+                sha256(context.encode()).hexdigest(), "meta.json",
             )  # fmt: skip
             try:
                 with open(meta) as handle:
@@ -672,24 +850,325 @@ def docker_socket(home):
     return host[len("unix://") :] if host.startswith("unix://") else None
 
 
-class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path, timeout):
-        http.client.HTTPConnection.__init__(self, "localhost", timeout=timeout)
-        self.socket_path = path
+# -- HTTP/1.1 ----------------------------------------------------------------------------------
+# The Engine API (a unix socket) and the probes (the gateway on the loopback, the lanes on their
+# container addresses) are plain HTTP/1.1 GETs and one POST: this is the part of http.client
+# they use, on the raw socket. http.client alone costs each run ~30 ms of CPU to import
+# (email's parser comes with it), urllib.request ~40 ms (ssl, hashlib too): more than the
+# rest of an observation. It reads answers as http.client does (a 100 Continue skipped, a
+# body by Content-Length, chunked transfer-encoding or the connection's end, the first of a
+# repeated header), refuses a header value with a bare CR/LF the way it does, and raises
+# errors named as http.client and urllib name them, so reports read the same.
+_MAXLINE = 65536
+_MAXHEADERS = 100
+_ILLEGAL_VALUE = re.compile(rb"\n(?![ \t])|\r(?![ \t\n])")  # http.client's own test
+_REDIRECTS = (301, 302, 303, 307, 308)
+_HEADER = re.compile(r"[\041-\071\073-\176]*:")  # email.feedparser's headerRE
 
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.socket_path)
+
+class HTTPException(Exception):
+    pass
+
+
+class RemoteDisconnected(ConnectionResetError):
+    """The server closed the connection before its status line (http.client's name)."""
+
+
+class IncompleteRead(HTTPException):
+    pass
+
+
+class BadStatusLine(HTTPException):
+    def __init__(self, line):
+        HTTPException.__init__(self, line or repr(line))
+
+
+class LineTooLong(HTTPException):
+    def __init__(self, what):
+        HTTPException.__init__(self, "got more than %d bytes when reading %s" % (_MAXLINE, what))
+
+
+class UnknownProtocol(HTTPException):
+    pass
+
+
+class URLError(OSError):
+    """A request that could not be sent (urllib's name: what the reports have always said)."""
+
+    def __init__(self, reason):
+        OSError.__init__(self, reason)
+        self.args = (reason,)
+        self.reason = reason
+
+    def __str__(self):
+        return "<urlopen error %s>" % self.reason
+
+
+class Connection:
+    """One HTTP/1.1 connection; `ask` sends a request and reads its answer whole."""
+
+    def __init__(self, connect, host):
+        self.connect, self.host = connect, host
+        self.sock, self.buf = None, b""
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+        self.sock, self.buf = None, b""
+
+    def ask(self, method, path, headers=(), body=None, limit=None, error_limit=None):
+        """(status, headers: lower-case name -> first value, body). `limit` (`error_limit`
+        for a status outside 2xx): at most this many bytes of the body are read (urllib's
+        read(n)); None: the whole body, and a body short of its Content-Length is an
+        IncompleteRead. The request is checked whole before anything is sent."""
+        lines = ["%s %s HTTP/1.1" % (method, path), "Host: " + self.host]
+        lines.append("Accept-Encoding: identity")
+        request = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        for name, value in headers:
+            value = value.encode("latin-1")
+            if _ILLEGAL_VALUE.search(value):
+                raise ValueError("Invalid header value %r" % (value,))
+            request += name.encode("latin-1") + b": " + value + b"\r\n"
+        if body is not None:
+            request += b"Content-Length: %d\r\n" % len(body)
+        request += b"\r\n" + (body or b"")
+        if self.sock is None:
+            self.sock = self.connect()
+        self.sock.sendall(request)
+        while True:
+            status, version = self._status()
+            got = self._headers()
+            if status != 100:
+                break
+        if not 200 <= status < 300:
+            limit = error_limit
+        content = self._body(method, status, version, got, limit)
+        return status, got, content
+
+    def _fill(self):
+        data = self.sock.recv(65536)  # type: ignore[union-attr]
+        self.buf += data
+        return bool(data)
+
+    def _line(self, what):
+        while True:
+            end = self.buf.find(b"\n", 0, _MAXLINE + 1)
+            if end >= 0:
+                line, self.buf = self.buf[: end + 1], self.buf[end + 1 :]
+                return line
+            if len(self.buf) > _MAXLINE:
+                raise LineTooLong(what)
+            if not self._fill():
+                line, self.buf = self.buf, b""
+                return line
+
+    def _read(self, size):
+        while len(self.buf) < size and self._fill():
+            pass
+        out, self.buf = self.buf[:size], self.buf[size:]
+        return out
+
+    def _status(self):
+        line = str(self._line("status line"), "iso-8859-1")
+        if not line:
+            raise RemoteDisconnected("Remote end closed connection without response")
+        parts = line.split(None, 2)
+        version, code = (parts + ["", ""])[:2] if len(parts) >= 2 else ("", "")
+        if not version.startswith("HTTP/"):
+            self.close()
+            raise BadStatusLine(line)
+        try:
+            status = int(code)
+        except ValueError:
+            raise BadStatusLine(line) from None
+        if not 100 <= status <= 999:
+            raise BadStatusLine(line)
+        if not version.startswith("HTTP/1."):
+            self.close()
+            raise UnknownProtocol(version)
+        return status, version
+
+    def _headers(self):
+        """As http.client reads them (every line up to the blank one) and email's parser
+        (compat32) gives them back: the first occurrence of a name, its value without the
+        leading blanks and the line end, folded lines kept as sent; a line that is no
+        header ends the headers (the rest is email's body)."""
+        lines = []
+        while True:
+            line = self._line("header line")
+            if line in (b"\r\n", b"\n", b""):
+                break
+            lines.append(str(line, "iso-8859-1"))
+            if len(lines) > _MAXHEADERS:
+                raise HTTPException("got more than %d headers" % _MAXHEADERS)
+        got = {}  # type: dict
+        current = []  # type: list  # [name, [value lines]] of a first occurrence
+        for text in lines:
+            if text[:1] in (" ", "\t"):
+                if current:
+                    current[1].append(text)
+                continue
+            if text.startswith("From "):
+                continue  # an mbox envelope line, not a header
+            if not _HEADER.match(text):
+                break
+            name, _, value = text.partition(":")
+            if name and name.lower() not in got:
+                current = [name.lower(), [value.lstrip(" \t")]]
+                got[current[0]] = current[1]
+            else:
+                current = []
+        return {name: "".join(parts).rstrip("\r\n") for name, parts in got.items()}
+
+    def _body(self, method, status, version, got, limit):
+        connection = got.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            closing = not got.get("keep-alive") and "keep-alive" not in connection
+        else:
+            closing = "close" in connection
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            out = b""
+        elif got.get("transfer-encoding", "").lower() == "chunked":
+            out = self._chunked(limit)
+            closing = closing or limit is not None
+        else:
+            try:
+                length = int(got["content-length"])
+            except (KeyError, ValueError):
+                length = -1  # none given: the body runs to the connection's end
+            if length < 0:
+                out, closing = self._to_end(limit), True
+            else:
+                out = self._read(length if limit is None else min(length, limit))
+                if limit is None and len(out) < length:
+                    raise IncompleteRead("%d bytes read, %d more expected" % (
+                        len(out), length - len(out)))  # fmt: skip
+                closing = closing or len(out) < length
+        if closing:
+            self.close()
+        return out
+
+    def _chunked(self, limit):
+        parts, total = [], 0
+        while limit is None or total < limit:
+            line = self._line("chunk size")
+            size = line.split(b";", 1)[0]
+            try:
+                size = int(size, 16)
+            except ValueError:
+                raise IncompleteRead("%d bytes read" % total) from None
+            if size == 0:
+                while self._line("trailer line") not in (b"\r\n", b"\n", b""):
+                    pass
+                break
+            part = self._read(size if limit is None else min(size, limit - total))
+            if len(part) < min(size, limit - total if limit is not None else size):
+                raise IncompleteRead("%d bytes read" % (total + len(part)))
+            parts.append(part)
+            total += len(part)
+            if len(part) == size:
+                self._read(2)  # the CRLF after a chunk's data
+        return b"".join(parts)
+
+    def _to_end(self, limit):
+        while (limit is None or len(self.buf) < limit) and self._fill():
+            pass
+        out = self.buf if limit is None else self.buf[:limit]
+        self.buf = b""
+        return out
+
+
+def unix_connection(path, timeout):
+    def connect():
+        sock = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    return Connection(connect, "localhost")
+
+
+def tcp_connect(host, port, timeout):
+    """socket.create_connection: each address of `host` in turn, the first error raised."""
+    errors = []
+    for family, kind, proto, _, address in sockets.getaddrinfo(host, port, 0, sockets.SOCK_STREAM):
+        sock = sockets.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            errors.append(exc)
+    raise errors[0] if errors else OSError("getaddrinfo returns an empty list")
+
+
+def _split_url(url):
+    """(host, port, netloc, path) of an http:// URL, the way http.client reads its host."""
+    rest = url[len("http://") :] if url.startswith("http://") else None
+    if rest is None:
+        raise ValueError("unknown url type: %r" % url)
+    netloc, slash, path = rest.partition("/")
+    host, port = netloc, 80
+    colon, bracket = netloc.rfind(":"), netloc.rfind("]")
+    if colon > bracket:
+        digits = netloc[colon + 1 :]
+        host = netloc[:colon]
+        if digits:
+            try:
+                port = int(digits)
+            except ValueError:
+                raise ValueError("nonnumeric port: '%s'" % digits) from None
+    if host[:1] == "[" and host[-1:] == "]":
+        host = host[1:-1]
+    return host, port, netloc, slash + path if slash else "/"
+
+
+def http_ask(url, timeout, method="GET", headers=(), body=None, limit=262144):
+    """(status, headers, body) of one request as urllib sends it (Connection: close, its
+    User-Agent; at most `limit` bytes of a 2xx body, 65536 of another one, as the probes
+    read them); a failure to connect is a URLError, as urllib raised it. None when urllib
+    itself must answer: a redirect to follow, or a proxy the environment names."""
+    if any(name.lower() == "http_proxy" for name in os.environ):
+        return None
+    host, port, netloc, path = _split_url(url)
+    sent = [(name.title(), value) for name, value in headers]
+    sent += [("User-Agent", "Python-urllib/%d.%d" % sys.version_info[:2])]
+    sent += [("Connection", "close")]
+
+    def connect():
+        try:
+            return tcp_connect(host, port, timeout)
+        except OSError as exc:
+            raise URLError(exc) from None
+
+    conn = Connection(connect, netloc)
+    try:
+        status, got, content = conn.ask(method, path, sent, body, limit, 65536)
+    finally:
+        conn.close()
+    if status in _REDIRECTS and ("location" in got or "uri" in got):
+        return None
+    return status, got, content
 
 
 def engine_get(conn, path):
-    conn.request("GET", path)
-    resp = conn.getresponse()
-    body = resp.read()
-    if resp.status != 200:
-        raise OSError("engine %s: HTTP %d %s" % (path, resp.status, body[:200]))
+    status, _, body = conn.ask("GET", path)
+    if status != 200:
+        raise OSError("engine %s: HTTP %d %s" % (path, status, body[:200]))
     return json.loads(body)
+
+
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
+
+
+def quote(text):
+    """urllib.parse.quote(text): UTF-8, every byte but the unreserved ones and `/` escaped."""
+    return "".join(chr(b) if b in _UNRESERVED else "%%%02X" % b for b in text.encode("utf-8"))
 
 
 def engine_inspect(run):
@@ -698,10 +1177,10 @@ def engine_inspect(run):
     path = docker_socket(run.home)
     if path is None:
         return None
-    conn = _UnixHTTP(path, run.timeout)
+    conn = unix_connection(path, run.timeout)
     try:
         label = json.dumps({"label": ["com.docker.compose.project=" + run.p["project"]]})
-        listed = engine_get(conn, "/containers/json?all=1&filters=" + urllib.parse.quote(label))
+        listed = engine_get(conn, "/containers/json?all=1&filters=" + quote(label))
         found = [engine_get(conn, "/containers/%s/json" % c["Id"]) for c in listed]
         image_ids = sorted({c.get("Image") for c in found if c.get("Image")})
         images = [engine_get(conn, "/images/%s/json" % i) for i in image_ids]
@@ -744,7 +1223,7 @@ def cli_inspect(run):
 def containers(run):
     try:
         raw = engine_inspect(run)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
+    except (OSError, ValueError, HTTPException) as exc:
         if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
             return {"error": "docker engine not reachable: %s" % _reason(exc)}
         raw = None  # anything odd: let the CLI try, it knows more about contexts than we do
@@ -803,8 +1282,23 @@ def meminfo():
 
 
 def http_get(url, timeout, headers=None):
-    request = urllib.request.Request(url, headers=headers or {})
     started = time.monotonic()
+    try:
+        answer = http_ask(url, timeout, "GET", sorted((headers or {}).items()))
+        if answer is None:
+            return _urllib_get(url, timeout, headers, started)
+    except Exception as exc:  # a probe failure is a result, not a crash
+        return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
+    status, _, body = answer
+    return {"status": status, "body": _json(body), "ms": _ms(started)}
+
+
+def _urllib_get(url, timeout, headers, started):
+    """http_get through urllib: a redirect to follow, a proxy to go through."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             body = resp.read(262144)
@@ -925,24 +1419,39 @@ def http_post_json(url, body, timeout, headers=None):
     data = json.dumps(body).encode()
     hdrs = {"Content-Type": "application/json"}
     hdrs.update(headers or {})
-    request = urllib.request.Request(url, data=data, headers=hdrs, method="POST")
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            resp.read(65536)
-            status, got, payload = resp.status, resp.headers, None
-    except urllib.error.HTTPError as exc:
-        status, got, payload = exc.code, exc.headers, _json(exc.read(65536))
+        answer = http_ask(url, timeout, "POST", list(hdrs.items()), data, 65536)
+        if answer is None:
+            answer = _urllib_post(url, data, hdrs, timeout)
     except Exception as exc:  # a probe failure is a result, not a crash
         return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
+    status, got, content = answer
+    payload = None if 200 <= status < 300 else _json(content)
     out = {"status": status, "ms": _ms(started)}
     error = (payload or {}).get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict) and error.get("type"):
         out["error_type"] = str(error["type"])[:80]
-    seen = {h: got.get(h) for h in _AUDIT_HEADERS if got is not None and got.get(h)}
+    seen = {h: got.get(h.lower()) for h in _AUDIT_HEADERS if got is not None and got.get(h.lower())}
     if seen:
         out["headers"] = seen
     return out
+
+
+def _urllib_post(url, data, hdrs, timeout):
+    """http_post_json's request through urllib (a redirect, a proxy): (status, headers as
+    name -> first value, body)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=data, headers=hdrs, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            status, got, content = resp.status, resp.headers, resp.read(65536)
+    except urllib.error.HTTPError as exc:
+        status, got, content = exc.code, exc.headers, exc.read(65536)
+    heads = {h.lower(): got.get(h) for h in _AUDIT_HEADERS if got is not None and got.get(h)}
+    return status, heads, content
 
 
 def audit_probes(run, spec, secret_values, active_env):
@@ -1058,13 +1567,13 @@ def collect(payload, sent=None):
         threads.append(task("audit", audit_section, run, secret_values))
     current_text = read_text(os.path.join(run.deploy, ".env"))
 
-    tmpdir = tempfile.mkdtemp(prefix="fleet-collect-")
+    workspace = Workspace()  # a temp directory only if a render misses the cache
     bases = {}  # render name -> the basis of the .env it renders
     own = None  # a project of the box's own .env, when the payload asks and it differs
     try:
         if doc["deploy_dir_exists"]:
             desired_text = desired_envfile(run, current_text, secret_values)
-            project = shadow_project(run, tmpdir, desired_text)
+            project = Shadow(run, workspace, desired_text)
             scrubbed = run.scrubbed_env()
             threads += [
                 task("render", render, run, project, scrubbed),
@@ -1078,7 +1587,7 @@ def collect(payload, sent=None):
                 bases["render"] = bases["render_login"] = env_basis(run, desired_text)
                 basis = env_basis(run, current_text)
                 if basis is not None and basis != bases["render"]:
-                    own = shadow_project(run, tmpdir, current_text, "current")
+                    own = Shadow(run, workspace, current_text, "current")
                     bases["render_current"] = bases["render_login_current"] = basis
                     threads.append(task("render_current", render, run, own, scrubbed))
         for thread in threads[:3]:
@@ -1096,7 +1605,7 @@ def collect(payload, sent=None):
         for thread in threads:
             thread.join()
     finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        workspace.remove()
 
     found = results.get("containers", {})
     doc["docker"] = found
@@ -1182,7 +1691,9 @@ def sent_secrets(payload, stream=None):
 
 
 def main():
-    payload = json.loads(base64.b64decode(sys.argv[1]).decode("utf-8"))
+    import binascii  # base64.b64decode without base64's own imports
+
+    payload = json.loads(binascii.a2b_base64(sys.argv[1].encode("ascii")).decode("utf-8"))
     sys.stdout.write(without_known_secrets(collect(payload, sent_secrets(payload))))
     sys.stdout.write("\n")
 

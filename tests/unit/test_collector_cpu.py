@@ -1,0 +1,354 @@
+"""The box collector's cheap paths give the answers of the stdlib paths they replace.
+
+A repeated drift runs the collector on every box; its CPU went mostly to importing http.client
+and urllib, to OpenSSL's HMAC and to building a shadow compose project the render cache then
+did not need. Each replacement is checked here against what it replaced: the raw HTTP/1.1
+client against urllib and http.client on the same bytes from a server, the HMAC against
+hmac.new, the pattern matcher against fnmatch, and a render served from the cache without
+a project directory.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.conftest import ROOT, load_box_program
+
+collector = load_box_program("box_collector_cpu", "reconciler/observe/remote/collector.py")
+FIXTURE = ROOT / "tests" / "fixtures"
+
+
+# -- a server that answers with given bytes -----------------------------------------------------
+class Canned:
+    """A TCP (or unix) server: each connection gets the next answer's bytes, then is closed
+    (an answer of None closes at once). Records each request it read."""
+
+    def __init__(self, answers: list[bytes | None], unix: str | None = None) -> None:
+        self.answers, self.requests = list(answers), []  # type: list[bytes]
+        family = socket.AF_UNIX if unix else socket.AF_INET
+        self.server = socket.socket(family, socket.SOCK_STREAM)
+        self.server.bind(unix or ("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = 0 if unix else self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while self.answers:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                answer = self.answers.pop(0)
+                if answer is None:
+                    continue
+                for part in answer.split(b"<NEXT>"):  # keep-alive: one answer per request
+                    self.requests.append(_request(conn))
+                    conn.sendall(part)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _request(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            while len(body) < int(line.split(b":")[1]):
+                body += conn.recv(65536)
+    return data
+
+
+ANSWERS = {
+    "content-length": b'HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n{"ok": true}',
+    "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b'5;ext=1\r\n{"ok"\r\n7\r\n: true}\r\n0\r\nX-Trailer: 1\r\n\r\n',
+    "until-close": b'HTTP/1.0 200 OK\r\n\r\n{"ok": [1, 2]}',
+    "continue": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+    "401": b'HTTP/1.1 401 Unauthorized\r\nContent-Length: 25\r\n\r\n{"error": {"type": "no"}}',
+    "204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "short": b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{"ok": 1}',
+    "cut chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc",
+    "bad status": b"SMTP ready\r\n\r\n",
+    "not json": b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\noops",
+    "silent": b"",  # the request read, the connection closed without an answer
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+def test_a_probe_reads_an_answer_as_urllib_does(name: str) -> None:
+    server = Canned([ANSWERS[name], ANSWERS[name]])
+    try:
+        url = f"http://127.0.0.1:{server.port}/health"
+        raw = collector.http_get(url, 2)
+        old = collector._urllib_get(url, 2, None, 0)
+    finally:
+        server.close()
+    for answer in (raw, old):
+        answer.pop("ms")
+    assert raw == old
+    assert set(raw) in ({"status", "body"}, {"status", "error"})
+
+
+def test_an_unknown_length_answer_stops_at_the_limit_as_urllib_read_n() -> None:
+    big = b"HTTP/1.1 200 OK\r\n\r\n" + b"[" + b"1," * 200000 + b"1]"
+    server = Canned([big])
+    try:
+        status, _, body = collector.http_ask(f"http://127.0.0.1:{server.port}/", 2)
+    finally:
+        server.close()
+    assert status == 200 and len(body) == 262144
+
+
+def test_the_request_says_what_urllib_said() -> None:
+    server = Canned([ANSWERS["content-length"]])
+    try:
+        collector.http_get(f"http://127.0.0.1:{server.port}/v1/models", 2, {"authorization": "x"})
+    finally:
+        server.close()
+    head = server.requests[0].decode("latin-1").split("\r\n")
+    assert head[0] == "GET /v1/models HTTP/1.1"
+    assert f"Host: 127.0.0.1:{server.port}" in head and "Connection: close" in head
+    assert "Authorization: x" in head and "Accept-Encoding: identity" in head
+    assert "User-Agent: Python-urllib/{}.{}".format(*sys.version_info[:2]) in head
+
+
+def test_a_refused_connection_reads_as_urllib_said_it() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once closed
+    answer = collector.http_get(f"http://127.0.0.1:{port}/health", 2)
+    assert answer["status"] is None
+    assert answer["error"] == "URLError: connection refused"
+
+
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    server = Canned([ANSWERS["content-length"]])
+    secret = "k3y-Value-With\r\nX-Injected: 1"
+    try:
+        answer = collector.http_get(
+            f"http://127.0.0.1:{server.port}/", 2, {"Authorization": "Bearer " + secret}
+        )
+    finally:
+        server.close()
+    assert answer["error"].startswith("ValueError: a request header held a character")
+    assert "k3y" not in json.dumps(answer) and server.requests == []
+
+
+def test_a_redirect_is_followed_by_urllib() -> None:
+    target = Canned([ANSWERS["content-length"]])
+    moved = f"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{target.port}/\r\n"
+    moved_answer = (moved + "Content-Length: 0\r\n\r\n").encode()
+    server = Canned([moved_answer, moved_answer])  # urllib asks again, from the start
+    try:
+        answer = collector.http_get(f"http://127.0.0.1:{server.port}/health", 2)
+    finally:
+        server.close()
+        target.close()
+    assert answer["status"] == 200 and answer["body"] == {"ok": True}
+    assert len(server.requests) == 2 and len(target.requests) == 1  # urllib followed it
+
+
+def test_the_audit_post_keeps_the_first_mesh_header_as_urllib_did() -> None:
+    answer = (
+        b"HTTP/1.1 401 Unauthorized\r\nX-Lobes-Proxied-By: thor\r\n"
+        b"X-Lobes-Proxied-By: spark\r\nX-Lobes-Route-Reason:  a\r\n  folded\r\n"
+        b'Content-Length: 25\r\n\r\n{"error": {"type": "no"}}'
+    )
+    server = Canned([answer, answer])
+    try:
+        url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+        raw = collector.http_post_json(url, {"max_tokens": 1}, 2)
+        import urllib.request  # what the collector sent before: the same bytes, read by urllib
+
+        request = urllib.request.Request(
+            url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            urllib.request.urlopen(request, timeout=2)
+        except urllib.error.HTTPError as exc:
+            old = {h: exc.headers.get(h) for h in ("X-Lobes-Proxied-By", "X-Lobes-Route-Reason")}
+    finally:
+        server.close()
+    assert raw["status"] == 401 and raw["error_type"] == "no"
+    assert raw["headers"] == old
+    assert b'"max_tokens": 1' in server.requests[0]
+
+
+def test_the_engine_answers_on_one_unix_connection(tmp_path: Path) -> None:
+    listed = json.dumps([{"Id": "abc"}]).encode()
+    inspected = b'{"Id": "abc", "Image": "sha256:1"}'
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s<NEXT>" % (len(listed), listed)
+        + b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n<NEXT>"
+        % (len(inspected), inspected)
+        + b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nno such i"
+    )
+    path = str(tmp_path / "docker.sock")
+    server = Canned([answer], unix=path)
+    conn = collector.unix_connection(path, 2)
+    try:
+        assert collector.engine_get(conn, "/containers/json?all=1") == [{"Id": "abc"}]
+        assert collector.engine_get(conn, "/containers/abc/json")["Image"] == "sha256:1"
+        with pytest.raises(OSError, match=r"engine /images/sha256:1/json: HTTP 404 b'no such i'"):
+            collector.engine_get(conn, "/images/sha256:1/json")
+    finally:
+        conn.close()
+        server.close()
+    assert [r.split(b"\r\n")[1] for r in server.requests] == [b"Host: localhost"] * 3
+
+
+def test_an_engine_body_short_of_its_length_is_an_incomplete_read(tmp_path: Path) -> None:
+    path = str(tmp_path / "docker.sock")
+    server = Canned([b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n[]"], unix=path)
+    conn = collector.unix_connection(path, 2)
+    try:
+        with pytest.raises(collector.IncompleteRead):
+            collector.engine_get(conn, "/containers/json")
+    finally:
+        conn.close()
+        server.close()
+
+
+def test_the_engine_filter_is_quoted_as_urllib_quotes() -> None:
+    from urllib.parse import quote
+
+    label = json.dumps({"label": ["com.docker.compose.project=lobes ü/x?&"]})
+    assert collector.quote(label) == quote(label)
+
+
+# -- HMAC and the secret-name patterns ---------------------------------------------------------
+@pytest.mark.parametrize("key", ["k" * 32, "f" * 200])
+def test_the_digest_is_hmac_sha256(key: str) -> None:
+    run = collector.Run({"run_key": key, "directory": "/nonexistent"})
+    for value in ("", "hunter2", "é" * 100, "x" * 5000):
+        expected = hmac.new(key.encode(), value.encode(), hashlib.sha256).hexdigest()
+        assert run.digest(value) == "hmac:" + expected
+
+
+PATTERNS = [
+    *collector.FLOOR,
+    "MY_EXACT",
+    "*",
+    "",
+    "A*B*C",
+    "*MID*",
+    "PRE*",
+    "X**Y",
+    "AB*BA",
+]
+
+
+def _names() -> list[str]:
+    """Every variable name of a real lab capture, and some made to hit the patterns' edges."""
+    names: set[str] = set()
+    for path in (FIXTURE / "import" / "pristine").glob("*.json"):
+        names.update(_keys(json.loads(path.read_text(encoding="utf-8"))))
+    names.update(["MY_EXACT", "MY_EXACTLY", "ABC", "AXBYC", "AC", "ABBA", "ABA", "XY", "X", ""])
+    names.update(["PRE", "PREFIX", "MID", "aMIDb", "HF_TOKEN", "hf_token", "DB_PASSWORD2"])
+    return sorted(names)
+
+
+def _keys(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [str(k) for k in node] + [k for v in node.values() for k in _keys(v)]
+    if isinstance(node, list):
+        return [k for v in node for k in _keys(v)]
+    return []
+
+
+def test_the_pattern_matcher_answers_as_fnmatch() -> None:
+    names = _names()
+    assert len(names) > 200  # a real capture's names, not only the made-up ones
+    for patterns in (PATTERNS, list(collector.FLOOR), [], ["*_KEY", "HF_?OKEN", "[AB]*"]):
+        match = collector._any_of(patterns)
+        for name in names:
+            expected = any(fnmatch.fnmatchcase(name, p) for p in patterns)
+            assert bool(match(name)) == expected, (patterns, name)
+
+
+# -- a render served from the cache builds no project -------------------------------------------
+def test_a_cached_render_needs_no_project_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deploy = tmp_path / "lobes"
+    deploy.mkdir()
+    (deploy / ".env").write_text("A=1\n", encoding="utf-8")
+    (deploy / "docker-compose.yml").write_text("services: {}\n", encoding="utf-8")
+    (deploy / "data").mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setattr(collector, "_cache_dir", lambda: str(cache))
+    seen: list[dict[str, str]] = []
+
+    def fake_run(self: Any, argv: list[str], env: Any = None, **_: Any) -> tuple[int, str, str]:
+        project = Path(argv[argv.index("--project-directory") + 1])
+        seen.append({p.name: p.read_text() for p in project.iterdir() if p.is_file()})
+        return 0, "{}", ""
+
+    monkeypatch.setattr(collector.Run, "run", fake_run)
+    payload = {"run_key": "k" * 32, "directory": str(deploy), "project": "lobes",
+               "compose_files": ["docker-compose.yml"]}  # fmt: skip
+    args, env = ["config", "--format", "json"], {"PATH": "/usr/bin"}
+    renders = []
+    for _ in range(2):
+        run = collector.Run(payload)
+        workspace = collector.Workspace()
+        shadow = collector.Shadow(run, workspace, "A=2\n")
+        renders.append(collector.compose_cached(run, shadow, env, args))
+        renders.append(collector.compose_cached(run, shadow, env, args))
+        if workspace.path is None:
+            break
+        assert sorted(os.listdir(Path(workspace.path) / "project")) == sorted(
+            [".env", "data", "docker-compose.yml"]
+        )
+        workspace.remove()
+        assert not Path(workspace.path).exists()
+    assert len(seen) == 1 and seen[0][".env"] == "A=2\n"  # the desired .env, rendered once
+    assert workspace.path is None  # the second run was served without a temp directory
+    assert len(renders) == 4 and len(set(renders)) == 1
+    # A render made in a real directory of the same contents is the same cache entry.
+    same = tmp_path / "same"
+    same.mkdir()
+    (same / ".env").write_text("A=2\n", encoding="utf-8")
+    (same / "docker-compose.yml").write_text("services: {}\n", encoding="utf-8")
+    collector.compose_cached(collector.Run(payload), str(same), env, args)
+    assert len(seen) == 1
+
+
+# -- the program on a python3 -I -S, as the box runs it ------------------------------------------
+def test_the_collector_imports_nothing_heavy_at_start() -> None:
+    """What a run imports before any work: http.client, urllib, hashlib, tempfile, shutil and
+    socket cost each repeated drift ~40 ms of the box's CPU when they were imported here."""
+    program = ROOT / "reconciler" / "observe" / "remote" / "collector.py"
+    code = (
+        "import sys; exec(compile(open(sys.argv[1]).read(), 'collector', 'exec'), "
+        "{'__name__': 'collector'}); print(' '.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(program)],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    heavy = {"http.client", "urllib.request", "urllib.parse", "email", "ssl", "hashlib",
+             "hmac", "tempfile", "shutil", "socket", "fnmatch", "base64"}  # fmt: skip
+    assert "json" in out and "_socket" in out
+    assert heavy.isdisjoint(out), heavy.intersection(out)
