@@ -35,6 +35,8 @@ PACKAGE = Path(__file__).parent
 
 @dataclass(frozen=True)
 class DriftInputs:
+    """Everything a drift run needs from the desired state, flattened and cacheable."""
+
     inventory_file: str  # as reports name it (inventory/lab.yaml)
     boxes: tuple[str, ...]  # every box of the inventory, in its order
     expectations: dict[str, BoxExpectation]

@@ -29,6 +29,8 @@ KNOB_FLAGS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class LaneExpectation:
+    """What one lane should be: its service, image, model limits and the `.env` knobs it reads."""
+
     name: str  # the lane's key in group_vars (`worker`)
     service: str  # compose service (`vllm-worker`)
     role: str
@@ -41,6 +43,8 @@ class LaneExpectation:
 
 @dataclass(frozen=True)
 class GatewayExpectation:
+    """How the gateway should listen and answer: bind, port, auth mode, health timeout."""
+
     bind: str
     port: int
     auth: str  # keyed | open

@@ -143,6 +143,8 @@ class BoxResult:
 
 @dataclass(frozen=True)
 class DriftReport:
+    """The drift of every box of one run, in inventory order."""
+
     boxes: tuple[BoxResult, ...]
     inventory: str
     generated_at: str  # ISO 8601 UTC

@@ -17,6 +17,8 @@ Mode = Literal["strict", "allow_more_present", "ignore"]
 
 @dataclass(frozen=True)
 class Rule:
+    """How one kind of drift is found and what apply does about it."""
+
     name: str
     kind: Kind
     desired: str  # where the desired value comes from

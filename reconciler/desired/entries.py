@@ -18,6 +18,8 @@ class SecretName:
 
 @dataclass(frozen=True)
 class EnvEntry:
+    """One managed `.env` key: its desired value (or a secret name), and the YAML path behind it."""
+
     key: str
     value: str | SecretName | None  # None: the key must be absent from `.env`
     origin: str  # dotted YAML path that decided the value

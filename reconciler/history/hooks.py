@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class RunOutputs:
+    """Where a run's metrics and history go, and when it started."""
+
     history: Path | None  # None: not recorded
     metrics: Path | None
     started: float = field(default_factory=time.time)  # wall clock, for the record

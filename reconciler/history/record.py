@@ -19,6 +19,8 @@ MESH = "(mesh)"  # the box column of a finding about the mesh as a whole
 
 @dataclass(frozen=True)
 class BoxRow:
+    """One box of a recorded run: reachable, how much drift, the verdict."""
+
     box: str
     reachable: bool
     observation: str
@@ -30,6 +32,8 @@ class BoxRow:
 
 @dataclass(frozen=True)
 class EntryRow:
+    """One drift entry as the history stores it (values as JSON, secrets hashed)."""
+
     box: str
     kind: str
     subject: str
@@ -50,6 +54,8 @@ class EntryRow:
 
 @dataclass(frozen=True)
 class FindingRow:
+    """One audit finding as the history stores it."""
+
     box: str
     code: str
     severity: str
@@ -62,6 +68,8 @@ class FindingRow:
 
 @dataclass(frozen=True)
 class RunRecord:
+    """One run as the history stores it: its header, boxes, entries, findings, observations."""
+
     run_id: str
     command: str  # drift | audit
     source: str  # live | snapshot

@@ -50,6 +50,8 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class BoxInfo:
+    """One box of a stored run, as the history's readers get it."""
+
     box: str
     reachable: bool
     observation: str

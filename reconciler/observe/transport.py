@@ -40,6 +40,8 @@ class Target:
 
 @dataclass(frozen=True)
 class RemoteResult:
+    """One remote command's outcome: exit code, output (bounded), or why it could not run."""
+
     box: str
     returncode: int | None
     stdout: str

@@ -12,6 +12,8 @@ from reconciler.report.order import ordered_drifts
 
 @dataclass(frozen=True)
 class Summary:
+    """The counts a report's first line and the metrics give."""
+
     boxes: int
     reachable: int
     unreachable: int
