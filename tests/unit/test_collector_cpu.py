@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -387,3 +388,96 @@ def test_each_file_and_the_desired_env_are_hashed_once_a_run(
     assert hashed.count(b"A=2\n") == 1 and hashed.count(b"A=1\n") == 1
     expected = hashlib.sha256(b"services: {big: {}}\n").hexdigest()
     assert facts["docker-compose.yml"]["sha256"] == expected
+
+
+# -- the file digests of the last run, by stat ----------------------------------------------------
+@pytest.fixture
+def settled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[bytes]]:
+    """A deployment, a private cache, every file taken as settled at once, and a record of
+    what was hashed."""
+    deploy = tmp_path / "lobes"
+    deploy.mkdir()
+    (deploy / ".env").write_text("A=1\n", encoding="utf-8")
+    (deploy / "docker-compose.yml").write_text("services: {}\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setattr(collector, "_cache_dir", lambda: str(cache))
+    monkeypatch.setattr(collector, "SETTLED_NS", 0)
+    hashed: list[bytes] = []
+    real = collector.sha256
+
+    def counting(data: bytes = b"") -> Any:
+        hashed.append(data)
+        return real(data)
+
+    monkeypatch.setattr(collector, "sha256", counting)
+    return deploy, cache, hashed
+
+
+def _facts(deploy: Path) -> dict[str, Any]:
+    run = collector.Run({"run_key": "k" * 32, "directory": str(deploy)})
+    return collector.file_facts(run, [".env", "docker-compose.yml", "missing.yml"])
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_an_unchanged_file_is_not_hashed_again(settled: tuple[Path, Path, list[bytes]]) -> None:
+    deploy, cache, hashed = settled
+    first = _facts(deploy)
+    assert hashed.count(b"A=1\n") == 1 and hashed.count(b"services: {}\n") == 1
+    store = cache / "file-digests"
+    assert store.stat().st_mode & 0o777 == 0o600
+    hashed.clear()
+    assert _facts(deploy) == first  # the same facts, from the store
+    assert b"A=1\n" not in hashed and b"services: {}\n" not in hashed
+    assert first[".env"] == {"exists": True, "sha256": _sha(b"A=1\n"), "mode": "0o644",
+                             "size": 4}  # fmt: skip
+    assert first["missing.yml"] == {"exists": False}
+
+
+def test_an_edit_that_keeps_the_size_and_the_mtime_is_seen(
+    settled: tuple[Path, Path, list[bytes]],
+) -> None:
+    deploy, _, hashed = settled
+    env = deploy / ".env"
+    _facts(deploy)
+    before = env.stat()
+    time.sleep(0.02)  # past the coarse clock's tick: the edit's ctime differs
+    env.write_text("A=2\n", encoding="utf-8")
+    os.utime(env, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime set back, size equal
+    hashed.clear()
+    assert _facts(deploy)[".env"]["sha256"] == _sha(b"A=2\n")
+    assert b"A=2\n" in hashed and b"services: {}\n" not in hashed
+
+
+def test_a_file_changed_just_now_is_hashed_every_run(
+    settled: tuple[Path, Path, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deploy, _, hashed = settled
+    monkeypatch.setattr(collector, "SETTLED_NS", 3600 * 10**9)  # nothing is an hour old
+    _facts(deploy)
+    _facts(deploy)
+    assert hashed.count(b"A=1\n") == 2 and hashed.count(b"services: {}\n") == 2
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o620])
+def test_a_store_others_could_write_or_read_is_not_used(
+    settled: tuple[Path, Path, list[bytes]], mode: int
+) -> None:
+    deploy, cache, hashed = settled
+    _facts(deploy)
+    store = cache / "file-digests"
+    entries = json.loads(store.read_text())
+    for entry in entries.values():
+        entry[5] = "00" * 32  # a planted digest for each file, under the right stamp
+    store.write_text(json.dumps(entries))
+    store.chmod(0o600)
+    hashed.clear()
+    assert _facts(deploy)[".env"]["sha256"] == "00" * 32  # the control: a private store is read
+    store.write_text(json.dumps(entries))
+    store.chmod(mode)
+    hashed.clear()
+    assert _facts(deploy)[".env"]["sha256"] == _sha(b"A=1\n")
+    assert b"A=1\n" in hashed
