@@ -14,7 +14,6 @@ import shlex
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,8 +71,18 @@ def control_dir() -> Path | None:
     Whoever can write this directory can put a socket of their own where ssh looks for the
     master, and then receives every command and every secret sent on stdin. So it is used only
     when it is ours, a real directory and mode 0700 (a /tmp name can be taken by anyone first)."""
-    base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-    return private_dir(base / f"fleet-reconciler-ssh-{os.getuid()}")
+    return private_dir(Path(_runtime_base()) / f"fleet-reconciler-ssh-{os.getuid()}")
+
+
+def _runtime_base() -> str:
+    """XDG_RUNTIME_DIR, else the temporary directory as tempfile names it (TMPDIR, TEMP, TMP,
+    /tmp). Not tempfile.gettempdir(): it imports random and test-writes a file in each
+    candidate on every run, and private_dir checks the one place used anyway."""
+    for name in ("XDG_RUNTIME_DIR", "TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name)
+        if value and os.path.isabs(value):
+            return value
+    return "/tmp"
 
 
 @functools.lru_cache(maxsize=8)

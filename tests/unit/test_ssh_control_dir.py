@@ -131,3 +131,23 @@ def test_the_check_is_done_once_per_process(runtime: Path, monkeypatch: pytest.M
     for _ in range(3):
         ssh_argv(TARGET, "true")
     assert calls == [_sockets(runtime)]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"TMPDIR": "/srv/tmp"}, "/srv/tmp"),
+        ({"TMPDIR": "relative/tmp", "TMP": "/var/tmp"}, "/var/tmp"),  # a relative one is skipped
+        ({"TEMP": "/t1", "TMP": "/t2"}, "/t1"),  # tempfile's order: TMPDIR, TEMP, TMP
+        ({}, "/tmp"),
+        ({"XDG_RUNTIME_DIR": "/run/user/7", "TMPDIR": "/srv/tmp"}, "/run/user/7"),
+    ],
+)
+def test_the_sockets_go_where_the_runtime_or_temporary_directory_is(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    for name in ("XDG_RUNTIME_DIR", "TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert transport._runtime_base() == expected
