@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import DriftReport
 from reconciler.drift_inputs import DriftInputs, drift_inputs
+from reconciler.gc_pause import paused_gc
 from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import (
     BoxObservation,
@@ -37,6 +38,8 @@ NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
 
 @dataclass(frozen=True)
 class DriftRun:
+    """A drift run's report and the observations it was judged on."""
+
     report: DriftReport
     observations: dict[str, BoxObservation]
 
@@ -99,16 +102,18 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
     index = snapshot_index(directory)
     present = set(index["boxes"])
     results = []
-    for name in [b for b in boxes if b in present] + [b for b in boxes if b not in present]:
-        if name in present:
-            obs = snapshot_observation(name, directory / f"{name}.json")
-        else:
-            obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
-        results.append(
-            compare_box(
-                inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
+    order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
+    with paused_gc():  # each box's objects die by reference count (reconciler/gc_pause.py)
+        for name in order:
+            if name in present:
+                obs = snapshot_observation(name, directory / f"{name}.json")
+            else:
+                obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
+            results.append(
+                compare_box(
+                    inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
+                )
             )
-        )
     report = DriftReport(
         boxes=tuple(results),
         inventory=inputs.inventory_file,

@@ -19,6 +19,8 @@ from reconciler.compare.rules import rule
 from reconciler.compare.values import parse_argv
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, Service
 
+Flags = dict[str, list[EnvValue | bool]]  # parse_argv's flags of one command line
+
 
 def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     exports = doc.login_shell.exports
@@ -30,12 +32,13 @@ def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     scrubbed = doc.render.services or {}
     login_render = (doc.render_login.services if doc.render_login else None) or {}
     containers = doc.containers
+    flags: dict[str, tuple[Flags, Flags]] = {}  # each service's two command lines, parsed once
     r = rule("shell.export")
     for name, export in sorted(exports.items()):
         is_forbidden = any(fnmatch.fnmatchcase(name, pattern) for pattern in forbidden)
         if name not in interpolated and not is_forbidden:
             continue
-        fields = _changed_fields(name, export.value, scrubbed, login_render)
+        fields = _changed_fields(name, export.value, scrubbed, login_render, flags)
         carriers = _carriers(name, export.value, envfile.get(name), containers)
         parts = []
         if fields:
@@ -61,10 +64,15 @@ def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
 
 
 def _changed_fields(
-    name: str, shell_value: EnvValue, scrubbed: Mapping[str, Service], login: Mapping[str, Service]
+    name: str,
+    shell_value: EnvValue,
+    scrubbed: Mapping[str, Service],
+    login: Mapping[str, Service],
+    parsed: dict[str, tuple[Flags, Flags]],
 ) -> list[str]:
     """Fields whose render differs under the login shell *because of this variable*: its own
-    environment entry, or a command flag / image / port whose login-shell value contains it."""
+    environment entry, or a command flag / image / port whose login-shell value contains it.
+    `parsed`: the services' flags already parsed for this box's other exports."""
     out = []
     needle = shell_value if isinstance(shell_value, str) and len(shell_value) >= 2 else None
     for service in sorted(set(scrubbed) & set(login)):
@@ -73,7 +81,9 @@ def _changed_fields(
             out.append(f"{service}.environment.{name}")
         if needle is None:
             continue
-        flags_a, flags_b = parse_argv(a.command)[1], parse_argv(b.command)[1]
+        if service not in parsed:
+            parsed[service] = parse_argv(a.command)[1], parse_argv(b.command)[1]
+        flags_a, flags_b = parsed[service]
         for flag in sorted(set(flags_a) | set(flags_b)):
             after = flags_b.get(flag)
             if flags_a.get(flag) != after and needle in str(after):

@@ -356,7 +356,26 @@ def _all_text(items: list[Any]) -> bool:
 
 
 def _mapping(raw: Any, path: str, read: Callable[[Any, str], T]) -> dict[str, T]:
-    return {_name(k, path): read(v, _at(path, k)) for k, v in _obj(raw, path).items()}
+    obj = _obj(raw, path)
+    if _plain_keys(obj):  # the usual case: no check and no _at per key
+        prefix = f"{path}." if path else ""
+        return {k: read(v, prefix + k) for k, v in obj.items()}
+    return {_name(k, path): read(v, _at(path, k)) for k, v in obj.items()}
+
+
+def _plain_keys(obj: dict[str, Any]) -> bool:
+    """Every key a plain name (letters, digits, `_-./`, some alnum, at most 64): a name `_name`
+    accepts and `_at` shows as is. Checked in bulk, by C loops over the keys joined."""
+    if not obj:
+        return True
+    try:
+        joined = "".join(obj)
+    except TypeError:  # not a JSON object's keys: the located check says which
+        return False
+    plain = joined.replace("_", "").replace("-", "").replace(".", "").replace("/", "")
+    # Alnum over the joined plain parts: each key's own part is alnum or empty, and the empty
+    # ones are what `_at` allows too; the joined text being empty falls to the located check.
+    return joined.isascii() and plain.isalnum() and max(map(len, obj)) <= 64
 
 
 def _plain_json(raw: Any, path: str, depth: int = 0) -> Any:

@@ -9,6 +9,7 @@ same parser) for an offline comparison.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -233,9 +234,15 @@ def snapshot_observation(box: str, path: Path) -> BoxObservation:
 
 
 def _read_limited(path: Path) -> bytes:
-    # Read one byte past the limit at most: load_json then refuses it as too large.
+    # Read one byte past the limit at most: load_json then refuses it as too large. The read is
+    # sized by the file (read(n) allocates n bytes first: 16 MB per box for a 150 KB file), and
+    # a file that grew since fstat is read on, up to the same limit.
     with path.open("rb") as handle:
-        return handle.read(SNAPSHOT_FILE_LIMIT + 1)
+        want = min(os.fstat(handle.fileno()).st_size, SNAPSHOT_FILE_LIMIT) + 1
+        data = handle.read(want)
+        if len(data) == want <= SNAPSHOT_FILE_LIMIT:
+            data += handle.read(SNAPSHOT_FILE_LIMIT + 1 - want)
+        return data
 
 
 # -- snapshots -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 
 from reconciler.compare.causes import Link, link_box
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
+from reconciler.gc_pause import paused_gc
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import summarize
 from reconciler.report.values import as_secret, free_json, guarded, scrub, secret_changed
@@ -55,7 +56,10 @@ def to_document(report: DriftReport) -> dict[str, Any]:
 
 def render_json(report: DriftReport) -> str:
     # No sort_keys: the document is built in reading order ("schema" and "version" first).
-    return json.dumps(to_document(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    # Its objects form no cycles: the collector would only walk them (reconciler/gc_pause.py).
+    with paused_gc():
+        document = to_document(report)
+        return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def secret_digest(value: SecretValue) -> str:
