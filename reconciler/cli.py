@@ -97,8 +97,11 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             if not args.from_snapshot:  # send the boxes their work before importing ours
                 early = _launch(inputs, boxes)
         from reconciler.drift import run_drift_on
+        from reconciler.history.hooks import preload
         from reconciler.report import render
 
+        if early is not None:
+            preload(outs)  # the boxes are working: import what comes after their answers
         try:
             run = run_drift_on(
                 inputs,
