@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
-from reconciler.compare.values import knob_tokens, parse_argv, same, value
+from reconciler.compare.values import parse_argv, same, value
 from reconciler.observe.document import Observed
 
 
@@ -64,9 +64,8 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
         if spec is None:
             continue
         _, flags = parse_argv(spec.command)
-        for key, (flag, knob) in sorted(lane.knobs.items()):
-            want_flags = parse_argv(knob_tokens(flag, knob))[1]
-            for want_flag, want_values in want_flags.items():
+        for key in sorted(lane.knobs):
+            for want_flag, want_values in lane.knob_flags[key].items():
                 got = flags.get(want_flag)
                 if got is not None and len(got) == 1 and same(got[0], want_values[0]):
                     continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from reconciler.compare.values import Flags, knob_tokens, parse_argv
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry, SecretName
 
@@ -39,6 +40,14 @@ class LaneExpectation:
     gpu_memory_utilization: float
     boot_timeout_s: int
     knobs: dict[str, tuple[str, str]]  # .env key -> (flag, desired value) for dead-knob checks
+    # Each knob's flags as its command line would carry them (parse_argv of knob_tokens): the
+    # desired side of the dead-knob check, lexed once when the inputs are derived and kept
+    # with them (a warm replay reads them back instead of lexing them again for every box).
+    knob_flags: dict[str, Flags] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        flags = {key: parse_argv(knob_tokens(f, knob))[1] for key, (f, knob) in self.knobs.items()}
+        object.__setattr__(self, "knob_flags", flags)
 
 
 @dataclass(frozen=True)

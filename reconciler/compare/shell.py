@@ -16,10 +16,8 @@ from collections.abc import Iterator, Mapping
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
-from reconciler.compare.values import parse_argv
+from reconciler.compare.values import Flags, parse_argv
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, Service
-
-Flags = dict[str, list[EnvValue | bool]]  # parse_argv's flags of one command line
 
 
 def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:

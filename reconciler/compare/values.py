@@ -49,16 +49,17 @@ def changed_keys(
     return {key: (expected.get(key), observed.get(key)) for key in sorted(differing)}
 
 
-def parse_argv(
-    argv: Sequence[EnvValue] | None,
-) -> tuple[list[EnvValue], dict[str, list[EnvValue | bool]]]:
+Flags = dict[str, list[EnvValue | bool]]  # parse_argv's {flag: [values...]}
+
+
+def parse_argv(argv: Sequence[EnvValue] | None) -> tuple[list[EnvValue], Flags]:
     """Split a vLLM-style argv into positionals and {flag: [values...]}.
 
     `--flag=value` and `--flag value` both map to the flag; a bare `--flag` (a boolean) maps to
     True. Secret values (already digests) stay opaque.
     """
     positionals: list[EnvValue] = []
-    flags: dict[str, list[EnvValue | bool]] = {}
+    flags: Flags = {}
     # argv_items' walk inlined (no generator step per token: compare parses ~20 argv a box).
     items = argv or ()
     i, count = 0, len(items)
