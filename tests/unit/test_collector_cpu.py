@@ -352,7 +352,7 @@ def test_the_collector_imports_nothing_heavy_at_start() -> None:
     ).stdout.split()  # fmt: skip
     heavy = {"http.client", "urllib.request", "urllib.parse", "email", "ssl", "hashlib",
              "hmac", "tempfile", "shutil", "socket", "fnmatch", "base64",
-             "encodings.idna"}  # fmt: skip
+             "encodings.idna", "subprocess"}  # fmt: skip
     assert "json" in out and "_socket" in out
     assert heavy.isdisjoint(out), heavy.intersection(out)
 
@@ -381,9 +381,13 @@ def test_each_file_and_the_desired_env_are_hashed_once_a_run(
     run = collector.Run({"run_key": "k" * 32, "directory": str(deploy), "project": "lobes",
                          "compose_files": ["docker-compose.yml"]})  # fmt: skip
     facts = collector.file_facts(run, [".env", "docker-compose.yml"])
-    shadow = collector.Shadow(run, collector.Workspace(), "A=2\n")
-    for args in (["config"], ["config", "--variables"], ["config"]):
-        collector.compose_cached(run, shadow, {"PATH": "/usr/bin"}, args)
+    workspace = collector.Workspace()
+    shadow = collector.Shadow(run, workspace, "A=2\n")
+    try:
+        for args in (["config"], ["config", "--variables"], ["config"]):
+            collector.compose_cached(run, shadow, {"PATH": "/usr/bin"}, args)
+    finally:
+        workspace.remove()
     assert hashed.count(b"services: {big: {}}\n") == 1
     assert hashed.count(b"A=2\n") == 1 and hashed.count(b"A=1\n") == 1
     expected = hashlib.sha256(b"services: {big: {}}\n").hexdigest()
@@ -481,3 +485,62 @@ def test_a_store_others_could_write_or_read_is_not_used(
     hashed.clear()
     assert _facts(deploy)[".env"]["sha256"] == _sha(b"A=1\n")
     assert b"A=1\n" in hashed
+
+
+# -- a child process without subprocess -----------------------------------------------------------
+def _both(argv: list[str], env: Any, cwd: Path, stdin_text: str | None = None) -> list[Any]:
+    fast = collector.spawned(argv, env, str(cwd), 5, stdin_text)
+    proc = subprocess.run(
+        argv, input=stdin_text, capture_output=True, text=True, env=env, cwd=cwd, timeout=5
+    )
+    return [fast, (proc.returncode, proc.stdout, proc.stderr)]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'printf "a\\r\\nb\\rc\\n"; printf "err\\n" >&2; exit 3',  # universal newlines, status
+        'pwd; echo "$PATH" "${HOME-unset}" "${PWD-unset}"',  # the directory and the env
+        'cat; echo "stdin: $?"',  # stdin as given
+        "kill -TERM $$",  # a signal: negative status
+        "trap - PIPE; yes | head -c 3",  # SIGPIPE at its default: yes ends
+        "head -c 200000 /dev/zero | tr '\\0' x",  # more than a pipe holds
+    ],
+)
+def test_a_child_runs_as_subprocess_runs_it(script: str, tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for stdin_text in (None, "", "given\n"):
+        fast, slow = _both(["sh", "-c", script], env, tmp_path, stdin_text)
+        if stdin_text is None and "cat" in script:
+            continue  # stdin inherited: pytest's, whatever it holds
+        assert fast == slow
+
+
+def test_a_program_not_found_reads_as_subprocess_says(tmp_path: Path) -> None:
+    run = collector.Run({"run_key": "k" * 32, "directory": str(tmp_path)})
+    code, out, err = run.run(["no-such-program-x"], env={"PATH": str(tmp_path)})
+    with pytest.raises(FileNotFoundError) as raised:
+        subprocess.run(["no-such-program-x"], env={"PATH": str(tmp_path)}, check=False)
+    assert (code, out, err) == (127, "", str(raised.value))
+
+
+def test_a_child_past_its_time_is_killed(tmp_path: Path) -> None:
+    run = collector.Run({"run_key": "k" * 32, "directory": str(tmp_path), "timeout_s": 0.3})
+    started = time.monotonic()
+    code, out, err = run.run(["sleep", "5"], env={"PATH": "/usr/bin:/bin"})
+    assert (code, out, err) == (124, "", "timed out after 0.3s")
+    assert time.monotonic() - started < 2
+
+
+def test_this_process_stays_in_its_own_directory(tmp_path: Path) -> None:
+    here = os.getcwd()
+    threads = [
+        threading.Thread(target=collector.spawned, args=(["pwd"], None, str(tmp_path), 5))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert os.getcwd() == here
+    assert collector.spawned(["pwd"], None, str(tmp_path), 5) == (0, f"{tmp_path}\n", "")

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import resource
-import subprocess
 import sys
 import threading
 import time
@@ -344,24 +343,171 @@ class Run:
 
     # -- processes -----------------------------------------------------------------------
     def run(self, argv, env=None, timeout=None, stdin_text=None):
+        limit = timeout or self.timeout
+        cwd = self.deploy if os.path.isdir(self.deploy) else self.home
         try:
-            proc = subprocess.run(
-                argv,
-                input=stdin_text,
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=timeout or self.timeout,
-                cwd=self.deploy if os.path.isdir(self.deploy) else self.home,
-            )
-            return proc.returncode, proc.stdout, proc.stderr
+            return spawned(argv, env, cwd, limit, stdin_text)
         except FileNotFoundError as exc:
             return 127, "", str(exc)
-        except subprocess.TimeoutExpired:
-            return 124, "", "timed out after %ss" % (timeout or self.timeout)
+        except TimeoutError:
+            return 124, "", "timed out after %ss" % limit
 
     def scrubbed_env(self):
         return {"PATH": SCRUBBED_PATH, "HOME": self.home}
+
+
+# -- a child process ---------------------------------------------------------------------------
+# subprocess.run(argv, input=stdin_text, capture_output=True, text=True, env=env, cwd=cwd,
+# timeout=timeout), without importing subprocess: its imports (signal, selectors, locale with
+# re, contextlib, warnings) cost every run ~3 ms. The child is started by os.posix_spawn,
+# which cannot enter a directory for the child: this process enters `cwd` for the moment of
+# the spawn and goes back (one spawn at a time; every path this program uses is absolute, its
+# deployment directory is a HomePath). The program is found as subprocess finds it (the PATH
+# of `env`), SIGPIPE and SIGXFSZ are reset to their default as subprocess does, and output is
+# decoded as its text mode decodes it (the locale's encoding, universal newlines). A program
+# not found raises FileNotFoundError with subprocess's text. Where this process cannot hold
+# on to its own directory, subprocess itself runs the command.
+_SPAWNING = threading.Lock()
+
+
+def spawned(argv, env, cwd, timeout, stdin_text=None):
+    """(returncode, stdout, stderr); TimeoutError once `timeout` s have passed (the child
+    killed, as subprocess.run kills it)."""
+    import select
+
+    program = _which(argv[0], env)
+    environ = os.environ if env is None else env
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    in_r = in_w = None
+    if stdin_text is not None:
+        in_r, in_w = os.pipe()
+        actions.append((os.POSIX_SPAWN_DUP2, in_r, 0))
+    pid = None
+    try:
+        with _SPAWNING:
+            pid = _spawn_in(cwd, program, argv, environ, actions)
+    finally:
+        _close(out_w, err_w, in_r)  # the child's ends
+        if not pid:  # not started (an error, or subprocess is to run it)
+            _close(out_r, err_r, in_w)
+    if pid is False:
+        return _subprocess_run(argv, env, cwd, timeout, stdin_text)
+    deadline = time.monotonic() + timeout
+    if in_w is not None:
+        try:  # noqa: SIM105 - contextlib is not imported for this
+            os.write(in_w, stdin_text.encode(_TEXT_ENCODING))  # small: never fills the pipe
+        except OSError:
+            pass  # the child is gone: its status says why
+        os.close(in_w)
+    chunks = {out_r: [], err_r: []}  # type: dict
+    poller = select.poll()
+    for fd in chunks:
+        poller.register(fd, select.POLLIN)
+    open_fds = set(chunks)
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill(pid)
+                raise TimeoutError("timed out")
+            for fd, _ in poller.poll(left * 1000):
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+        code = _wait(pid, deadline)
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+    return code, _text(b"".join(chunks[out_r])), _text(b"".join(chunks[err_r]))
+
+
+def _spawn_in(cwd, program, argv, environ, actions):
+    """The child's pid, started in `cwd`; False if this process cannot come back to its own
+    directory afterwards (then nothing is started)."""
+    from _signal import SIGPIPE, SIGXFSZ
+
+    try:
+        here = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        os.chdir(cwd)
+        return os.posix_spawn(
+            program, list(argv), environ, file_actions=actions, setsigdef=(SIGPIPE, SIGXFSZ)
+        )
+    finally:
+        os.fchdir(here)
+        os.close(here)
+
+
+def _close(*fds):
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
+def _subprocess_run(argv, env, cwd, timeout, stdin_text):
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            argv, input=stdin_text, capture_output=True, text=True, env=env, timeout=timeout,
+            cwd=cwd,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise TimeoutError("timed out") from None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _which(name, env):
+    """subprocess's search: a name with a directory as it is, else each directory of the PATH
+    in `env` (os.get_exec_path), the first executable file."""
+    if os.path.dirname(name):
+        return name
+    for directory in os.get_exec_path(env):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(2, "No such file or directory", name)
+
+
+def _wait(pid, deadline):
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            if os.WIFSIGNALED(status):
+                return -os.WTERMSIG(status)
+            return os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            _kill(pid)
+            raise TimeoutError("timed out")
+        time.sleep(0.001)
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
+def _text_encoding():
+    import io
+
+    return io.TextIOWrapper(io.BytesIO()).encoding  # what subprocess's text mode decodes with
+
+
+_TEXT_ENCODING = _text_encoding()
+
+
+def _text(data):
+    return data.decode(_TEXT_ENCODING).replace("\r\n", "\n").replace("\r", "\n")
 
 
 # -- .env ------------------------------------------------------------------------------------
