@@ -461,45 +461,30 @@ def _opt_env_value(raw: Any, path: str) -> EnvValue | None:
 
 
 def _env(raw: Any, path: str) -> dict[str, EnvValue]:
-    # Environments are most of an answer (thousands of entries): the plain-text entries are
-    # checked in bulk (C loops over one joined string), without building a path; a secret, or
-    # every entry of a map that fails the bulk check, goes through the full, located check.
-    # The entries that are not text (a few secrets among ~100) are found by C scans too: a
-    # Python loop over every entry, twice, was ~40% of reading an environment.
+    # Environments are most of an answer (thousands of entries): every name and the plain-text
+    # values are checked in bulk (C loops over one joined string), without building a path;
+    # the few entries that are not text (hashed secrets among ~100) are found by one pass and
+    # recognised without a path (_quick_secret). An environment that fails the bulk check goes
+    # through the full, located check, entry by entry, in its own order.
     obj = _obj(raw, path)
+    rest = [key for key, value in obj.items() if type(value) is not str]
     plain: dict[str, Any] = dict(obj)
-    types = list(map(type, obj.values()))
-    rest: list[str] = []
-    if types.count(str) != len(types):
-        keys = list(obj)
-        rest = [keys[i] for i in _not_text(types)]
-        for key in rest:
-            del plain[key]
-    out: dict[str, EnvValue]
-    if _fine_texts(plain.keys(), names=True) and _fine_texts(plain.values()):
-        out = plain
-    else:
-        out, rest = {}, list(obj)
     for key in rest:
-        value = obj[key]
+        del plain[key]
+    out: dict[str, EnvValue]
+    if _fine_texts(obj.keys(), names=True) and _fine_texts(plain.values()):
+        out = plain
+        for key in rest:  # text first, then the secrets, each in the environment's order
+            value = obj[key]
+            quick = _quick_secret(value)
+            out[key] = quick if quick is not None else _env_value(value, _at(path, key))
+        return out
+    out = {}
+    for key, value in obj.items():
         name = _name(key, path)
         quick = _quick_secret(value)
         out[name] = quick if quick is not None else _env_value(value, _at(path, name))
     return out
-
-
-def _not_text(types: list[type]) -> list[int]:
-    """The positions of the types that are not str, in order (list.index per such entry)."""
-    out = []
-    for kind in set(types) - {str}:
-        at = types.index(kind)
-        while True:
-            out.append(at)
-            try:
-                at = types.index(kind, at + 1)
-            except ValueError:
-                break
-    return sorted(out)
 
 
 def _fine_texts(texts: Iterable[str], names: bool = False) -> bool:
@@ -947,7 +932,11 @@ def _opt_mode(raw: Any, path: str) -> str | None:
 
 def _envfile(raw: Any, path: str) -> tuple[EnvLine, ...]:
     items = _list(raw, path)
-    quick, keys, texts = [], [], []
+    quick: list[EnvLine] = []
+    keys: list[str] = []
+    texts: list[str] = []
+    # Bound methods and positional fields: ~100 lines a box, each a dataclass built.
+    add, add_key, add_text = quick.append, keys.append, texts.append
     for item in items:  # the common case in bulk (see _quick_secret); else located, below
         if type(item) is not dict:
             break
@@ -955,11 +944,11 @@ def _envfile(raw: Any, path: str) -> tuple[EnvLine, ...]:
         if type(key) is not str or type(line) is not int or not 1 <= line <= _MAX_INT:
             break
         if type(value) is str:
-            texts.append(value)
+            add_text(value)
         elif (value := _quick_secret(value)) is None:
             break
-        keys.append(key)
-        quick.append(EnvLine(key=key, value=value, line=line))
+        add_key(key)
+        add(EnvLine(key, value, line))
     else:
         if _fine_texts(keys, names=True) and _fine_texts(texts):
             return tuple(quick)
