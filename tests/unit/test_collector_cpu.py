@@ -352,8 +352,8 @@ def test_the_collector_imports_nothing_heavy_at_start() -> None:
     ).stdout.split()  # fmt: skip
     heavy = {"http.client", "urllib.request", "urllib.parse", "email", "ssl", "hashlib",
              "hmac", "tempfile", "shutil", "socket", "fnmatch", "base64",
-             "encodings.idna", "subprocess"}  # fmt: skip
-    assert "json" in out and "_socket" in out
+             "encodings.idna", "subprocess", "json"}  # fmt: skip
+    assert "_json" in out and "_socket" in out
     assert heavy.isdisjoint(out), heavy.intersection(out)
 
 
@@ -544,3 +544,55 @@ def test_this_process_stays_in_its_own_directory(tmp_path: Path) -> None:
         thread.join()
     assert os.getcwd() == here
     assert collector.spawned(["pwd"], None, str(tmp_path), 5) == (0, f"{tmp_path}\n", "")
+
+
+# -- JSON through json's C scanner and encoder ----------------------------------------------------
+def _fixture_documents() -> list[Path]:
+    found = sorted(FIXTURE.rglob("*.json"))
+    assert len(found) > 20
+    return found[:: max(1, len(found) // 40)]  # a spread of the captures, not all of them
+
+
+def test_json_reads_and_writes_the_captures_as_json_does() -> None:
+    for path in _fixture_documents():
+        raw = path.read_bytes()
+        value = json.loads(raw)
+        assert collector.json_loads(raw) == value
+        assert collector.json_loads(raw.decode("utf-8")) == value
+        for sort_keys in (False, True):
+            assert collector.json_dumps(value, sort_keys=sort_keys) == json.dumps(
+                value, sort_keys=sort_keys
+            )
+        compact = collector.json_dumps(value, sort_keys=True, separators=(",", ":"))
+        assert compact == json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+ODD = [
+    ' \n {"a": [1, 2.5, -0.0, 1e400, NaN, -Infinity, true, null]} \r\n',
+    '"\\ud83d\\ude00 caf\\u00e9 \\u2028"',
+    '{"a": 1, "a": 2}',
+    "12345678901234567890123",
+    '"lone \\udc80 surrogate"',
+]
+BAD = ["", "  ", '{"a": 1} x', "[1,]", "{'a': 1}", "\ufeff[]", '"a\u0001b"', "[1] [2]"]
+
+
+@pytest.mark.parametrize("text", ODD + BAD)
+def test_json_odd_documents_read_or_fail_as_json_does(text: str) -> None:
+    for given in (text, text.encode("utf-8", "surrogatepass")):
+        try:
+            expected: Any = ("ok", json.loads(given))
+        except ValueError as exc:
+            expected = ("error", type(exc), str(exc))
+        try:
+            got: Any = ("ok", collector.json_loads(given))
+        except ValueError as exc:
+            got = ("error", type(exc), str(exc))
+        assert repr(got) == repr(expected)  # repr: NaN equals itself there
+
+
+def test_json_writes_odd_values_as_json_does() -> None:
+    value = {"b": [float("nan"), float("inf"), 1e-7, 10**30, "é\u2028\x00"], "a": {2: None}}
+    assert collector.json_dumps(value, sort_keys=True) == json.dumps(value, sort_keys=True)
+    with pytest.raises(TypeError, match="Object of type bytes is not JSON serializable"):
+        collector.json_dumps({"x": b"raw"})

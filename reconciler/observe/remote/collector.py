@@ -11,7 +11,6 @@ from a report. The work runs in threads: the run takes about as long as its slow
 (usually `docker compose config`), not the sum.
 """
 
-import json
 import os
 import re
 import resource
@@ -19,6 +18,10 @@ import sys
 import threading
 import time
 
+try:  # json's own C scanner and encoder: the json package imports re (and enum with it)
+    import _json as _cjson
+except ImportError:  # pragma: no cover - an interpreter without it: json itself, below
+    _cjson = None  # type: ignore[assignment]
 try:  # the C module under `socket`, which adds enum conversions and selectors on import
     import _socket as sockets
 except ImportError:  # pragma: no cover - an interpreter without it
@@ -39,6 +42,74 @@ except ImportError:  # Python < 3.12
 
 SCRUBBED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRACE_SEP = "\x1f"
+
+# -- JSON ----------------------------------------------------------------------------------------
+# json.loads and json.dumps through the C scanner and encoder the json package itself uses
+# (_json), set up as json sets them up: importing the package costs every run ~5 ms (re, enum).
+# Anything the fast reader does not take as it is (an error, a BOM, a document that is not
+# UTF-8) goes to json.loads itself, so it reads, or fails with the message, as before.
+_WS = " \t\n\r"
+_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _Decoding:
+    """The attributes json's C scanner reads from a JSONDecoder, as json.loads sets them."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+
+_SCAN = _cjson.make_scanner(_Decoding()) if _cjson is not None else None  # type: ignore[arg-type]
+
+
+def json_loads(text):
+    try:
+        if _SCAN is None:
+            raise ValueError("no C scanner")
+        doc = text
+        if isinstance(doc, (bytes, bytearray)):
+            if (
+                doc[:3] == b"\xef\xbb\xbf"
+                or b"\x00" in doc[:4]
+                or doc[:2] in (b"\xff\xfe", b"\xfe\xff")
+            ):
+                raise ValueError("not plain UTF-8")
+            doc = bytes(doc).decode("utf-8", "surrogatepass")
+        start = len(doc) - len(doc.lstrip(_WS))
+        value, end = _SCAN(doc, start)
+        if doc[end:].strip(_WS):
+            raise ValueError("extra data")
+        return value
+    except (StopIteration, ValueError):
+        import json
+
+        return json.loads(text)
+
+
+def json_dumps(value, sort_keys=False, separators=(", ", ": ")):
+    """json.dumps(value, sort_keys=..., separators=...) (ensure_ascii, allow_nan, no indent)."""
+    if _cjson is not None:
+        try:
+            encoder = _cjson.make_encoder(
+                {}, _not_serializable, _cjson.encode_basestring_ascii, None,
+                separators[1], separators[0], sort_keys, False, True,
+            )  # fmt: skip
+        except TypeError:  # another signature: json itself knows it
+            encoder = None
+        if encoder is not None:
+            return "".join(encoder(value, 0))
+    import json
+
+    return json.dumps(value, sort_keys=sort_keys, separators=separators)
+
+
+def _not_serializable(value):
+    raise TypeError("Object of type %s is not JSON serializable" % value.__class__.__name__)
+
 
 # -- secrets: the floor and the scrubber ----------------------------------------------------------
 # Hashed whatever the payload says (an old or crafted payload cannot switch hashing off): the
@@ -325,7 +396,7 @@ class Run:
             hide_next = False
             flag, eq, value = arg.partition("=") if isinstance(arg, str) else ("", "", "")
             if eq and self.secret_flag(flag):
-                out.append(flag + "=" + json.dumps({"secret": self.digest(value)}))
+                out.append(flag + "=" + json_dumps({"secret": self.digest(value)}))
             else:
                 out.append(arg)
                 hide_next = isinstance(arg, str) and self.secret_flag(arg)
@@ -612,7 +683,7 @@ class StatDigests:
             if not _private_file(info):
                 return {}
             try:
-                found = json.loads(handle.read(1 << 20))
+                found = json_loads(handle.read(1 << 20))
             except (OSError, ValueError):
                 return {}
         return found if isinstance(found, dict) else {}
@@ -645,7 +716,7 @@ class StatDigests:
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             with os.fdopen(os.open(tmp, flags, 0o600), "w") as handle:
-                handle.write(json.dumps(self.new))
+                handle.write(json_dumps(self.new))
             os.replace(tmp, self.path)
         except OSError:
             try:  # noqa: SIM105 - contextlib is not imported for this
@@ -770,7 +841,7 @@ def env_basis(run, text):
     pairs = {}
     for entry in parse_dotenv(text):
         pairs[entry["key"]] = run.masked(entry["key"], entry["value"])
-    canonical = json.dumps(
+    canonical = json_dumps(
         [[key, value] for key, value in pairs.items()], separators=(",", ":"), sort_keys=True
     )
     return sha256(canonical.encode("utf-8")).hexdigest()
@@ -918,7 +989,7 @@ def compose_cached(run, project, env, args):
     # importer's discovery run: lobes' own chain) was served to a run whose chain has an
     # override more, and the override's settings were missing from what it compared.
     argv_inputs = [args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]]
-    digest.update(json.dumps(argv_inputs).encode())
+    digest.update(json_dumps(argv_inputs).encode())
     for name in project.names():
         if name.startswith(("docker-compose", ".env", ".secrets.env")):
             digest.update(name.encode() + b"\0")
@@ -998,7 +1069,7 @@ def render(run, project, env):
     if code != 0:
         return {"error": _last_line(err) or "docker compose config exited %d" % code}
     try:
-        doc = json.loads(out)
+        doc = json_loads(out)
     except ValueError as exc:
         return {"error": "unreadable compose config: %s" % exc}
     services = {}
@@ -1024,7 +1095,7 @@ def variables(run, project, env):
     if code != 0:
         return {"error": _last_line(err)}
     try:
-        return {"names": sorted(json.loads(out))}
+        return {"names": sorted(json_loads(out))}
     except ValueError:
         return {"error": "unreadable variables"}
 
@@ -1091,7 +1162,7 @@ def docker_socket(home):
     if not host:
         try:
             with open(os.path.join(home, ".docker", "config.json")) as handle:
-                context = json.load(handle).get("currentContext")
+                context = json_loads(handle.read()).get("currentContext")
         except (OSError, ValueError):
             context = None
         if context and context != "default":
@@ -1101,7 +1172,7 @@ def docker_socket(home):
             )  # fmt: skip
             try:
                 with open(meta) as handle:
-                    host = json.load(handle)["Endpoints"]["docker"]["Host"]
+                    host = json_loads(handle.read())["Endpoints"]["docker"]["Host"]
             except (OSError, ValueError, KeyError):
                 return None
     host = host or "unix:///var/run/docker.sock"
@@ -1421,7 +1492,7 @@ def engine_get(conn, path):
     status, _, body = conn.ask("GET", path)
     if status != 200:
         raise OSError("engine %s: HTTP %d %s" % (path, status, body[:200]))
-    return json.loads(body)
+    return json_loads(body)
 
 
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
@@ -1440,7 +1511,7 @@ def engine_inspect(run):
         return None
     conn = unix_connection(path, run.timeout)
     try:
-        label = json.dumps({"label": ["com.docker.compose.project=" + run.p["project"]]})
+        label = json_dumps({"label": ["com.docker.compose.project=" + run.p["project"]]})
         listed = engine_get(conn, "/containers/json?all=1&filters=" + quote(label))
         found = [engine_get(conn, "/containers/%s/json" % c["Id"]) for c in listed]
         image_ids = sorted({c.get("Image") for c in found if c.get("Image")})
@@ -1471,13 +1542,13 @@ def cli_inspect(run):
     code, out, err = run.run(["docker", "inspect"] + ids, env=run.scrubbed_env())
     if code != 0:
         return {"error": _last_line(err)}
-    inspected = json.loads(out)
+    inspected = json_loads(out)
     image_ids = sorted({c.get("Image") for c in inspected if c.get("Image")})
     images = []
     if image_ids:
         code, out, err = run.run(["docker", "image", "inspect"] + image_ids, env=run.scrubbed_env())
         if code == 0:
-            images = json.loads(out)
+            images = json_loads(out)
     return inspected, images
 
 
@@ -1576,7 +1647,7 @@ def _ms(started):
 
 def _json(body):
     try:
-        return json.loads(body.decode("utf-8"))
+        return json_loads(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
 
@@ -1677,7 +1748,7 @@ def audit_envfile_keys(run, names):
 def http_post_json(url, body, timeout, headers=None):
     """POST a JSON body; keep the status, the error type and the mesh headers, never the
     answer (a model's output is not evidence, and could echo anything)."""
-    data = json.dumps(body).encode()
+    data = json_dumps(body).encode()
     hdrs = {"Content-Type": "application/json"}
     hdrs.update(headers or {})
     started = time.monotonic()
@@ -1901,9 +1972,9 @@ def _cpu_ms():
 def without_known_secrets(doc):
     """The last line of defence: no value this run hashed appears in any string of the answer
     (keys are names and stay). A quick search of the whole text first: nearly always a miss."""
-    text = json.dumps(doc, sort_keys=True)
+    text = json_dumps(doc, sort_keys=True)
     known = [v for v in _KNOWN if len(v) >= 8]
-    if not any(json.dumps(v)[1:-1] in text for v in known):
+    if not any(json_dumps(v)[1:-1] in text for v in known):
         return text
     known.sort(key=len, reverse=True)
 
@@ -1917,7 +1988,7 @@ def without_known_secrets(doc):
                 node = node.replace(value, "***")
         return node
 
-    return json.dumps(mask(doc), sort_keys=True)
+    return json_dumps(mask(doc), sort_keys=True)
 
 
 STDIN_LIMIT = 64 * 1024
@@ -1943,7 +2014,7 @@ def sent_secrets(payload, stream=None):
             if not chunk:
                 break
             data += chunk
-        found = json.loads(data.decode("utf-8")) if len(data) <= STDIN_LIMIT else None
+        found = json_loads(data.decode("utf-8")) if len(data) <= STDIN_LIMIT else None
     except (OSError, ValueError):
         return {}
     if not isinstance(found, dict):
@@ -1954,7 +2025,7 @@ def sent_secrets(payload, stream=None):
 def main():
     import binascii  # base64.b64decode without base64's own imports
 
-    payload = json.loads(binascii.a2b_base64(sys.argv[1].encode("ascii")).decode("utf-8"))
+    payload = json_loads(binascii.a2b_base64(sys.argv[1].encode("ascii")).decode("utf-8"))
     sys.stdout.write(without_known_secrets(collect(payload, sent_secrets(payload))))
     sys.stdout.write("\n")
 
