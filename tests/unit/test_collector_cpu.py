@@ -15,6 +15,8 @@ import hashlib
 import hmac
 import json
 import os
+import random
+import re
 import socket
 import subprocess
 import sys
@@ -352,7 +354,7 @@ def test_the_collector_imports_nothing_heavy_at_start() -> None:
     ).stdout.split()  # fmt: skip
     heavy = {"http.client", "urllib.request", "urllib.parse", "email", "ssl", "hashlib",
              "hmac", "tempfile", "shutil", "socket", "fnmatch", "base64",
-             "encodings.idna", "subprocess", "json"}  # fmt: skip
+             "encodings.idna", "subprocess", "json", "re", "enum"}  # fmt: skip
     assert "_json" in out and "_socket" in out
     assert heavy.isdisjoint(out), heavy.intersection(out)
 
@@ -596,3 +598,76 @@ def test_json_writes_odd_values_as_json_does() -> None:
     assert collector.json_dumps(value, sort_keys=True) == json.dumps(value, sort_keys=True)
     with pytest.raises(TypeError, match="Object of type bytes is not JSON serializable"):
         collector.json_dumps({"x": b"raw"})
+
+
+# -- the regular expressions the collector no longer compiles -----------------------------------
+LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+ASSIGN = re.compile(
+    r"^(?:export|declare\s+-[a-zA-Z]*x[a-zA-Z]*|readonly)?\s*'?([A-Za-z_][A-Za-z0-9_]*)\+?="
+)
+PIECES = ["export", "declare", "readonly", " ", "\t", "\u00a0", "\u3000", "=", "+", "#", "'",
+          '"', "-", "x", "X", "a", "_", "9", "FOO", "\\", ":", "é", "\x0b", "xz", "-x",
+          "\r"]  # fmt: skip
+
+
+def _fuzz(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = ["".join(rng.choice(PIECES) for _ in range(rng.randint(0, 9))) for _ in range(count)]
+    return out
+
+
+def _env_lines() -> list[str]:
+    """`.env` lines as the captures hold them (key and value: secrets there are digests)."""
+    lines: list[str] = []
+    for path in sorted((FIXTURE / "import" / "pristine").glob("*.json")):
+        collected = json.loads(path.read_text(encoding="utf-8")).get("collected") or {}
+        for entry in collected.get("envfile") or []:
+            value = entry["value"] if isinstance(entry["value"], str) else "x"
+            lines += [f"{entry['key']}={value}", f"export {entry['key']} = '{value}' # c"]
+    assert len(lines) > 100
+    return lines
+
+
+def test_an_env_line_is_read_as_the_expression_reads_it() -> None:
+    lines = _env_lines() + _fuzz(40000, 1) + [
+        "export FOO=1", "export=1", "export  =1", "exportFOO=1", "export FOO BAR=1",
+        "  FOO =  bar # c", "\u00a0A=\u00a0b", "1A=2", "_=x", "A", "=x", "export\tB = c",
+    ]  # fmt: skip
+    for line in lines:
+        line = line.replace("\n", "")
+        match = LINE.match(line)
+        expected = (match.group(1), match.group(2)) if match else None
+        assert collector.env_assignment(line) == expected, repr(line)
+
+
+def test_a_traced_assignment_is_read_as_the_expression_reads_it() -> None:
+    commands = [
+        *_fuzz(40000, 2),
+        "export FOO=bar", "declare -x FOO=bar", "declare -xFOO=1", "declare -rx A+=1",
+        "readonly B=2", "'C=3'", "D+=4", "exportE=5", "declare -ax", "declare  -axb Q=1",
+        "declare -x", "FOO", "echo hi", "declare -y A=1",
+    ]  # fmt: skip
+    for command in commands:
+        match = ASSIGN.match(command)
+        assert collector.assigned(command) == (match.group(1) if match else None), repr(command)
+
+
+def test_a_comment_and_a_plain_value_are_found_as_the_expressions_find_them() -> None:
+    for text in [*_fuzz(20000, 3), "a #b", "#a", "a#b", "a\u00a0#b", "a \t# b # c"]:
+        found = re.search(r"\s#", text)
+        assert collector._comment_at(text) == (found.start() if found else -1), repr(text)
+    for value in [*_fuzz(20000, 4), "abc\n", "\n", "a/b:c@d+e=f-g.h,i", "a b", "x\n\n"]:
+        plain = value == "" or re.match(r"^[A-Za-z0-9_./:,@+=-]+$", value) is not None
+        assert (collector._quote(value) == value) == plain, repr(value)
+
+
+def test_http_header_checks_answer_as_the_expressions_do() -> None:
+    illegal = re.compile(rb"\n(?![ \t])|\r(?![ \t\n])")
+    header = re.compile(r"[\041-\071\073-\176]*:")
+    rng = random.Random(5)
+    alphabet = ["a", " ", "\t", "\r", "\n", ":", "\x7f", "é", "-", "~", "!"]
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+        assert collector._header_line(text) == bool(header.match(text)), repr(text)
+        raw = text.encode("utf-8")
+        assert collector._illegal_value(raw) == bool(illegal.search(raw)), repr(raw)

@@ -12,7 +12,6 @@ from a report. The work runs in threads: the run takes about as long as its slow
 """
 
 import os
-import re
 import resource
 import sys
 import threading
@@ -163,6 +162,7 @@ def _any_of(patterns):
     globs = [p for p in patterns if not any(c in p for c in "?[")]
     if len(globs) < len(patterns):
         import fnmatch
+        import re
 
         regex = re.compile("|".join(fnmatch.translate(p) for p in patterns))
         return regex.match
@@ -220,6 +220,8 @@ def floor_secret(name):
 
 def scrub_text(text, secrets=()):
     """One short printable line without a known secret value, a header or a key-shaped run."""
+    import re  # only an error's text comes here
+
     out = str(text)[:2400]
     for value in sorted(set(_KNOWN) | set(secrets), key=len, reverse=True):
         if isinstance(value, str) and len(value) >= 4:
@@ -582,17 +584,51 @@ def _text(data):
 
 
 # -- .env ------------------------------------------------------------------------------------
-_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+# A `.env` line is an assignment when the regular expression
+#     ^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$
+# matches it (the key and the rest): `env_assignment` reads a line as it does, without importing
+# re (with enum, ~5 ms a run); tests/unit/test_collector_cpu.py holds it to the expression.
+_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME = _FIRST | frozenset("0123456789")
+_LETTERS = _FIRST - {"_"}
+
+
+def env_assignment(line):
+    """(key, rest) of one line (no line break in it) that assigns, else None."""
+    text = line.lstrip()
+    if text.startswith("export") and text[6:7].isspace():
+        found = _key_equals(text[6:].lstrip())
+        if found is not None:
+            return found
+    return _key_equals(text)
+
+
+def _key_equals(text):
+    end = _name_end(text, 0)
+    if end == 0:
+        return None
+    rest = text[end:].lstrip()
+    return (text[:end], rest[1:].lstrip()) if rest[:1] == "=" else None
+
+
+def _name_end(text, start):
+    """Where the name `[A-Za-z_][A-Za-z0-9_]*` at `start` ends (`start`: no name there)."""
+    if text[start : start + 1] not in _FIRST or start >= len(text):
+        return start
+    end = start + 1
+    while end < len(text) and text[end] in _NAME:
+        end += 1
+    return end
 
 
 def parse_dotenv(text):
     """Parse like compose's dotenv: quotes, inline `#` comments after whitespace, `export`."""
     entries = []
     for number, raw in enumerate(text.splitlines(), 1):
-        match = _LINE.match(raw)
+        match = env_assignment(raw)
         if not match or raw.lstrip().startswith("#"):
             continue
-        key, rest = match.group(1), match.group(2)
+        key, rest = match
         entries.append({"key": key, "value": _dotenv_value(rest), "line": number})
     return entries
 
@@ -614,8 +650,18 @@ def _dotenv_value(rest):
             out.append(ch)
             i += 1
         return rest  # unterminated quote: compose would fail; keep it raw
-    hash_at = re.search(r"\s#", rest)
-    return rest[: hash_at.start()].rstrip() if hash_at else rest
+    hash_at = _comment_at(rest)
+    return rest[:hash_at].rstrip() if hash_at >= 0 else rest
+
+
+def _comment_at(text):
+    r"""Where `\s#` first matches in `text` (the blank before the `#`), else -1."""
+    at = text.find("#", 1)
+    while at > 0:
+        if text[at - 1].isspace():
+            return at - 1
+        at = text.find("#", at + 1)
+    return -1
 
 
 def file_facts(run, names):
@@ -812,11 +858,11 @@ def desired_envfile(run, current_text, secret_values):
         # else: the source is missing (reported as an error); keep the box's line as it is
     lines, seen = [], set()
     for raw in (current_text or "").splitlines():
-        match = _LINE.match(raw)
-        if match and not raw.lstrip().startswith("#") and match.group(1) in absent:
+        match = env_assignment(raw)
+        if match and not raw.lstrip().startswith("#") and match[0] in absent:
             continue
-        if match and not raw.lstrip().startswith("#") and match.group(1) in managed:
-            key = match.group(1)
+        if match and not raw.lstrip().startswith("#") and match[0] in managed:
+            key = match[0]
             if key in seen:
                 continue
             seen.add(key)
@@ -847,8 +893,14 @@ def env_basis(run, text):
     return sha256(canonical.encode("utf-8")).hexdigest()
 
 
+_PLAIN = _NAME | frozenset("./:,@+=-")
+
+
 def _quote(value):
-    if value == "" or re.match(r"^[A-Za-z0-9_./:,@+=-]+$", value):
+    # As `re.match(r"^[A-Za-z0-9_./:,@+=-]+$", value)` read it: `$` also matches before a
+    # final line break.
+    body = value[:-1] if value.endswith("\n") else value
+    if value == "" or (body and all(c in _PLAIN for c in body)):
         return value
     if "'" not in value:
         return "'%s'" % value
@@ -1106,9 +1158,52 @@ def _last_line(text):
 
 
 # -- login shell ------------------------------------------------------------------------------
-_ASSIGN = re.compile(
-    r"^(?:export|declare\s+-[a-zA-Z]*x[a-zA-Z]*|readonly)?\s*'?([A-Za-z_][A-Za-z0-9_]*)\+?="
-)
+# A traced command assigns the variable the regular expression
+#     ^(?:export|declare\s+-[a-zA-Z]*x[a-zA-Z]*|readonly)?\s*'?([A-Za-z_][A-Za-z0-9_]*)\+?=
+# names: `assigned` reads it as that expression does, its backtracking included (held to it
+# by tests/unit/test_collector_cpu.py), without importing re.
+
+
+def assigned(command):
+    for start in _assign_starts(command):
+        name = _assigned_at(command, start)
+        if name is not None:
+            return name
+    return None
+
+
+def _assign_starts(text):
+    """Where the optional prefix may end, in the order the expression tries them."""
+    if text.startswith("export"):
+        yield 6
+    elif text.startswith("readonly"):
+        yield 8
+    elif text.startswith("declare"):
+        at = 7
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at > 7 and text[at : at + 1] == "-":
+            first = at + 1
+            end = first
+            while end < len(text) and text[end] in _LETTERS:
+                end += 1
+            for x_at in range(end - 1, first - 1, -1):  # `[a-zA-Z]*x`: the last x first
+                if text[x_at] == "x":
+                    yield from range(end, x_at, -1)  # then `[a-zA-Z]*`, longest first
+    yield 0
+
+
+def _assigned_at(text, start):
+    at = start
+    while at < len(text) and text[at].isspace():
+        at += 1
+    if text[at : at + 1] == "'":
+        at += 1
+    end = _name_end(text, at)
+    if end == at:
+        return None
+    after = end + 1 if text[end : end + 1] == "+" else end
+    return text[at:end] if text[after : after + 1] == "=" else None
 
 
 def login_shell(run):
@@ -1141,10 +1236,10 @@ def login_shell(run):
         if len(parts) < 4:
             continue
         source, lineno, command = parts[1], parts[2], TRACE_SEP.join(parts[3:]).strip()
-        match = _ASSIGN.match(command)
-        if match and source:
+        name = assigned(command)
+        if name and source:
             shown = source.replace(run.home, "~", 1) if source.startswith(run.home) else source
-            origins[match.group(1)] = "%s:%s" % (shown, lineno)
+            origins[name] = "%s:%s" % (shown, lineno)
     noise = {"PS4", "SHLVL", "_", "PWD", "OLDPWD", "TERM", "SHELL", "USER", "LOGNAME", "HOME"}
     exports = {}
     for name, value in sorted(env.items()):
@@ -1190,9 +1285,24 @@ def docker_socket(home):
 # errors named as http.client and urllib name them, so reports read the same.
 _MAXLINE = 65536
 _MAXHEADERS = 100
-_ILLEGAL_VALUE = re.compile(rb"\n(?![ \t])|\r(?![ \t\n])")  # http.client's own test
 _REDIRECTS = (301, 302, 303, 307, 308)
-_HEADER = re.compile(r"[\041-\071\073-\176]*:")  # email.feedparser's headerRE
+
+
+def _illegal_value(value):
+    """http.client's test, `\n(?![ \t])|\r(?![ \t\n])`: a line break not folding the line."""
+    for brk, folds in ((b"\n", (b" ", b"\t")), (b"\r", (b" ", b"\t", b"\n"))):
+        at = value.find(brk)
+        while at >= 0:
+            if value[at + 1 : at + 2] not in folds:
+                return True
+            at = value.find(brk, at + 1)
+    return False
+
+
+def _header_line(text):
+    """email.feedparser's headerRE, `[\041-\071\073-\176]*:`: a name of printable ASCII."""
+    colon = text.find(":")
+    return colon >= 0 and all("!" <= c <= "~" for c in text[:colon])
 
 
 class HTTPException(Exception):
@@ -1255,7 +1365,7 @@ class Connection:
         request = ("\r\n".join(lines) + "\r\n").encode("latin-1")
         for name, value in headers:
             value = value.encode("latin-1")
-            if _ILLEGAL_VALUE.search(value):
+            if _illegal_value(value):
                 raise ValueError("Invalid header value %r" % (value,))
             request += name.encode("latin-1") + b": " + value + b"\r\n"
         if body is not None:
@@ -1339,7 +1449,7 @@ class Connection:
                 continue
             if text.startswith("From "):
                 continue  # an mbox envelope line, not a header
-            if not _HEADER.match(text):
+            if not _header_line(text):
                 break
             name, _, value = text.partition(":")
             if name and name.lower() not in got:
@@ -1697,7 +1807,7 @@ def lane_probes(run, found):
 # Only when the payload asks for it: the extra probes cost a request each and the chat probe can
 # reach a model. Nothing here changes a box; the keys read here are used on the box's own
 # loopback and never printed (only their keyed digests are).
-_COMMENTED = re.compile(r"^\s*#+\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+_COMMENTED = r"^\s*#+\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$"
 _AUDIT_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Reason")
 
 
@@ -1715,15 +1825,17 @@ def audit_envfile_keys(run, names):
     """The raw state of each key's lines in .env: set, empty, commented-out or absent (an
     operator's `# GATEWAY_API_KEY=...` is how seed #209's .env said "off" while a shell armed
     it). Returns the states (digests only) and the active values, for the keyed probe."""
+    import re  # the audit only
+
     text = read_text(os.path.join(run.deploy, ".env"))
     active, commented = {}, {}
     for number, raw in enumerate((text or "").splitlines(), 1):
-        match = _LINE.match(raw)
-        if match and not raw.lstrip().startswith("#"):
-            if match.group(1) in names:
-                active[match.group(1)] = (number, _dotenv_value(match.group(2)))
+        found = env_assignment(raw)
+        if found and not raw.lstrip().startswith("#"):
+            if found[0] in names:
+                active[found[0]] = (number, _dotenv_value(found[1]))
             continue
-        match = _COMMENTED.match(raw)
+        match = re.match(_COMMENTED, raw)
         if match and match.group(1) in names:
             commented[match.group(1)] = (number, _dotenv_value(match.group(2)))
     out = {}
