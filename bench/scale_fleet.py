@@ -11,7 +11,9 @@ and nothing else:
 - snapshot/<name>.json: the original's observation with the box's own identity replaced: the
   `box` field, its deploy user (`fl-thor` -> `fl-thor-1`, which also moves /home/fl-thor), its
   mesh name (in its containers' environments and its .env) and its address. Other boxes'
-  addresses inside it (the mesh seeds it saw) stay.
+  addresses inside it (the mesh seeds it saw) stay;
+- snapshot/index.json: the boxes, and each file's SHA-256, as `--save-snapshot` records them
+  (observe.save_snapshot), so a replay reads them as it reads a snapshot the tool saved.
 
     .venv/bin/python bench/scale_fleet.py DIR N   # then: reconcile --root DIR -i lab drift \
         --from-snapshot DIR/snapshot
@@ -19,6 +21,7 @@ and nothing else:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -116,14 +119,17 @@ def build_fleet(directory: Path, count: int) -> list[str]:
         o: (EXAMPLE / "snapshot" / f"{o}.json").read_text(encoding="utf-8") for o in ORIGINALS
     }
     index = json.loads((EXAMPLE / "snapshot" / "index.json").read_text(encoding="utf-8"))
+    digests = {}
     for name in boxes:
         original = original_of(name)
         for sub in ("group_vars", "facts/overlay"):
             source = EXAMPLE / sub / f"{original}.yaml"
             shutil.copyfile(source, directory / sub / f"{name}.yaml")
-        text = observation_text(observed[original], name)
-        (directory / "snapshot" / f"{name}.json").write_text(text, encoding="utf-8")
+        data = observation_text(observed[original], name).encode("utf-8")
+        (directory / "snapshot" / f"{name}.json").write_bytes(data)
+        digests[name] = hashlib.sha256(data).hexdigest()
     index["boxes"] = sorted(boxes)
+    index["sha256"] = dict(sorted(digests.items()))
     (directory / "snapshot" / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     return boxes
 

@@ -22,6 +22,7 @@ from reconciler.observe.observe import (
     BoxObservation,
     load_snapshot,
     observe,
+    recorded_digest,
     save_snapshot,
     snapshot_index,
     snapshot_observation,
@@ -106,7 +107,8 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
     with paused_gc():  # each box's objects die by reference count (reconciler/gc_pause.py)
         for name in order:
             if name in present:
-                obs = snapshot_observation(name, directory / f"{name}.json")
+                path = directory / f"{name}.json"
+                obs = snapshot_observation(name, path, recorded_digest(index, name))
             else:
                 obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
             results.append(

@@ -153,9 +153,13 @@ def _bad(path: str, what: str) -> NoReturn:
 
 
 # -- the raw text ----------------------------------------------------------------------------------
-def load_json(text: str | bytes, limit: int = MAX_ANSWER_BYTES) -> Any | Fault:
+def load_json(
+    text: str | bytes, limit: int = MAX_ANSWER_BYTES, keys_unique: bool = False
+) -> Any | Fault:
     """One JSON document from a box, or why not: size first, then UTF-8, then JSON without
-    NaN/Infinity or duplicate keys (json.loads would silently keep the last of two `Id`s)."""
+    NaN/Infinity or duplicate keys (json.loads would silently keep the last of two `Id`s).
+    `keys_unique`: the text is known to repeat no key (a snapshot file still as this tool wrote
+    it, observe.snapshot_observation), so objects are built without the check."""
     size = len(text)
     if size > limit:
         return Fault(FaultKind.TOO_LARGE, f"{size} bytes, the limit is {limit}")
@@ -172,7 +176,8 @@ def load_json(text: str | bytes, limit: int = MAX_ANSWER_BYTES) -> Any | Fault:
     if not text or text.isspace():  # not text.strip(): no copy of a 150 KB answer to ask
         return Fault(FaultKind.NOT_JSON, "empty answer")
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        hook = None if keys_unique else _unique_keys
+        return json.loads(text, object_pairs_hook=hook, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         # msg and position only: JSONDecodeError never quotes the document itself.
         return Fault(FaultKind.NOT_JSON, f"{exc.msg} at line {exc.lineno} column {exc.colno}")
