@@ -617,6 +617,12 @@ _LETTERS = _FIRST - {"_"}
 
 def env_assignment(line):
     """(key, rest) of one line (no line break in it) that assigns, else None."""
+    eq = line.find("=")
+    if eq < 0:
+        return None  # the expression needs its `=`
+    key = line[:eq]
+    if key.isidentifier() and key.isascii():  # KEY=value: nearly every line
+        return key, line[eq + 1 :].lstrip()
     text = line.lstrip()
     if text.startswith("export") and text[6:7].isspace():
         found = _key_equals(text[6:].lstrip())
