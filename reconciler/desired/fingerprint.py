@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.desired.safe_read import INVENTORY_MAX_BYTES, Unreadable, read_regular
+from reconciler.gc_pause import paused_gc
 
 KEEP = 16  # entries per kind: each repository checkout and inventory has its own
 
@@ -133,7 +134,9 @@ def remembered(kind: str, root: Path, inventory: Path, code: str) -> Any | None:
         with os.fdopen(fd, "rb") as source:
             if not _private(os.fstat(source.fileno()), directory=False):
                 return None
-            entry: dict[str, Any] = pickle.loads(source.read())
+            data = source.read()
+        with paused_gc():  # a 1,000-box fleet's inputs are ~1M acyclic objects: no GC passes
+            entry: dict[str, Any] = pickle.loads(data)
     except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss
         return None
     if entry.get("code") != code or not unchanged(root, entry):
