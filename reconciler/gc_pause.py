@@ -26,3 +26,17 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+@contextmanager
+def collecting() -> Iterator[None]:
+    """The cyclic collector on inside the block (the desired state's load: ruamel.yaml and
+    pydantic may leave cycles), as it was before on leaving."""
+    if gc.isenabled():
+        yield
+        return
+    gc.enable()
+    try:
+        yield
+    finally:
+        gc.disable()
