@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from reconciler.compare.values import Flags, knob_tokens, parse_argv
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry, SecretName
 
 if TYPE_CHECKING:
+    from reconciler.compare.values import Flags
     from reconciler.desired.models import BoxSpec
 
 # `.env` knobs that end up as a flag of their lane's command (lobes' template), by suffix.
@@ -46,6 +46,10 @@ class LaneExpectation:
     knob_flags: dict[str, Flags] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # Imported here: the early start (observe/early.py) reads remembered inputs, whose
+        # unpickling runs no __post_init__, before it may import the comparison.
+        from reconciler.compare.values import knob_tokens, parse_argv
+
         flags = {key: parse_argv(knob_tokens(f, knob))[1] for key, (f, knob) in self.knobs.items()}
         object.__setattr__(self, "knob_flags", flags)
 
