@@ -171,20 +171,27 @@ inputs = cached_inputs(root, inventory)
 timed("remembered", started)
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import DriftReport
+from reconciler.gc_pause import paused_gc
 from reconciler.observe.document import load_json, parse_collected, parse_probes
-from reconciler.observe.observe import SNAPSHOT_FILE_LIMIT, _read_limited
+from reconciler.observe.observe import (
+    SNAPSHOT_FILE_LIMIT, _read_limited, _written_as, recorded_digest, snapshot_index,
+)
+index = snapshot_index(snap)
 results = []
-for name in inputs.boxes:
-    started = time.perf_counter()
-    raw = load_json(_read_limited(snap / f"{name}.json"), SNAPSHOT_FILE_LIMIT)
-    timed("read", started)
-    started = time.perf_counter()
-    doc = parse_collected(raw["collected"], False, 1)
-    probes = parse_probes(raw.get("controller") or {})
-    timed("typed", started)
-    started = time.perf_counter()
-    results.append(compare_box(inputs.expectations[name], doc, probes, None, None))
-    timed("compare", started)
+with paused_gc():  # as drift._replay reads and compares
+    for name in inputs.boxes:
+        started = time.perf_counter()
+        data = _read_limited(snap / f"{name}.json")
+        unique = _written_as(data, recorded_digest(index, name))
+        raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique)
+        timed("read", started)
+        started = time.perf_counter()
+        doc = parse_collected(raw["collected"], False, 1)
+        probes = parse_probes(raw.get("controller") or {})
+        timed("typed", started)
+        started = time.perf_counter()
+        results.append(compare_box(inputs.expectations[name], doc, probes, None, None))
+        timed("compare", started)
 report = DriftReport(tuple(results), inputs.inventory_file, "-", "-")
 from reconciler.report.json_report import render_json
 started = time.perf_counter()
@@ -213,7 +220,7 @@ def where(size: int, p: dict[str, float]) -> list[str]:
         f"it) {p['load']:.2f} s, most of it ruamel.yaml's pure-Python parser on each box's "
         "group_vars file and facts overlay; deriving and storing the drift inputs "
         f"{p['inputs']:.2f} s; reading them back (warm) {p['remembered']:.2f} s; reading the "
-        "snapshot's files (size limit, UTF-8, JSON refusing duplicate keys) "
+        "snapshot's files (size limit, SHA-256 against the index, UTF-8, JSON) "
         f"{p['read']:.2f} s; the typed parse {p['typed']:.2f} s; comparing "
         f"{p['compare']:.2f} s; the JSON report {p['json']:.2f} s ({p['json_mb']:.0f} MB).",
         *NOTE,
@@ -233,9 +240,15 @@ NOTE = [
     "state and deriving and re-storing its inputs on every run (~2 s at 1,000 boxes), two "
     "Python loops per environment entry in the typed parse, ~40 fnmatch calls per drift in "
     "the JSON report, a generator step per command-line token and a key-by-key diff per "
-    "environment in comparing. The report is written by json.dumps, whose indenting encoder "
-    "is pure Python (~0.3 s at 1,000 boxes): a hand-written writer that saved a third of it "
-    "was not worth a second JSON encoder.",
+    "environment in comparing; then the cyclic garbage collector walking every box's objects "
+    "(all acyclic, freed by reference count; ~0.2 s: paused while the boxes are read and "
+    "compared and while the report is built), json's per-object duplicate-key hook on files "
+    "this tool wrote (the index's SHA-256 of each file proves it unchanged: ~0.2 s of hook "
+    "for ~0.09 s of hashing), a 16 MB read buffer per file, each lane's `.env` knobs lexed "
+    "again for every box (now derived once with the remembered inputs) and a Python pass "
+    "per environment entry to find its secrets in the typed parse. The report is written by "
+    "json.dumps, whose indenting encoder is pure Python (~0.3 s at 1,000 boxes): a "
+    "hand-written writer that saved a third of it was not worth a second JSON encoder.",
 ]
 
 
