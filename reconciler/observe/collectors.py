@@ -10,17 +10,14 @@ import base64
 import json
 import os
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from reconciler.observe import fanout
 from reconciler.observe.controller_secrets import controller_values, stdin_payload
-from reconciler.observe.transport import Running, Target, python_command, spawn
+from reconciler.observe.transport import Background, Running, Target, python_command, spawn
 
 COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
-
-T = TypeVar("T")
 
 
 def start_collectors(
@@ -59,12 +56,9 @@ def collector_command(payload: dict[str, Any]) -> str:
     return python_command(COLLECTOR, _encoded(payload))
 
 
-def in_background(fn: Callable[..., T], *args: Any) -> Future[T]:
+def in_background(fn: Callable[..., Any], *args: Any) -> Background:
     """`fn(*args)` in a thread of its own (the controller's probes, while the boxes work)."""
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(fn, *args)
-    pool.shutdown(wait=False)  # the thread ends with fn; nobody waits for the pool itself
-    return future
+    return Background(fn, *args)
 
 
 def _encoded(payload: dict[str, Any]) -> str:

@@ -11,15 +11,13 @@ drift run starts its collectors and probes).
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
 from reconciler.observe.collectors import in_background, start_collectors
 from reconciler.observe.probes import probe_gateways
-from reconciler.observe.transport import Running
+from reconciler.observe.transport import Background, Running
 
 
 @dataclass
@@ -29,7 +27,7 @@ class EarlyStart:
     inputs: DriftInputs
     running: dict[str, Running]
     run_key: str
-    probes: Future[dict[str, dict[str, Any]]]
+    probes: Background  # -> {box: {probe: answer}}
 
     def cancel(self) -> None:
         for handle in self.running.values():

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from reconciler.observe.document import (
     transport_fault,
 )
 from reconciler.observe.early import EarlyStart, launch
-from reconciler.observe.transport import Running
+from reconciler.observe.transport import Background, Running
 
 # The collector version a snapshot's document is in when it does not say (documents cut down
 # by tests/lab/audit_scenarios.py keep only what the audit reads, without `collector`).
@@ -126,7 +126,7 @@ def observe(
 
 
 def gather(
-    running: dict[str, Running], probes: Future[dict[str, dict[str, Any]]], timeout: float
+    running: dict[str, Running], probes: Background, timeout: float
 ) -> dict[str, BoxObservation]:
     """Wait for every box's collector and for the controller's probes: one observation each.
     `timeout` is each box's own, counted from its start: a box that hangs costs that, and the

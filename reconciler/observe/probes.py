@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reconciler.scrub import exception_text
@@ -48,6 +47,8 @@ def probe_gateways(bases: dict[str, str]) -> dict[str, dict[str, Any]]:
     jobs = [(box, probe, base + path) for box, base in bases.items() for probe, path in PATHS]
     if not jobs:
         return out
+    from concurrent.futures import ThreadPoolExecutor  # in this thread: not before the spawn
+
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = [
             (box, probe, pool.submit(_get, url, probe != "models_noauth"))
