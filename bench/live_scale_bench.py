@@ -131,20 +131,26 @@ def drift(boxes: list[str], state: Path) -> Callable[[], None]:
 
 
 def collector_costs(boxes: list[str], state: Path) -> tuple[float, float]:
-    """One more drift run with new connections, its observations saved: the collectors' own
-    CPU (summed over the boxes) and their median wall time, as each box measured itself."""
+    """One more drift run with new connections, recorded in a history store of its own: the
+    collectors' own CPU (summed over the boxes) and their median wall time, as each box
+    measured itself. Not a --save-snapshot run: that one also asks each box for a render of
+    its own .env (for import), a second compose render a plain drift never makes."""
+    from reconciler.history.store import last_two, observations_of, opened
+
     close_masters()
-    saved = state / "snapshot"
-    shutil.rmtree(saved, ignore_errors=True)
+    store = state / "collector-costs.sqlite"
+    store.unlink(missing_ok=True)
     env = {**os.environ, "FLEET_INVENTORY": str(INVENTORY.relative_to(ROOT))}
     subprocess.run(
-        [str(ROOT / ".venv/bin/reconcile"), "drift", *boxes, "--format", "json", "--no-history",
-         "--save-snapshot", str(saved)],
-        cwd=ROOT, capture_output=True, check=False, env={**env, "XDG_STATE_HOME": str(state)},
+        [str(ROOT / ".venv/bin/reconcile"), "drift", *boxes, "--format", "json",
+         "--history", str(store)],
+        cwd=ROOT, capture_output=True, check=False, env=env,
     )  # fmt: skip
+    with opened(store, create=False) as conn:
+        observed = observations_of(conn, last_two(conn)[-1].id)
     cpu, walls = 0.0, []
     for box in boxes:
-        timings = json.loads((saved / f"{box}.json").read_text())["collected"]["timings_ms"]
+        timings = observed[box]["collected"]["timings_ms"]
         cpu += timings["cpu"] / 1000
         walls.append(timings["total"] / 1000)
     return cpu, statistics.median(walls)
