@@ -559,6 +559,8 @@ def _error(obj: Mapping[str, Any], path: str) -> str | None:
 # -- the collector's document ----------------------------------------------------------------------
 @document()
 class FileFact:
+    """A file on the box: exists, digest, mode and size, or why it could not be read."""
+
     exists: bool
     sha256: str | None = None
     mode: str | None = None  # "0o600"
@@ -590,6 +592,8 @@ class SecretSource:
 
 @document()
 class Binding:
+    """One published port of a container: the host address and port."""
+
     host_ip: str  # "" = every interface
     host_port: str
 
@@ -625,6 +629,8 @@ class Container:
 
 @document()
 class Image:
+    """An image as the Engine describes it: its digests, tags and default environment."""
+
     repo_digests: tuple[str, ...]
     repo_tags: tuple[str, ...]
     env: Mapping[str, EnvValue]
@@ -655,6 +661,8 @@ class Service:
 
 @document()
 class Render:
+    """compose's render (its services) or why it failed, and the .env it used."""
+
     services: Mapping[str, Service] | None  # None: the render failed (see error)
     error: str | None = None
     basis: str | None = None  # sha256 of the .env it renders (compare/render_basis.py)
@@ -662,18 +670,24 @@ class Render:
 
 @document()
 class Variables:
+    """The variables the compose files interpolate, or why they could not be listed."""
+
     names: frozenset[str]  # the variables the compose files interpolate
     error: str | None = None
 
 
 @document()
 class Export:
+    """One variable the login shell exports: its value and where it was set."""
+
     value: EnvValue
     source: str | None  # "~/.bashrc:6": the file and line that last assigned it
 
 
 @document()
 class LoginShell:
+    """What the deploy user's login shell exports, or why it could not be traced."""
+
     exports: Mapping[str, Export]
     error: str | None = None
 
@@ -707,16 +721,22 @@ class RoleEntry:
 
 @document(kw_only=True)
 class HealthProbe(Probe):
+    """The gateway's /health answer, with the version it reports."""
+
     version: str | None = None  # /health's `version`
 
 
 @document(kw_only=True)
 class CapabilitiesProbe(Probe):
+    """The gateway's /capabilities answer, with the roles it advertises."""
+
     roles: Mapping[str, RoleEntry] | None = None  # None: no JSON object in the answer
 
 
 @document(kw_only=True)
 class LaneProbe(Probe):
+    """A lane's /v1/models answer, with the first served model's window."""
+
     max_model_len: int | None = None  # the first served model's window (/v1/models)
 
 
@@ -732,6 +752,8 @@ class GatewayProbes:
 
 @document()
 class MemInfo:
+    """The box's memory from /proc/meminfo, in KiB."""
+
     total_kib: int | None = None
     available_kib: int | None = None
 
@@ -760,12 +782,16 @@ class KeyedProbe(Probe):
 
 @document()
 class HostNetwork:
+    """The containers on the host network, or why they could not be listed."""
+
     containers: tuple[str, ...] | None  # None: not observed (see error)
     error: str | None = None
 
 
 @document()
 class AuditSection:
+    """The box side of an audit: .env's key lines, probes, host network."""
+
     envfile_keys: Mapping[str, EnvKeyState]
     chat_noauth: Probe | None
     models_key: KeyedProbe | None
@@ -1300,6 +1326,8 @@ def _audit(r: _Reader, raw: Any, path: str) -> AuditSection:
 # -- the controller's probes -----------------------------------------------------------------------
 @document(kw_only=True)
 class MeshDetectProbe(Probe):
+    """The gateway's /mesh/detect answer: is it a mesh member?"""
+
     mesh: bool | None = None  # /mesh/detect's `mesh`
 
 
@@ -1324,6 +1352,8 @@ class LanePortProbe(Probe):
 
 @document()
 class ControllerAudit:
+    """The controller side of an audit: keyless probes, proofs, lane ports."""
+
     chat_noauth: Probe | None = None
     mesh_detect: MeshDetectProbe | None = None
     weakest_link: tuple[ProofProbe, ...] = ()
