@@ -13,10 +13,11 @@ from reconciler.audit.probes import Endpoint, LanePort, ProofAttempt, mesh_side,
 from reconciler.desired.envfile import fleet_env
 from reconciler.desired.fleet import Fleet
 from reconciler.drift_inputs import gateway_bases, targets
-from reconciler.observe.collectors import in_background, start_collectors
+from reconciler.observe.collectors import start_collectors
 from reconciler.observe.fanout import box_timeout
 from reconciler.observe.observe import BoxObservation, gather
 from reconciler.observe.payload import collector_payload, local_chat_role
+from reconciler.observe.transport import Background
 
 
 def gateway_base(fleet: Fleet, box: str) -> str:
@@ -38,7 +39,7 @@ def observe_audit(
         Endpoint(b, gateway_base(fleet, b), local_chat_role(fleet.boxes[b])) for b in boxes
     ]
     running = start_collectors(targets(fleet, boxes), payloads)
-    return gather(running, in_background(mesh_side, endpoints), timeout or box_timeout())
+    return gather(running, Background(mesh_side, endpoints), timeout or box_timeout())
 
 
 def attach_proofs(

@@ -1,7 +1,8 @@
-"""Start one collector run per box and the controller's probes, all at once (stdlib only).
+"""Start one collector run per box, all at once (stdlib only).
 
-Every observing command (drift, audit, and drift's early start) goes through these two calls,
-so what a box is sent and how the controller probes alongside is the same everywhere.
+Every observing command (drift, audit, and drift's early start) goes through this call, so
+what a box is sent is the same everywhere; the controller's own probes run beside it as a
+transport.Background.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from reconciler.observe import fanout
 from reconciler.observe.controller_secrets import controller_values, stdin_payload
-from reconciler.observe.transport import Background, Running, Target, python_command, spawn
+from reconciler.observe.transport import Running, Target, python_command, spawn
 
 COLLECTOR = Path(__file__).parent / "remote" / "collector.py"
 
@@ -54,11 +55,6 @@ def start_collectors(
 def collector_command(payload: dict[str, Any]) -> str:
     """The remote command line of one collector run (also what the pyinfra fact runs)."""
     return python_command(COLLECTOR, _encoded(payload))
-
-
-def in_background(fn: Callable[..., Any], *args: Any) -> Background:
-    """`fn(*args)` in a thread of its own (the controller's probes, while the boxes work)."""
-    return Background(fn, *args)
 
 
 def _encoded(payload: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
-from reconciler.observe.collectors import in_background, start_collectors
+from reconciler.observe.collectors import start_collectors
 from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import Background, Running
 
@@ -50,5 +50,5 @@ def launch(inputs: DriftInputs, boxes: list[str], run_key: str) -> EarlyStart:
     running = start_collectors(inputs.targets, {box: inputs.payload(box, run_key) for box in boxes})
     # The mesh-side probes need nothing but the URLs: start them too (http.client is imported
     # in that thread, while this one goes on to import the comparison).
-    probes = in_background(probe_gateways, {box: inputs.bases[box] for box in boxes})
+    probes = Background(probe_gateways, {box: inputs.bases[box] for box in boxes})
     return EarlyStart(inputs, running, run_key, probes)

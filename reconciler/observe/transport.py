@@ -294,7 +294,7 @@ def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Ru
         return Running(target.box, None, f"cannot run ssh: {exception_text(exc)}")
     except UnsafeTarget as exc:
         return Running(target.box, None, str(exc))
-    fresh = in_thread(new_connections_refused, target)
+    fresh = Background(new_connections_refused, target)
     if stdin is not None and proc.stdin is not None:
         try:
             proc.stdin.write(stdin)
@@ -448,11 +448,6 @@ class Background:
         if self._error is not None:
             raise self._error
         return self._value
-
-
-def in_thread(fn: Callable[..., Any], *args: Any) -> Background:
-    """`fn(*args)` in a daemon thread; its Background holds the result (or the exception)."""
-    return Background(fn, *args)
 
 
 def master_running(target: Target) -> bool:
