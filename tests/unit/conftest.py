@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -67,3 +69,13 @@ def import_snapshot(snapshot: Path, out: Path) -> tuple[Path, int, str]:
              "--output", str(out)]
         )  # fmt: skip
     return out, code, buffer.getvalue()
+
+
+def fresh_python(code: str) -> str:
+    """What `code` prints in a new interpreter (import costs and module sets are per process);
+    a failure there fails the test with its stderr."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import gc
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reconciler import cli
+from tests.unit.conftest import fresh_python
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fleet"
 
@@ -83,7 +82,4 @@ def test_run_as_the_program_it_leaves_nothing_for_the_exit_collection(fleet) -> 
         "code = main()\n"
         "print(code, gc.get_freeze_count() > 10000)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
-    assert result.stdout.splitlines()[-1].split() == ["0", "True"], result.stderr
+    assert fresh_python(code).splitlines()[-1].split() == ["0", "True"]

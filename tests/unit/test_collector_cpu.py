@@ -338,6 +338,19 @@ def test_a_cached_render_needs_no_project_directory(
     assert len(seen) == 1
 
 
+def _record_hashes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every input the collector hashes from now on, in order."""
+    hashed: list[bytes] = []
+    real = collector.sha256
+
+    def counting(data: bytes = b"") -> Any:
+        hashed.append(data)
+        return real(data)
+
+    monkeypatch.setattr(collector, "sha256", counting)
+    return hashed
+
+
 # -- the program on a python3 -I -S, as the box runs it ------------------------------------------
 def test_the_collector_imports_nothing_heavy_at_start() -> None:
     """What a run imports before any work: http.client, urllib, hashlib, tempfile, shutil and
@@ -373,14 +386,7 @@ def test_each_file_and_the_desired_env_are_hashed_once_a_run(
     cache.mkdir(mode=0o700)
     monkeypatch.setattr(collector, "_cache_dir", lambda: str(cache))
     monkeypatch.setattr(collector.Run, "run", lambda self, argv, env=None, **_: (0, "{}", ""))
-    hashed: list[bytes] = []
-    real = collector.sha256
-
-    def counting(data: bytes = b"") -> Any:
-        hashed.append(data)
-        return real(data)
-
-    monkeypatch.setattr(collector, "sha256", counting)
+    hashed = _record_hashes(monkeypatch)
     run = collector.Run({"run_key": "k" * 32, "directory": str(deploy), "project": "lobes",
                          "compose_files": ["docker-compose.yml"]})  # fmt: skip
     facts = collector.file_facts(run, [".env", "docker-compose.yml"])
@@ -410,14 +416,7 @@ def settled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
     cache.mkdir(mode=0o700)
     monkeypatch.setattr(collector, "_cache_dir", lambda: str(cache))
     monkeypatch.setattr(collector, "SETTLED_NS", 0)
-    hashed: list[bytes] = []
-    real = collector.sha256
-
-    def counting(data: bytes = b"") -> Any:
-        hashed.append(data)
-        return real(data)
-
-    monkeypatch.setattr(collector, "sha256", counting)
+    hashed = _record_hashes(monkeypatch)
     return deploy, cache, hashed
 
 

@@ -4,8 +4,7 @@ run pays at import (about 0.3 ms a class; the observation document alone has 31 
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.unit.conftest import fresh_python
 
 REPEATED_DRIFT_PATH = (
     "reconciler.cli",
@@ -33,8 +32,4 @@ def test_no_dataclass_on_the_repeated_drift_path_lacks_a_docstring() -> None:
         ")\n"
         "print(missing)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"

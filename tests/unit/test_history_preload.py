@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+
+from tests.unit.conftest import fresh_python
 
 AFTER_ANSWERS = ("reconciler.report.json_report", "reconciler.history.store", "sqlite3")
 
@@ -29,8 +28,4 @@ def test_preload_imports_what_the_outputs_will_use(history, metrics, expected) -
         "preload(RunOutputs(Path(h) if h else None, Path(m) if m else None))\n"
         f"print(sorted(n for n in {AFTER_ANSWERS!r} if n in set(sys.modules) - before))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(sorted(expected))
+    assert fresh_python(code).strip() == str(sorted(expected))

@@ -3,13 +3,12 @@ collects later, as the probes and the new-connection check are (Future's contrac
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from reconciler.observe.transport import Background
+from tests.unit.conftest import fresh_python
 
 
 def test_the_value_comes_back() -> None:
@@ -42,8 +41,4 @@ def test_starting_the_boxes_work_imports_no_pool_or_logging() -> None:
         "import reconciler.observe.probes, reconciler.observe.transport\n"
         "print(sorted(m for m in ('concurrent.futures', 'logging') if m in sys.modules))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"
