@@ -14,6 +14,7 @@ from collections.abc import Mapping, Set
 from enum import Enum
 from typing import Any
 
+from reconciler import fast_json
 from reconciler.compare.causes import Link, link_box
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
 from reconciler.gc_pause import paused_gc
@@ -57,8 +58,11 @@ def to_document(report: DriftReport) -> dict[str, Any]:
 def render_json(report: DriftReport) -> str:
     # No sort_keys: the document is built in reading order ("schema" and "version" first).
     # Its objects form no cycles: the collector would only walk them (reconciler/gc_pause.py).
+    # A large report is written in C: the same text as json.dumps (reconciler/fast_json.py).
     with paused_gc():
         document = to_document(report)
+        if len(report.boxes) >= fast_json.LARGE:
+            return fast_json.dumps_indented(document) + "\n"
         return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
