@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reconciler import fast_json
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import DriftReport
 from reconciler.drift_inputs import DriftInputs, drift_inputs
@@ -104,11 +105,12 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
     present = set(index["boxes"])
     results = []
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
+    in_c = len(present) >= fast_json.LARGE  # files read by msgspec (reconciler/fast_json.py)
     with paused_gc():  # each box's objects die by reference count (reconciler/gc_pause.py)
         for name in order:
             if name in present:
                 path = directory / f"{name}.json"
-                obs = snapshot_observation(name, path, recorded_digest(index, name))
+                obs = snapshot_observation(name, path, recorded_digest(index, name), in_c)
             else:
                 obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
             results.append(

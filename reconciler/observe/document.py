@@ -154,15 +154,24 @@ def _bad(path: str, what: str) -> NoReturn:
 
 # -- the raw text ----------------------------------------------------------------------------------
 def load_json(
-    text: str | bytes, limit: int = MAX_ANSWER_BYTES, keys_unique: bool = False
+    text: str | bytes, limit: int = MAX_ANSWER_BYTES, keys_unique: bool = False, in_c: bool = False
 ) -> Any | Fault:
     """One JSON document from a box, or why not: size first, then UTF-8, then JSON without
     NaN/Infinity or duplicate keys (json.loads would silently keep the last of two `Id`s).
     `keys_unique`: the text is known to repeat no key (a snapshot file still as this tool wrote
-    it, observe.snapshot_observation), so objects are built without the check."""
+    it, observe.snapshot_observation), so objects are built without the check. `in_c` (with
+    `keys_unique`, for bytes; a large replay): read by msgspec first, straight from the bytes;
+    anything it refuses is read below as always, so every fault is json's (fast_json.py)."""
     size = len(text)
     if size > limit:
         return Fault(FaultKind.TOO_LARGE, f"{size} bytes, the limit is {limit}")
+    if in_c and keys_unique and isinstance(text, bytes):
+        from reconciler.fast_json import decode_written
+
+        try:
+            return decode_written(text)
+        except ValueError:
+            pass  # not UTF-8, NaN, too deep, a number too long...: json says which, below
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")

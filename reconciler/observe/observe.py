@@ -17,6 +17,7 @@ from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reconciler import fast_json
 from reconciler.drift_inputs import DriftInputs
 from reconciler.observe import fanout
 from reconciler.observe.document import (
@@ -206,18 +207,22 @@ def _answer(handle: Running, timeout: float) -> Answer:
     return (raw if isinstance(raw, dict) and not isinstance(doc, Fault) else None), doc
 
 
-def snapshot_observation(box: str, path: Path, sha256: str | None = None) -> BoxObservation:
+def snapshot_observation(
+    box: str, path: Path, sha256: str | None = None, in_c: bool = False
+) -> BoxObservation:
     """One box's file of a saved snapshot -> its observation, through the same parser as a
     live answer; a missing, damaged or hostile file is that box's fault, never the run's.
 
     `sha256`: the file's digest as the snapshot's index recorded it (`recorded_digest`). A file
     that still has it is the text save_snapshot wrote with json.dumps from a parsed answer, so
     none of its objects can repeat a key, and json reads it without the per-object check (a
-    Python call per object, ~20% of reading it); any other file gets the full check."""
+    Python call per object, ~20% of reading it); any other file gets the full check.
+    `in_c`: such a file is read by msgspec (a large replay: load_json, fast_json.LARGE)."""
     raw = None
     if path.is_file():
         data = _read_limited(path)
-        raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=_written_as(data, sha256))
+        unique = _written_as(data, sha256)
+        raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c)
     if raw is None:
         raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is missing from the snapshot")
     if not isinstance(raw, Fault) and not isinstance(raw, dict):
@@ -311,9 +316,11 @@ def save_snapshot(
 def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObservation]]:
     index = snapshot_index(directory)
     observations = {}
+    in_c = len(index["boxes"]) >= fast_json.LARGE
     for name in index["boxes"]:
         path = directory / f"{name}.json"
-        observations[name] = snapshot_observation(name, path, recorded_digest(index, name))
+        digest = recorded_digest(index, name)
+        observations[name] = snapshot_observation(name, path, digest, in_c)
     return index, observations
 
 
