@@ -9,7 +9,7 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reconciler import __version__
 
@@ -268,7 +268,9 @@ def _snapshot_boxes(args: argparse.Namespace, known: Sequence[str]) -> list[str]
     return [b for b in known if isinstance(saved, list) and b in saved]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `command`, only that command's part of it (`main`: argparse
+    builds a parser per command, ~10 ms of every run's CPU for the thirteen it does not use)."""
     parser = argparse.ArgumentParser(
         prog="reconcile",
         description=(
@@ -289,22 +291,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="fleet repository root (default: found from cwd; env FLEET_ROOT)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for names, register in _COMMANDS:
+        if command is None or command in names:
+            register(sub)
+    return parser
 
+
+def _adder(sub: Any) -> Callable[[str, Handler, str, str], argparse.ArgumentParser]:
     def add(
         name: str, handler: Handler, help_text: str, description: str
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=description)
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description)
         p.set_defaults(handler=handler)
         return p
 
-    add(
+    return add
+
+
+def _register_validate(sub: Any) -> None:
+    _adder(sub)(
         "validate",
         _cmd_validate,
         "check inventory and group_vars; exit 0 valid, 1 invalid",
         "Load and validate the whole desired state. Every problem is printed as "
         "FILE:LINE:COL: KEY.PATH: MESSAGE on stderr; exit 0 if valid, 1 otherwise.",
     )
-    show_p = add(
+
+
+def _register_show(sub: Any) -> None:
+    show_p = _adder(sub)(
         "show",
         _cmd_show,
         "print a box's merged desired state and its managed .env",
@@ -314,7 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show_p.add_argument("box", nargs="?", metavar="BOX", help="thor, spark, orin (default: all)")
     show_p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    schema_p = add(
+
+
+def _register_schema(sub: Any) -> None:
+    schema_p = _adder(sub)(
         "schema",
         _cmd_schema,
         "print the JSON Schema of a group_vars file",
@@ -329,7 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the JSON Schema of `reconcile drift --format json` instead "
         "(schema/drift-report.schema.json)",
     )
-    drift_p = add(
+
+
+def _register_drift(sub: Any) -> None:
+    from reconciler.history import hooks
+    from reconciler.observe import fanout_cli
+
+    drift_p = _adder(sub)(
         "drift",
         _cmd_drift,
         "observe the boxes and report drift from the desired state (changes nothing)",
@@ -354,12 +378,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="compare saved observations instead of connecting (offline)",
     )
-    __import__("reconciler.observe.fanout_cli", fromlist=["x"]).add_arguments(drift_p)
-    __import__("reconciler.history.hooks", fromlist=["x"]).add_arguments(drift_p)  # --metrics
-    __import__("reconciler.audit.cli", fromlist=["register"]).register(sub)  # `audit`
-    __import__("reconciler.history.cli", fromlist=["register"]).register(sub)  # history, diff
-    __import__("reconciler.apply.cli", fromlist=["register"]).register(sub, _load)  # apply, ...
-    import_p = add(
+    fanout_cli.add_arguments(drift_p)  # --max-parallel, --timeout
+    hooks.add_arguments(drift_p)  # --metrics, --history
+
+
+def _register_audit(sub: Any) -> None:
+    from reconciler.audit import cli as audit_cli
+
+    audit_cli.register(sub)
+
+
+def _register_history(sub: Any) -> None:
+    from reconciler.history import cli as history_cli
+
+    history_cli.register(sub)  # history, diff
+
+
+def _register_apply(sub: Any) -> None:
+    from reconciler.apply import cli as apply_cli
+
+    apply_cli.register(sub, _load)  # apply, rollback, snapshots
+
+
+def _register_import(sub: Any) -> None:
+    import_p = _adder(sub)(
         "import",
         _cmd_import,
         "adopt running boxes into a new fleet repository that drifts zero",
@@ -372,7 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
     import_p.add_argument("--from-snapshot", metavar="DIR", help="adopt saved observations")
     import_p.add_argument("--output", required=True, metavar="NEWROOT", help="new repository")
     import_p.add_argument("--force", action="store_true", help="replace an existing NEWROOT")
-    lab_p = add(
+
+
+def _register_lab(sub: Any) -> None:
+    lab_p = _adder(sub)(
         "lab",
         _cmd_lab,
         "the local three-box lab: up, down, status, ssh BOX",
@@ -382,7 +427,47 @@ def build_parser() -> argparse.ArgumentParser:
     lab_p.add_argument(
         "lab_args", nargs=argparse.REMAINDER, metavar="ARGS", help="up | down | status | ssh BOX"
     )
-    return parser
+
+
+# Every command, in the order `reconcile --help` lists them, with the function that adds it
+# (some add more than one).
+_COMMANDS: tuple[tuple[tuple[str, ...], Callable[[Any], None]], ...] = (
+    (("validate",), _register_validate),
+    (("show",), _register_show),
+    (("schema",), _register_schema),
+    (("drift",), _register_drift),
+    (("audit",), _register_audit),
+    (("history", "diff"), _register_history),
+    (("apply", "rollback", "snapshots"), _register_apply),
+    (("import",), _register_import),
+    (("lab",), _register_lab),
+)
+# The top-level options that take a value, as argparse reads them (a long one also by any
+# unambiguous prefix: `--inv lab`).
+_VALUED_OPTIONS = ("-i", "--inventory", "--root")
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs, read the way argparse reads it (the first positional word
+    after the top-level options and their values); None when that is not plainly one command
+    (help, --version, a typo, an option this does not know): then the whole parser is built,
+    and argparse says what it says about it."""
+    names = {name for group, _ in _COMMANDS for name in group}
+    words = iter(argv)
+    for word in words:
+        if not word.startswith("-") or word == "-":
+            return word if word in names else None
+        option, attached, _ = word.partition("=")
+        long_valued = option.startswith("--") and any(
+            o.startswith(option) for o in _VALUED_OPTIONS if o.startswith("--")
+        )
+        if (long_valued and attached) or (word.startswith("-i") and word != "-i"):
+            continue  # the value is in the same word: `--root=DIR`, `-ilab`, `-i=lab`
+        if (long_valued and len(option) > 2) or word == "-i":
+            next(words, None)  # the option's value, whatever it looks like
+            continue
+        return None  # help, --version, or an option argparse will explain
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -393,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        parser = build_parser()
+        parser = build_parser(command_named(sys.argv[1:] if argv is None else argv))
         args = parser.parse_args(argv)
         if collecting and (args.handler is not _cmd_drift or args.from_snapshot):
             gc.enable()  # every other command, and a replay (it pauses the GC where it helps)
