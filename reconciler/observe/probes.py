@@ -2,11 +2,12 @@
 without a key. All gateways and paths at once (a hanging gateway costs one timeout). Takes
 plain base URLs so a drift run can start it before the desired state is loaded (observe/early.py).
 
-Drift's three keyless GETs per gateway go through the standard library's `http.client`, not
-httpx: they run on every drift, and importing httpx (h11, httpcore, its models, cookie jar and
-the `email` and `urllib.request` modules under them) cost 40-60 ms of CPU here against 17 ms
-for `http.client`, and a repeated drift's whole controller process uses about 300 ms. The
-audit's requests (keys, POST bodies, phase 2) stay on httpx (`fetch` below, audit/probes.py).
+Drift's three keyless GETs per gateway go through the collector's own HTTP/1.1 reader
+(`plain_get`), not httpx: they run on every drift, and importing httpx (h11, httpcore, its
+models, cookie jar and the `email` and `urllib.request` modules under them) cost 40-60 ms of
+CPU here, `http.client` (with `email`) ~20 ms, the reader ~3 ms, and a repeated drift's whole
+controller process uses about 250 ms. The audit's requests (keys, POST bodies, phase 2) stay
+on httpx (`fetch` below, audit/probes.py).
 Both read an answer the same bounded way: at most MAX_BODY bytes, within TOTAL_S, parsed by
 `body_json` as a box's answer is.
 """
@@ -62,15 +63,12 @@ CONNECT_S, READ_S = 2.0, 3.0  # a gateway that accepts but never answers costs R
 
 
 def _get(url: str, keep_body: bool) -> dict[str, Any]:
-    import http.client
-
     started = time.monotonic()
     try:
         status, raw = plain_get(url)
-    except (OSError, http.client.HTTPException) as exc:  # the socket's or HTTP's own errors
-        return {"status": None, "error": exception_text(exc)}
     except Exception as exc:  # one gateway's odd answer fails that probe, never the others
-        return {"status": None, "error": failure(exc)}
+        said = exception_text(exc) if _said_in_full(exc) else failure(exc)
+        return {"status": None, "error": said}
     elapsed_ms = int((time.monotonic() - started) * 1000)
     result: dict[str, Any] = {"status": status, "ms": elapsed_ms}
     if keep_body:
@@ -78,31 +76,96 @@ def _get(url: str, keep_body: bool) -> dict[str, Any]:
     return result
 
 
+class InvalidURL(ValueError):
+    """A probe URL that is not one (http.client's name for it, as reports have said)."""
+
+
+def _said_in_full(exc: BaseException) -> bool:
+    """The socket's or HTTP's own errors, whose text says what happened (scrubbed); anything
+    else is named by its kind only (`failure`)."""
+    if isinstance(exc, OSError | InvalidURL):
+        return True
+    # The HTTP reader's errors (named as http.client's), and http.client's for an https URL:
+    # neither module is imported before a probe has used it.
+    for name in (_READER, "http.client"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(exc, module.HTTPException):
+            return True
+    return False
+
+
+_READER = "reconciler.observe.remote.collector"
+
+
 def plain_get(url: str) -> tuple[int, bytes]:
     """One GET without credentials, proxies or cookies: the status and at most MAX_BODY + 1
-    bytes of the body. Raises what the socket or http.client raise, InvalidURL, or TooSlow."""
-    import http.client
+    bytes of the body. Raises what the socket or the HTTP reader raise, InvalidURL, or TooSlow.
+
+    Plain http (every lab and mesh gateway) goes through the collector's own HTTP/1.1 reader
+    (reconciler/observe/remote/collector.py: `Connection`, checked against http.client on the
+    same bytes by tests/unit/test_collector_cpu.py): importing http.client (and the email
+    package under it) cost each drift run ~20 ms of CPU. https keeps http.client and ssl."""
     from urllib.parse import urlsplit
+
+    from reconciler.observe.remote import collector as reader  # its HTTP/1.1 reader
 
     try:
         parts = urlsplit(url)
         port = parts.port  # ValueError for a port that is not a number in range
     except ValueError:
-        raise http.client.InvalidURL("not a URL") from None
+        raise InvalidURL("not a URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise http.client.InvalidURL("not an http(s) URL with a host")
-    conn: http.client.HTTPConnection
+        raise InvalidURL("not an http(s) URL with a host")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if any(c <= " " or c == "\x7f" for c in path):  # http.client's check, before anything is sent
+        raise InvalidURL("a URL with control characters or spaces")
     if parts.scheme == "https":
-        # Full verification (the system's CA bundle, the host name), as httpx's default.
-        import ssl
+        return _https_get(parts.hostname, port, path)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    deadline = time.monotonic() + TOTAL_S
 
-        context = ssl.create_default_context()
-        conn = http.client.HTTPSConnection(parts.hostname, port, timeout=CONNECT_S, context=context)
-    else:
-        conn = http.client.HTTPConnection(parts.hostname, port, timeout=CONNECT_S)
+    def connect() -> _Deadline:
+        sock = create_connection((parts.hostname or "", port or 80), CONNECT_S)
+        sock.settimeout(READ_S)
+        return _Deadline(sock, deadline)
+
+    conn = reader.Connection(connect, host if port in (None, 80) else f"{host}:{port}")
+    try:
+        headers = [("Accept", "*/*"), ("Connection", "close")]
+        status, _, body = conn.ask("GET", path, headers, None, MAX_BODY + 1, MAX_BODY + 1)
+        return int(status), bytes(body)
+    finally:
+        conn.close()
+
+
+class _Deadline:
+    """A gateway's socket that reads on only until the probe's deadline: a gateway dripping
+    bytes stays within every read's timeout, never within this."""
+
+    def __init__(self, sock: Any, deadline: float) -> None:
+        self.sock, self.deadline = sock, deadline
+
+    def recv(self, size: int) -> bytes:
+        if time.monotonic() > self.deadline:
+            raise TooSlow
+        return bytes(self.sock.recv(size))
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _https_get(hostname: str, port: int | None, path: str) -> tuple[int, bytes]:
+    import http.client
+    import ssl
+
+    # Full verification (the system's CA bundle, the host name), as httpx's default.
+    context = ssl.create_default_context()
+    conn = http.client.HTTPSConnection(hostname, port, timeout=CONNECT_S, context=context)
     # http.client's own hook for how it connects: the same, without the idna codec's import.
     conn._create_connection = create_connection  # type: ignore[attr-defined]
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     started = time.monotonic()
     try:
         conn.connect()
