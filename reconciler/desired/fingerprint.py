@@ -124,20 +124,29 @@ def _private(info: os.stat_result, directory: bool) -> bool:
     return kind_ok and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-def remembered(kind: str, root: Path, inventory: Path, code: str) -> Any | None:
-    """The value stored for (kind, repository, inventory) if it was stored by this code and no
-    input changed since; None otherwise. A file another user owns or could write is never read."""
-    path = entry_name(kind, root, inventory).with_suffix(".pickle")
+def read_private(path: Path) -> bytes | None:
+    """The file's bytes if it is a regular file this user alone could have written, in a
+    directory only this user can write (no link followed, no FIFO waited on); else None."""
     try:
-        # Unpickling runs code: only a regular file this user alone could have written, in a
-        # directory only this user can write (no link followed, no FIFO waited on).
         if not _private(os.lstat(path.parent), directory=True):
             return None
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as source:
             if not _private(os.fstat(source.fileno()), directory=False):
                 return None
-            data = source.read()
+            return source.read()
+    except OSError:
+        return None
+
+
+def remembered(kind: str, root: Path, inventory: Path, code: str) -> Any | None:
+    """The value stored for (kind, repository, inventory) if it was stored by this code and no
+    input changed since; None otherwise. A file another user owns or could write is never read."""
+    path = entry_name(kind, root, inventory).with_suffix(".pickle")
+    data = read_private(path)  # unpickling runs code: only what this user alone wrote
+    if data is None:
+        return None
+    try:
         with paused_gc():  # a 1,000-box fleet's inputs are ~1M acyclic objects: no GC passes
             entry: dict[str, Any] = pickle.loads(data)
     except Exception:  # missing, truncated, or pickled by code that no longer exists: a miss

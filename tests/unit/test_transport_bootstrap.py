@@ -158,3 +158,61 @@ def test_a_cache_directory_of_another_owner_is_not_used(program: Path, tmp_path:
     assert _run(python_command(program, "x"), home, tmp).startswith("argument x")
     fallback = tmp / f"fleet-reconciler-{os.getuid()}" / f"echoer.{TAG}.code"
     assert fallback.stat().st_mode & 0o777 == 0o600
+
+
+# -- the packed program, remembered in the controller's cache ----------------------------------
+def _packs(program: Path, cache: Path) -> tuple[int, str]:
+    """In a new interpreter with `cache` as XDG_CACHE_HOME: how many times zlib.compress ran
+    (packing a program is one call) while python_command built `program`'s line, and the line."""
+    code = (
+        "import pathlib, zlib\n"
+        "calls = []\n"
+        "_compress = zlib.compress\n"
+        "zlib.compress = lambda *a, **k: calls.append(1) or _compress(*a, **k)\n"
+        "from reconciler.observe.transport import python_command\n"
+        f"line = python_command(pathlib.Path({str(program)!r}), 'x')\n"
+        "print(len(calls))\n"
+        "print(line)\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    count, line = result.stdout.split("\n", 1)
+    return int(count), line
+
+
+def _entry(cache: Path) -> Path:
+    (entry,) = (cache / "fleet-reconciler").glob("packed-*.b64")
+    return entry
+
+
+def test_a_program_is_packed_once_and_then_read_back(program: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first, second = _packs(program, cache), _packs(program, cache)
+    assert (first[0], second[0]) == (1, 0)  # the second run compressed nothing
+    assert second[1] == first[1] == _packs(program, tmp_path / "elsewhere")[1]
+    assert _entry(cache).stat().st_mode & 0o777 == 0o600
+
+
+def test_an_edited_or_damaged_program_entry_is_packed_again(program: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert _packs(program, cache)[0] == 1
+    entry = _entry(cache)
+    entry.write_bytes(entry.read_bytes()[:-10] + b"AAAAAAAAAA")  # damaged: its digest differs
+    assert _packs(program, cache)[0] == 1
+    assert _packs(program, cache)[0] == 0  # repaired
+    program.write_text(program.read_text("utf-8") + "print('edited')\n", "utf-8")
+    count, line = _packs(program, cache)
+    assert count == 1  # new stamps, a new entry
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    assert _run(line.strip(), home, tmp).endswith("edited\n")  # the edited program runs
+
+
+def test_a_packed_entry_others_could_write_is_not_read(program: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert _packs(program, cache)[0] == 1
+    _entry(cache).chmod(0o666)
+    assert _packs(program, cache)[0] == 1  # not trusted: packed again
