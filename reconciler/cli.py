@@ -494,26 +494,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from reconciler.desired.problems import DesiredStateError
-    from reconciler.observe.controller_secrets import MissingControllerSecret
-
     try:
         return int(args.handler(args))
-    except MissingControllerSecret as exc:  # raised before any box is contacted
-        for line in str(exc).splitlines():
-            print(f"error: {line}", file=sys.stderr)
-        return EXIT_ERROR
-    except DesiredStateError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        count = len(exc.problems)
-        print(f"invalid desired state: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
-        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `reconcile show | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
+    except Exception as exc:
+        return _reported(exc)
+
+
+def _reported(exc: Exception) -> int:
+    """EXIT_ERROR, said on stderr, for the errors a command reports as such; anything else is
+    raised on. Their classes are imported here, when one happened: a run that ends well
+    never imports the desired state's problem types."""
+    from reconciler.desired.problems import DesiredStateError
+    from reconciler.observe.controller_secrets import MissingControllerSecret
+
+    if isinstance(exc, MissingControllerSecret):  # raised before any box is contacted
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_ERROR
+    if isinstance(exc, DesiredStateError):
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        count = len(exc.problems)
+        print(f"invalid desired state: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        return EXIT_ERROR
+    raise exc
 
 
 if __name__ == "__main__":

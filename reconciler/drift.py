@@ -7,7 +7,7 @@ observed once, every comparison is pure, and the report is rendered from values.
 
 from __future__ import annotations
 
-import secrets
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,7 +67,7 @@ def run_drift_on(
     """`keep_observations=False` (a report is all the caller wants): a snapshot's boxes are
     read and compared one at a time and not kept, so a replay of 1,000 boxes holds one box's
     observation at a time, not all of them; the run's `observations` are then empty."""
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
     if from_snapshot is not None and save_to is None and not keep_observations:
         return _replay(inputs, boxes, from_snapshot, run_id)
     if from_snapshot is not None:

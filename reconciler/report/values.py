@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import os
 import re
-import secrets
 import shlex
 from collections.abc import Mapping
 from enum import Enum
@@ -32,7 +32,7 @@ _WIRE_DIGEST = re.compile(r"hmac:[0-9a-fA-F]{16,}")
 
 # Clear values under a secret name are masked with a key of this process: equal values give
 # equal digests within one report (changed/unchanged still reads right), nothing across runs.
-_GUARD_KEY = secrets.token_bytes(32)
+_GUARD_KEY = os.urandom(32)  # secrets.token_bytes(32), without importing secrets
 
 
 def guarded(report: DriftReport) -> DriftReport:

@@ -99,3 +99,40 @@ def test_a_drift_run_builds_no_other_commands_parser() -> None:
         " 'reconciler.history.cli') if m in sys.modules))\n"
     )
     assert fresh_python(code).strip() == "[]"
+
+
+def test_a_run_that_ends_well_imports_no_error_types_or_secrets_module() -> None:
+    """The drift path's modules (the run key, the run id, the report's guard key come from
+    os.urandom) and cli's error handling (its problem types are imported on an error only)."""
+    code = (
+        "import sys\n"
+        "from reconciler import cli\n"
+        "import reconciler.observe.early, reconciler.observe.payload, reconciler.drift\n"
+        "import reconciler.report.values\n"
+        "from reconciler.observe.payload import new_run_key\n"
+        "assert len(new_run_key()) == 32 and new_run_key() != new_run_key()\n"
+        "print(sorted(m for m in ('secrets', 'random', 'reconciler.desired.problems')"
+        " if m in sys.modules))\n"
+    )
+    assert fresh_python(code).strip() == "[]"
+
+
+def test_an_invalid_state_or_a_missing_controller_secret_is_exit_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from reconciler.desired.problems import DesiredStateError
+    from reconciler.observe.controller_secrets import MissingControllerSecret
+
+    def raises(exc: Exception) -> argparse.Namespace:
+        def handler(_args: argparse.Namespace) -> int:
+            raise exc
+
+        return argparse.Namespace(handler=handler)
+
+    assert cli._run(raises(DesiredStateError([]))) == cli.EXIT_ERROR
+    assert "invalid desired state: 0 problems" in capsys.readouterr().err
+    missing = MissingControllerSecret({("FLEET_GATEWAY_KEY", "gateway_key"): ["thor"]})
+    assert cli._run(raises(missing)) == cli.EXIT_ERROR
+    assert "error: secret gateway_key: $FLEET_GATEWAY_KEY is not set" in capsys.readouterr().err
+    with pytest.raises(LookupError):
+        cli._run(raises(LookupError("anything else is raised on")))
