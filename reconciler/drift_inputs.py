@@ -16,16 +16,19 @@ of each run when the collectors start (observe/controller_secrets.py), never rem
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler.compare.context import BoxExpectation
 from reconciler.desired.fingerprint import code_version, remember, remembered
 from reconciler.desired.secret_names import effective
+from reconciler.gc_pause import paused_gc
 from reconciler.observe.transport import Target
 
 if TYPE_CHECKING:
+    from reconciler.compare.context import BoxExpectation
     from reconciler.desired.entries import EnvEntry
     from reconciler.desired.fleet import Fleet
 
@@ -39,7 +42,7 @@ class DriftInputs:
 
     inventory_file: str  # as reports name it (inventory/lab.yaml)
     boxes: tuple[str, ...]  # every box of the inventory, in its order
-    expectations: dict[str, BoxExpectation]
+    expectations: Mapping[str, BoxExpectation]
     payloads: dict[str, dict[str, Any]]  # collector payload per box, without the run key
     targets: dict[str, Target]
     bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
@@ -51,6 +54,52 @@ class DriftInputs:
         # in the cache) can never send the collector fewer secret names than the floor.
         patterns = effective(self.payloads[box].get("secret_patterns") or ())
         return {**self.payloads[box], "secret_patterns": list(patterns), "run_key": run_key}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the expectations as a pickle of their own, unpickled on first use: a
+        # repeated drift reads the rest (targets, payloads, URLs) and sends the boxes their
+        # work before the comparison's types are imported (compare/context.py and
+        # desired/entries.py: ~8 ms of imports and class set-up, now while the boxes work).
+        later = pickle.dumps(dict(self.expectations), pickle.HIGHEST_PROTOCOL)
+        fields = (self.inventory_file, self.boxes, later, self.payloads, self.targets)
+        return (_remembered, (*fields, self.bases, self.facts))
+
+
+def _remembered(
+    inventory_file: str,
+    boxes: tuple[str, ...],
+    expectations: bytes,
+    payloads: dict[str, dict[str, Any]],
+    targets: dict[str, Target],
+    bases: dict[str, str],
+    facts: dict[str, str],
+) -> DriftInputs:
+    later = _Unpickled(expectations)
+    return DriftInputs(inventory_file, boxes, later, payloads, targets, bases, facts)
+
+
+class _Unpickled(Mapping[str, Any]):
+    """Remembered expectations, unpickled the first time one is asked for."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+        self._value: dict[str, Any] = {}
+
+    def _loaded(self) -> dict[str, Any]:
+        if self._data is not None:
+            with paused_gc():  # acyclic, like the rest of the entry (fingerprint.remembered)
+                self._value = pickle.loads(self._data)
+            self._data = None
+        return self._value
+
+    def __getitem__(self, box: str) -> Any:
+        return self._loaded()[box]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
 
 
 def expectations(

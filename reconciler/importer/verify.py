@@ -34,10 +34,10 @@ def replayed(root: Path, inventory: str, observations: Mapping[str, BoxObservati
             inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
         )
         for name, obs in observations.items()
-    ], inputs.expectations
+    ], dict(inputs.expectations)
 
 
 def observed_again(root: Path, inventory: str, boxes: list[str]) -> Checked:
     inputs = drift_inputs(load_fleet(root, inventory))
     run = run_drift_on(inputs, boxes, keep_observations=False)
-    return list(run.report.boxes), inputs.expectations
+    return list(run.report.boxes), dict(inputs.expectations)

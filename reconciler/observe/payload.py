@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.secret_names import effective
 
 if TYPE_CHECKING:  # values arrive validated; nothing here needs the models at run time
+    from reconciler.desired.entries import EnvEntry
     from reconciler.desired.models import BoxSpec
 
 
@@ -62,6 +62,8 @@ def collector_payload(
 def controller_secrets(box: BoxSpec, env: list[EnvEntry]) -> dict[str, str]:
     """secret name -> variable, for each controller_env secret drift or audit checks: the ones
     `.env` pins and the gateway's and mesh's keys (a defined but unused one is not required)."""
+    from reconciler.desired.entries import SecretName  # a miss only: not before the spawn
+
     used = [e.value.secret for e in env if isinstance(e.value, SecretName)]
     used += [box.gateway.api_key.secret] if box.gateway.api_key else []
     used += [box.mesh.key.secret] if box.mesh.enabled and box.mesh.key else []

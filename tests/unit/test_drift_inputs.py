@@ -78,3 +78,35 @@ def test_another_home_misses(repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_pa
     remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
     monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
     assert cached_inputs(repo, hosts_inventory(repo)) is None
+
+
+def test_remembered_expectations_load_on_first_use_and_equal_a_fresh_derivation(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A repeated drift sends the boxes their work from the remembered targets and payloads
+    before the comparison's types are imported; the expectations come back whole when the
+    comparison first asks for one."""
+    stored = remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
+    code = (
+        "import sys, pickle\n"
+        "from pathlib import Path\n"
+        "from reconciler.drift_inputs import cached_inputs\n"
+        f"inputs = cached_inputs(Path({str(repo)!r}), Path({str(hosts_inventory(repo))!r}))\n"
+        "assert inputs is not None and inputs.payload('thor', 'k' * 32)['run_key'] == 'k' * 32\n"
+        "before = sorted(m for m in ('reconciler.compare.context', 'reconciler.desired.entries')"
+        " if m in sys.modules)\n"
+        "print(before, inputs.expectations['thor'].name, flush=True)\n"
+        "sys.stdout.buffer.write(pickle.dumps(dict(inputs.expectations)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 0, result.stderr
+    said, _, expectations = result.stdout.partition(b"\n")
+    assert said == b"[] thor"
+    assert pickle.loads(expectations) == dict(stored.expectations)
+    again = cached_inputs(repo, hosts_inventory(repo))
+    assert again == stored and len(again.expectations) == 3  # equal as a whole, too
