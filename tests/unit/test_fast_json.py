@@ -51,7 +51,7 @@ def _values(
         lambda inner: st.one_of(
             st.lists(inner, max_size=5), st.dictionaries(keys, inner, max_size=5)
         ),
-        max_leaves=40,
+        max_leaves=25,
     )
 
 
@@ -86,13 +86,13 @@ def _has_float(value: Any) -> bool:
     return isinstance(value, list) and any(map(_has_float, value))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(VALUES)
 def test_the_text_or_the_error_is_json_dumps(value: Any) -> None:
     _same_as_json(value)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     _values(
         st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), VALID_TEXT),
@@ -105,7 +105,7 @@ def test_msgspec_itself_writes_json_dumps_text_without_floats(value: Any) -> Non
     assert _c_text(value) == _stdlib(value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(_values(st.one_of(LEAVES, st.floats(allow_nan=False, allow_infinity=False))))
 def test_msgspec_floats_differ_in_notation_only(value: Any) -> None:
     # Where json spells a float otherwise (1e+16, msgspec 1e16), both read back equal; those
@@ -171,7 +171,7 @@ def test_a_plain_report_shaped_value_takes_the_c_path() -> None:
 # -- reading ---------------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(_values(st.one_of(LEAVES, st.text(SURROGATES, max_size=2))))
 def test_what_msgspec_reads_json_reads_the_same(value: Any) -> None:
     try:
@@ -191,7 +191,7 @@ def test_what_msgspec_reads_json_reads_the_same(value: Any) -> None:
     assert json.dumps(ours) == json.dumps(expected)  # int stays int, key order kept
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=40) | st.text(max_size=30).map(str.encode))
 def test_arbitrary_bytes_msgspec_never_reads_what_json_refuses(data: bytes) -> None:
     try:

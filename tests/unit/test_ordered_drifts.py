@@ -32,7 +32,7 @@ DRIFTS = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(DRIFTS, max_size=30))
 def test_the_order_is_one_sort_by_the_full_key(drifts: list[Drift]) -> None:
     got = ordered_drifts(drifts)
