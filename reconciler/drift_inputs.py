@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reconciler.desired.fingerprint import code_version, remember, remembered
 from reconciler.desired.secret_names import effective
@@ -36,9 +36,9 @@ CACHE_VERSION = 1
 PACKAGE = Path(__file__).parent
 
 
-@dataclass(frozen=True)
-class DriftInputs:
-    """Everything a drift run needs from the desired state, flattened and cacheable."""
+class DriftInputs(NamedTuple):
+    """Everything a drift run needs from the desired state, flattened and cacheable. (A
+    NamedTuple: no dataclass before the spawn, observe/transport.py says why.)"""
 
     inventory_file: str  # as reports name it (inventory/lab.yaml)
     boxes: tuple[str, ...]  # every box of the inventory, in its order
@@ -47,7 +47,7 @@ class DriftInputs:
     targets: dict[str, Target]
     bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
     # Desired-state files from outside the repository (desired/facts.py), for --save-snapshot.
-    facts: dict[str, str] = field(default_factory=dict)
+    facts: Mapping[str, str] = MappingProxyType({})
 
     def payload(self, box: str, run_key: str) -> dict[str, Any]:
         # A remembered payload is re-floored on use: an entry written by older code (or edited
@@ -72,7 +72,7 @@ def _remembered(
     payloads: dict[str, dict[str, Any]],
     targets: dict[str, Target],
     bases: dict[str, str],
-    facts: dict[str, str],
+    facts: Mapping[str, str],
 ) -> DriftInputs:
     later = _Unpickled(expectations)
     return DriftInputs(inventory_file, boxes, later, payloads, targets, bases, facts)

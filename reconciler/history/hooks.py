@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-history", action="store_true", help="do not record this run")
 
 
-@dataclass
 class RunOutputs:
-    """Where a run's metrics and history go, and when it started."""
+    """Where a run's metrics and history go, and when it started. (A plain class: no
+    dataclass before the collectors are spawned, observe/transport.py says why.)"""
 
-    history: Path | None  # None: not recorded
-    metrics: Path | None
-    started: float = field(default_factory=time.time)  # wall clock, for the record
-    clock: float = field(default_factory=time.monotonic)  # for the duration
+    def __init__(self, history: Path | None, metrics: Path | None) -> None:
+        self.history = history  # None: not recorded
+        self.metrics = metrics
+        self.started = time.time()  # wall clock, for the record
+        self.clock = time.monotonic()  # for the duration
 
 
 def prepare(args: argparse.Namespace) -> RunOutputs | None:

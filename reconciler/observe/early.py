@@ -11,7 +11,6 @@ drift run starts its collectors and probes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
@@ -20,14 +19,17 @@ from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import Background, Running
 
 
-@dataclass
 class EarlyStart:
-    """Collectors and gateway probes already running, and the inputs they were started from."""
+    """Collectors and gateway probes already running, and the inputs they were started from.
+    (A plain class: no dataclass before the spawn, observe/transport.py says why.)"""
 
-    inputs: DriftInputs
-    running: dict[str, Running]
-    run_key: str
-    probes: Background  # -> {box: {probe: answer}}
+    def __init__(
+        self, inputs: DriftInputs, running: dict[str, Running], run_key: str, probes: Background
+    ) -> None:
+        self.inputs = inputs
+        self.running = running
+        self.run_key = run_key
+        self.probes = probes  # -> {box: {probe: answer}}
 
     def cancel(self) -> None:
         for handle in self.running.values():

@@ -11,8 +11,6 @@ Which render a comparison then reads: reconciler/compare/render_basis.py.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from reconciler.drift_inputs import DriftInputs
 
 OWN_RENDER = "render_current"  # the payload key the collector reads
@@ -21,4 +19,4 @@ OWN_RENDER = "render_current"  # the payload key the collector reads
 def for_snapshot(inputs: DriftInputs) -> DriftInputs:
     """`inputs` whose payloads ask every collector for the render of the box's own `.env`."""
     payloads = {box: {**payload, OWN_RENDER: True} for box, payload in inputs.payloads.items()}
-    return replace(inputs, payloads=payloads)
+    return inputs._replace(payloads=payloads)

@@ -17,15 +17,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from reconciler.scrub import exception_text, scrub_text
 
 
-@dataclass(frozen=True)
-class Target:
+# The types a drift run needs before its collectors are spawned are NamedTuples and plain
+# classes, not dataclasses: importing dataclasses (and inspect under it) costs ~16 ms of CPU,
+# and setting up a frozen dataclass ~1 ms more (Python 3.11 compiles each generated method),
+# on the path every repeated run waits on; the comparison's dataclasses load while the boxes
+# work (tests/unit/test_prespawn_imports.py).
+class Target(NamedTuple):
     """Where a box's sshd is and how to trust it (plain values: this module imports nothing
     heavy, so a drift run can start its SSH round trips before loading anything else)."""
 
@@ -37,8 +40,7 @@ class Target:
     known_hosts: str | None
 
 
-@dataclass(frozen=True)
-class RemoteResult:
+class RemoteResult(NamedTuple):
     """One remote command's outcome: exit code, output (bounded), or why it could not run."""
 
     box: str
@@ -187,16 +189,23 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
     return argv
 
 
-@dataclass
 class Running:
     """A remote command in flight; `finish()` waits for it."""
 
-    box: str
-    proc: subprocess.Popen[bytes] | None
-    error: str | None = None
-    # Started beside the command: can the box take a NEW connection, or does this command go
-    # through a master connection that outlived the box's sshd? (`new_connections_refused`)
-    fresh: Background | None = None
+    def __init__(
+        self,
+        box: str,
+        proc: subprocess.Popen[bytes] | None,
+        error: str | None = None,
+        fresh: Background | None = None,
+    ) -> None:
+        self.box = box
+        self.proc = proc
+        self.error = error
+        # Started beside the command: can the box take a NEW connection, or does this
+        # command go through a master connection that outlived the box's sshd?
+        # (`new_connections_refused`)
+        self.fresh = fresh
 
     def refused_anew(self, timeout: float = CHECK_S * 2) -> str | None:
         """Why the box took this command only through an existing connection (new SSH
