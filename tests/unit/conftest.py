@@ -71,11 +71,13 @@ def import_snapshot(snapshot: Path, out: Path) -> tuple[Path, int, str]:
     return out, code, buffer.getvalue()
 
 
-def fresh_python(code: str) -> str:
+def fresh_python(code: str, cache: Path | None = None) -> str:
     """What `code` prints in a new interpreter (import costs and module sets are per process);
-    a failure there fails the test with its stderr."""
+    a failure there fails the test with its stderr. `cache`: its XDG_CACHE_HOME, in an
+    environment with nothing else of this one's (a repeated run's remembered inputs)."""
+    env = None if cache is None else {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(cache)}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -4,8 +4,6 @@ remembered only while neither the files nor the code that derived them changed."
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ import pytest
 from reconciler import drift_inputs as module
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import cached_inputs, drift_inputs, remembered_inputs
-from tests.unit.conftest import hosts_inventory
+from tests.unit.conftest import fresh_python, hosts_inventory
 
 
 def test_inputs_are_plain_values_equal_to_a_fresh_derivation(repo: Path) -> None:
@@ -62,15 +60,7 @@ def test_a_hit_runs_without_pydantic_or_yaml(repo: Path, tmp_path: Path) -> None
         "assert inputs is not None and inputs.boxes == ('thor', 'spark', 'orin')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'ruamel'}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert fresh_python(code, tmp_path / "cache").strip() == "[]"
 
 
 def test_another_home_misses(repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -95,18 +85,11 @@ def test_remembered_expectations_load_on_first_use_and_equal_a_fresh_derivation(
         "assert inputs is not None and inputs.payload('thor', 'k' * 32)['run_key'] == 'k' * 32\n"
         "before = sorted(m for m in ('reconciler.compare.context', 'reconciler.desired.entries')"
         " if m in sys.modules)\n"
-        "print(before, inputs.expectations['thor'].name, flush=True)\n"
-        "sys.stdout.buffer.write(pickle.dumps(dict(inputs.expectations)))\n"
+        "print(before, inputs.expectations['thor'].name)\n"
+        "print(pickle.dumps(dict(inputs.expectations)).hex())\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
-    )
-    assert result.returncode == 0, result.stderr
-    said, _, expectations = result.stdout.partition(b"\n")
-    assert said == b"[] thor"
-    assert pickle.loads(expectations) == dict(stored.expectations)
+    said, expectations = fresh_python(code, tmp_path / "cache").splitlines()
+    assert said == "[] thor"
+    assert pickle.loads(bytes.fromhex(expectations)) == dict(stored.expectations)
     again = cached_inputs(repo, hosts_inventory(repo))
     assert again == stored and len(again.expectations) == 3  # equal as a whole, too

@@ -4,13 +4,11 @@ remembered inputs and the launch, and nothing that can wait until the boxes are 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import remembered_inputs
-from tests.unit.conftest import hosts_inventory
+from tests.unit.conftest import fresh_python, hosts_inventory
 
 WAITS = ("dataclasses", "inspect", "reconciler.compare.context", "concurrent.futures")
 
@@ -32,12 +30,4 @@ def test_the_launch_path_imports_nothing_that_can_wait(repo: Path, tmp_path: Pat
         "assert outs.started > 0 and outs.clock > 0\n"
         f"print(sorted(m for m in {WAITS!r} if m in sys.modules))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert fresh_python(code, tmp_path / "cache").strip() == "[]"
