@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from reconciler.observe.transport import Background, create_connection
+from reconciler.observe.transport import Background
 from reconciler.scrub import exception_text
 
 PATHS = (("health", "/health"), ("capabilities", "/capabilities"), ("models_noauth", "/v1/models"))
@@ -125,7 +125,7 @@ def plain_get(url: str) -> tuple[int, bytes]:
     deadline = time.monotonic() + TOTAL_S
 
     def connect() -> _Deadline:
-        sock = create_connection((parts.hostname or "", port or 80), CONNECT_S)
+        sock = reader.tcp_connect(parts.hostname or "", port or 80, CONNECT_S)
         sock.settimeout(READ_S)
         return _Deadline(sock, deadline)
 
@@ -164,8 +164,6 @@ def _https_get(hostname: str, port: int | None, path: str) -> tuple[int, bytes]:
     # Full verification (the system's CA bundle, the host name), as httpx's default.
     context = ssl.create_default_context()
     conn = http.client.HTTPSConnection(hostname, port, timeout=CONNECT_S, context=context)
-    # http.client's own hook for how it connects: the same, without the idna codec's import.
-    conn._create_connection = create_connection  # type: ignore[attr-defined]
     started = time.monotonic()
     try:
         conn.connect()

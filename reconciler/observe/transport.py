@@ -315,13 +315,8 @@ def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Ru
 
 def finish_all(running: list[Running], timeout: float) -> dict[str, RemoteResult]:
     """Wait for every box at once (pipes drained in parallel: a report is ~150 KB)."""
-    if not running:
-        return {}
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(running)) as pool:
-        futures = {r.box: pool.submit(r.finish, timeout) for r in running}
-        return {box: future.result() for box, future in futures.items()}
+    jobs = {r.box: Background(r.finish, timeout) for r in running}
+    return {box: job.result() for box, job in jobs.items()}
 
 
 def run_one(target: Target, remote_command: str, timeout: float) -> RemoteResult:
@@ -515,36 +510,25 @@ def control_path(target: Target) -> Path | None:
 def greets(hostname: str, port: int, timeout: float = CHECK_S) -> str | None:
     """None if an SSH server at hostname:port answers a new connection with its greeting,
     else why not (refused, no answer, not an SSH server)."""
+    # The collector's own connect: an ASCII host goes to getaddrinfo as bytes, so the idna
+    # codec (unicodedata, stringprep: ~8 ms of CPU) is never imported for an address.
+    from reconciler.observe.remote.collector import tcp_connect
 
     where = f"{hostname}:{port}"
     try:
-        sock = create_connection((hostname, port), timeout)
+        sock = tcp_connect(hostname, port, timeout)
     except TimeoutError:
         return f"no answer from {where} within {timeout:g} s"
     except OSError as exc:
         return f"connect to {where}: {exc.strerror or type(exc).__name__}"
-    with sock:
-        try:
-            return _greeting(sock, where, timeout)
-        except TimeoutError:
-            return f"{where} sent no SSH greeting within {timeout:g} s"
-        except OSError as exc:
-            return f"{where} broke the connection: {exc.strerror or type(exc).__name__}"
-
-
-def create_connection(
-    address: tuple[str, int], timeout: float | None, source_address: Any = None
-) -> Any:
-    """socket.create_connection, with an ASCII host name or address passed as bytes:
-    getaddrinfo encodes a str host through the idna codec, and importing that codec
-    (unicodedata, stringprep) cost every drift run ~8 ms of CPU for hosts that never need it.
-    A host that is not ASCII still goes through idna. Same signature, so http.client's
-    connections can take it too (observe/probes.py)."""
-    import socket
-
-    host, port = address
-    name: str | bytes = host.encode("ascii") if host.isascii() else host
-    return socket.create_connection((name, port), timeout, source_address)  # type: ignore[arg-type]
+    try:  # not `with`: the collector's sockets are _socket's, which have no context manager
+        return _greeting(sock, where, timeout)
+    except TimeoutError:
+        return f"{where} sent no SSH greeting within {timeout:g} s"
+    except OSError as exc:
+        return f"{where} broke the connection: {exc.strerror or type(exc).__name__}"
+    finally:
+        sock.close()
 
 
 def _greeting(sock: Any, where: str, timeout: float) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-from reconciler.observe.transport import create_connection
+from reconciler.observe.remote.collector import tcp_connect
 from tests.unit.conftest import fresh_python
 
 
@@ -34,16 +34,19 @@ def test_probes_and_the_connection_check_import_no_pool_logging_or_idna() -> Non
     assert fresh_python(code).strip() == "[]"
 
 
-def test_create_connection_reaches_an_ascii_name_and_an_address() -> None:
+def test_tcp_connect_reaches_an_ascii_name_and_an_address() -> None:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(2)
         port = server.getsockname()[1]
         for host in ("127.0.0.1", "localhost"):
-            with create_connection((host, port), 2.0) as client:
+            client = tcp_connect(host, port, 2.0)
+            try:
                 accepted, _ = server.accept()
                 accepted.close()
                 assert client.getpeername()[1] == port
+            finally:
+                client.close()
 
 
 def test_a_probe_sends_what_http_client_sent() -> None:
