@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 
 from reconciler import fast_json
 from reconciler.compare.box import compare_box
-from reconciler.compare.drift import DriftReport
+from reconciler.compare.drift import BoxResult, DriftReport
 from reconciler.drift_inputs import DriftInputs, drift_inputs
-from reconciler.gc_pause import paused_gc
 from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import (
     BoxObservation,
@@ -29,6 +28,7 @@ from reconciler.observe.observe import (
     snapshot_observation,
 )
 from reconciler.observe.payload import new_run_key
+from reconciler.replay_workers import map_boxes, worker_count
 
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
@@ -103,21 +103,22 @@ def run_drift_on(
 def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str) -> DriftRun:
     index = snapshot_index(directory)
     present = set(index["boxes"])
-    results = []
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
     in_c = len(present) >= fast_json.LARGE  # files read by msgspec (reconciler/fast_json.py)
-    with paused_gc():  # each box's objects die by reference count (reconciler/gc_pause.py)
-        for name in order:
-            if name in present:
-                path = directory / f"{name}.json"
-                obs = snapshot_observation(name, path, recorded_digest(index, name), in_c)
-            else:
-                obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
-            results.append(
-                compare_box(
-                    inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
-                )
-            )
+
+    def replay_box(name: str) -> BoxResult:
+        if name in present:
+            path = directory / f"{name}.json"
+            obs = snapshot_observation(name, path, recorded_digest(index, name), in_c)
+        else:
+            obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
+        return compare_box(
+            inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
+        )
+
+    # Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
+    # boxes are read and compared on every core (reconciler/replay_workers.py).
+    results = map_boxes(replay_box, order, worker_count(len(order)))
     report = DriftReport(
         boxes=tuple(results),
         inventory=inputs.inventory_file,

@@ -1,0 +1,101 @@
+"""A large snapshot replay's boxes, read and compared on every core the controller may use.
+
+Replaying a snapshot is CPU work in Python, box by box, each box independent of every other:
+its file read and parsed into the typed document, then compared (compare/ does no I/O), then
+dropped. At 1,000 boxes that is ~2 s on one core, two thirds of the replay (BENCHMARKS.md,
+issue 12), while the other cores idle. Here the boxes are cut into chunks that worker
+processes read and compare:
+- the workers are forked from the replaying process, so they start with the remembered drift
+  inputs in memory (shared copy-on-write; nothing is pickled on the way in) and import nothing;
+- each chunk's results, the boxes' drift (~27 KB a box), come back pickled, in the boxes'
+  order: the report is built from them exactly as from results made here;
+- `concurrent.futures` runs them: an error in a box's job is raised here as it would be in a
+  serial replay; a worker that dies fails the pool (never hangs it), and the run ends with
+  that said as its error.
+
+Only for replays of `WORKERS_FROM` boxes or more (forking and the pool cost ~20-40 ms), and
+only from a process with no other thread (a fork copies no thread, so a lock another thread
+holds would stay held in the child). `FLEET_REPLAY_WORKERS=N` sets the number of workers (1:
+none); the default is one per CPU this process may run on, at most `MAX_WORKERS`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from reconciler.gc_pause import paused_gc
+
+Result = TypeVar("Result")
+
+WORKERS_ENV = "FLEET_REPLAY_WORKERS"
+# From this many boxes a replay forks workers: below it, one core is done in ~0.2 s.
+WORKERS_FROM = 100
+MAX_WORKERS = 8
+# Chunks per worker: small enough that a worker given slower boxes does not leave the other
+# idle at the end, large enough that each result travels in a few large pickles.
+CHUNKS_PER_WORKER = 4
+
+
+def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
+    """How many processes read and compare `boxes` boxes (1: this one alone)."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(WORKERS_ENV, "").strip()
+    if chosen:
+        if not chosen.isascii() or not chosen.isdigit() or not 1 <= int(chosen) <= 256:
+            raise ValueError(f"{WORKERS_ENV} must be a whole number from 1 to 256")
+        wanted = int(chosen)
+    else:
+        wanted = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+    return 1 if boxes < WORKERS_FROM else max(1, min(wanted, boxes))
+
+
+def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) -> list[Result]:
+    """`[job(box) for box in boxes]`, in that order, with `workers` processes doing it."""
+    if workers <= 1 or threading.active_count() > 1:
+        with paused_gc():
+            return [job(box) for box in boxes]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    size = max(1, -(-len(boxes) // (workers * CHUNKS_PER_WORKER)))
+    chunks = [list(boxes[i : i + size]) for i in range(0, len(boxes), size)]
+    out: list[Result] = []
+    try:
+        with ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_Job.take,
+            initargs=(job,),
+        ) as pool:
+            for results in pool.map(_Job.run, chunks):
+                out.extend(results)
+    except BrokenProcessPool as exc:
+        # A worker killed (out of memory, a signal) or crashed: said as the run's error, as
+        # an OSError is (exit 1), never as a traceback.
+        raise ChildProcessError(
+            "a replay worker process ended before its boxes were compared "
+            f"({WORKERS_ENV}=1 replays in one process)"
+        ) from exc
+    return out
+
+
+class _Job:
+    """The job a forked worker runs: given at its start, in memory (a closure over the drift
+    inputs), so it is never pickled; each chunk of box names then is."""
+
+    current: Callable[[str], Any] | None = None
+
+    @staticmethod
+    def take(job: Callable[[str], Any]) -> None:
+        _Job.current = job
+
+    @staticmethod
+    def run(boxes: list[str]) -> list[Any]:
+        job = _Job.current
+        assert job is not None, "a worker runs only after taking its job"
+        with paused_gc():  # as the serial replay: every box's objects die by reference count
+            return [job(box) for box in boxes]
