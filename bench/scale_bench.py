@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.scale_fleet import build_fleet  # noqa: E402
 from reconciler.fast_json import LARGE  # noqa: E402
+from reconciler.replay_workers import WORKERS_FROM, worker_count  # noqa: E402
 
 START, END = "<!-- scale-bench:start -->", "<!-- scale-bench:end -->"
 RECONCILE = [sys.executable, "-m", "reconciler"]
@@ -62,6 +64,39 @@ def run_child(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) 
     if child.returncode not in ok:
         raise SystemExit(f"{argv[:4]} exited {child.returncode}: {err.decode()[-500:]}")
     return Sample(seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
+
+
+def summed_peak_mb(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (2,)) -> float:
+    """The most memory one run held across all its processes at once: the replay's own and
+    its forked workers' (reconciler/replay_workers.py) proportional set sizes (PSS: a page
+    the workers share copy-on-write with the replay counts once in all), sampled every 20 ms.
+    A run of its own, beside the timed ones, which the sampling would slow."""
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while child.poll() is None:
+        pids = [child.pid, *_children(child.pid)]
+        peak = max(peak, sum(_pss_kib(pid) for pid in pids))
+        time.sleep(0.02)
+    if child.returncode not in ok:
+        raise SystemExit(f"{argv[:4]} exited {child.returncode}")
+    return peak / 1024
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass  # ended between the listing and the read
+    return 0
 
 
 def median(samples: list[Sample]) -> Sample:
@@ -97,10 +132,13 @@ def measure(size: int, runs: int, work: Path) -> dict[str, Sample]:
         out["text"].append(run_child(replay(root, "text"), env_warm, ok=(2,)))
         print(f"{size} boxes, round {index + 1}: " + ", ".join(
             f"{k} {v[-1].seconds:.2f}s" for k, v in out.items()), file=sys.stderr)  # fmt: skip
-    return {k: median(v) for k, v in out.items()}
+    medians = {k: median(v) for k, v in out.items()}
+    medians["memory"] = Sample(0.0, summed_peak_mb(replay(root, "json"), env_warm))
+    return medians
 
 
 def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, float]) -> list[str]:
+    workers = worker_count(max(results))
     lines = [
         START,
         "## Offline engine at scale",
@@ -111,19 +149,24 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
         f"median of {runs} rounds, each a new process. Floor: a Python process parsing every "
         "observation file of the snapshot with `json`. Cold: `reconcile drift --from-snapshot "
         "--format json` with an empty cache directory (the YAML parsed and validated); warm: "
-        "the validated state remembered; text: warm, the text report. Peak: the process's "
-        "maximum RSS.",
+        "the validated state remembered; text: warm, the text report. From "
+        f"{WORKERS_FROM} boxes on, a replay reads and compares its boxes on {workers} forked "
+        "worker processes (reconciler/replay_workers.py, one per core here): the CPU columns "
+        "are every process's user + system time. Peak: the largest process's maximum RSS; "
+        "all, warm: the most the replay and its workers held at once (summed PSS, a run of "
+        "its own).",
         "",
         "| boxes | floor s | cold s | cold × floor | warm s | warm × floor | text s "
-        "| peak MB cold | peak MB warm |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| floor CPU s | warm CPU s | peak MB cold | peak MB warm | peak MB all, warm |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size, r in results.items():
         floor = r["floor"].seconds
         lines.append(
             f"| {size} | {floor:.2f} | {r['cold'].seconds:.2f} | {r['cold'].seconds / floor:.1f} "
             f"| {r['warm'].seconds:.2f} | {r['warm'].seconds / floor:.1f} "
-            f"| {r['text'].seconds:.2f} | {r['cold'].peak_mb:.0f} | {r['warm'].peak_mb:.0f} |"
+            f"| {r['text'].seconds:.2f} | {r['floor'].cpu:.2f} | {r['warm'].cpu:.2f} "
+            f"| {r['cold'].peak_mb:.0f} | {r['warm'].peak_mb:.0f} | {r['memory'].peak_mb:.0f} |"
         )
     sizes = sorted(results)
     if len(sizes) >= 2:
@@ -266,7 +309,7 @@ def goals(large: dict[str, Sample], small: dict[str, Sample]) -> str:
     floor = large["floor"].seconds
     cold, warm = large["cold"].seconds / floor, large["warm"].seconds / floor
     growth = large["cold"].seconds / small["cold"].seconds
-    peak = max(large["cold"].peak_mb, large["warm"].peak_mb)
+    peak = max(large["cold"].peak_mb, large["warm"].peak_mb, large["memory"].peak_mb)
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "not met"
