@@ -62,6 +62,8 @@ _FIX_ORDER = (
 )
 _KIND_RANK = {kind: rank for rank, kind in enumerate(_FIX_ORDER)}
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
+# The kinds whose (desired, observed) pair can explain another entry (_Index._by_value).
+_EXPLAIN_BY_VALUE = (Kind.ENVFILE, Kind.ARGV, Kind.COMPOSE_FILE)
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,17 @@ def own_cause(drift: Drift) -> str:
 def link_box(drifts: Sequence[Drift]) -> list[Link]:
     """One box's entries -> their links, in the same order."""
     parents = _Index(drifts).parents()
+    causes: dict[int, str] = {}  # root entry -> its id: the symptoms of one change share it
     links = []
     for i in range(len(drifts)):
         root, steps = i, 0
         parent = parents[root]
         while parent is not None and steps < len(drifts):  # a chain, never a cycle
             root, steps, parent = parent, steps + 1, parents[parent]
-        links.append(Link(own_cause(drifts[root]), symptom=root != i))
+        cause = causes.get(root)
+        if cause is None:
+            cause = causes[root] = own_cause(drifts[root])
+        links.append(Link(cause, root != i))
     return links
 
 
@@ -168,9 +174,10 @@ class _Index:
                 self.files.setdefault(d.subject.removeprefix("file:"), i)
             elif d.kind is Kind.ENV and d.subject == "gateway":
                 self.gateway_env.setdefault(d.path, i)
-            pair = _pair(d)
-            if pair is not None and d.kind in (Kind.ENVFILE, Kind.ARGV, Kind.COMPOSE_FILE):
-                self.pairs.setdefault(pair, []).append(i)
+            if d.kind in _EXPLAIN_BY_VALUE:
+                pair = _pair(d)
+                if pair is not None:
+                    self.pairs.setdefault(pair, []).append(i)
 
     def parents(self) -> list[int | None]:
         return [self._parent(i, d) for i, d in enumerate(self.drifts)]
@@ -236,6 +243,8 @@ def _pair(d: Drift) -> tuple[str, str] | None:
 
 
 def _norm(value: object) -> str | None:
+    if type(value) is str:  # most values: answered before the isinstance checks below
+        return value
     if isinstance(value, SecretValue):
         return "secret:" + value.digest
     if isinstance(value, bool) or value is None:
