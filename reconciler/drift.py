@@ -105,6 +105,8 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
     present = set(index["boxes"])
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
     in_c = len(present) >= fast_json.LARGE  # files read by msgspec (reconciler/fast_json.py)
+    if in_c:
+        fast_json.ready_decoder()
 
     def replay_box(name: str) -> BoxResult:
         if name in present:
@@ -118,7 +120,12 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
 
     # Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
     # boxes are read and compared on every core (reconciler/replay_workers.py).
-    results = map_boxes(replay_box, order, worker_count(len(order)))
+    workers = worker_count(len(order))
+    if workers > 1:
+        # Remembered expectations are unpickled on first use (drift_inputs._Unpickled): here,
+        # once, so that the workers share them instead of each unpickling all of them.
+        len(inputs.expectations)
+    results = map_boxes(replay_box, order, workers)
     report = DriftReport(
         boxes=tuple(results),
         inventory=inputs.inventory_file,

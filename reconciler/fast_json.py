@@ -111,6 +111,12 @@ def _deeper(data: bytes, frames: int) -> Any:
 _DECODER: list[Any] = []
 
 
+def ready_decoder() -> None:
+    """Import msgspec and make the decoder now: before a replay forks its workers
+    (reconciler/replay_workers.py), which then share it instead of each importing msgspec."""
+    _decoder()
+
+
 def _decoder() -> Any:
     if not _DECODER:
         from msgspec import json as c_json

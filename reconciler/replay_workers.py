@@ -65,12 +65,17 @@ def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) 
     chunks = [list(boxes[i : i + size]) for i in range(0, len(boxes), size)]
     out: list[Result] = []
     try:
-        with ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=_Job.take,
-            initargs=(job,),
-        ) as pool:
+        # paused_gc: the results unpickled here are millions of acyclic objects, which the
+        # collector would walk again and again as they arrive (reconciler/gc_pause.py).
+        with (
+            paused_gc(),
+            ProcessPoolExecutor(
+                workers,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_Job.take,
+                initargs=(job,),
+            ) as pool,
+        ):
             for results in pool.map(_Job.run, chunks):
                 out.extend(results)
     except BrokenProcessPool as exc:
