@@ -23,7 +23,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from reconciler.compare.drift import Value
-from reconciler.compare.values import argv_items, same, value
+from reconciler.compare.values import argv_items, parse_argv, same, value
 from reconciler.observe.document import EnvValue
 
 Argv = tuple[EnvValue, ...]
@@ -129,12 +129,7 @@ def _positionals_at(argv: Argv) -> list[tuple[int, EnvValue]]:
 
 
 def _flags(want: Argv, got: Argv) -> Iterator[ArgvDiff]:
-    want_flags: dict[str, list[Any]] = {}
-    got_flags: dict[str, list[Any]] = {}
-    for flags, argv in ((want_flags, want), (got_flags, got)):
-        for _, name, parsed in argv_items(argv):
-            if name is not None:
-                flags.setdefault(name, []).append(parsed)
+    want_flags, got_flags = parse_argv(want)[1], parse_argv(got)[1]
     for flag in sorted(want_flags.keys() | got_flags.keys()):
         w, g = want_flags.get(flag), got_flags.get(flag)
         if _same_values(w, g):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,10 +59,19 @@ def parse_argv(argv: Sequence[EnvValue] | None) -> tuple[list[EnvValue], Flags]:
     `--flag=value` and `--flag value` both map to the flag; a bare `--flag` (a boolean) maps to
     True. Secret values (already digests) stay opaque.
     """
+    tokens = tuple(argv or ())
+    try:
+        positionals, flags = _parsed(tokens)
+    except TypeError:  # a token that cannot be hashed (not one the typed parse lets through)
+        positionals, flags = _parse(tokens)
+    # Copies: the remembered parse is shared by every call with this command line.
+    return list(positionals), {name: list(values) for name, values in flags.items()}
+
+
+def _parse(items: tuple[EnvValue, ...]) -> tuple[list[EnvValue], Flags]:
     positionals: list[EnvValue] = []
     flags: Flags = {}
     # argv_items' walk inlined (no generator step per token: compare parses ~20 argv a box).
-    items = argv or ()
     i, count = 0, len(items)
     while i < count:
         token = items[i]
@@ -80,6 +90,12 @@ def parse_argv(argv: Sequence[EnvValue] | None) -> tuple[list[EnvValue], Flags]:
             positionals.append(token)
         i += 1
     return positionals, flags
+
+
+# Remembered per command line (bounded: a box chooses its commands): a fleet's lanes run a
+# handful of distinct command lines, and comparing a box parses each of its lanes' twice (the
+# render's and the running one): ~12 us a parse, ~0.1 s of comparing 1,000 boxes.
+_parsed = functools.lru_cache(maxsize=1024)(_parse)
 
 
 def argv_items(
