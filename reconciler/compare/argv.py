@@ -23,7 +23,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from reconciler.compare.drift import Value
-from reconciler.compare.values import argv_items, parse_argv, same, value
+from reconciler.compare.values import argv_items, flags_of, same, value
 from reconciler.observe.document import EnvValue
 
 Argv = tuple[EnvValue, ...]
@@ -129,7 +129,7 @@ def _positionals_at(argv: Argv) -> list[tuple[int, EnvValue]]:
 
 
 def _flags(want: Argv, got: Argv) -> Iterator[ArgvDiff]:
-    want_flags, got_flags = parse_argv(want)[1], parse_argv(got)[1]
+    want_flags, got_flags = flags_of(want), flags_of(got)
     for flag in sorted(want_flags.keys() | got_flags.keys()):
         w, g = want_flags.get(flag), got_flags.get(flag)
         if _same_values(w, g):
@@ -159,13 +159,13 @@ def _tokens(tokens: list[EnvValue]) -> Value:
     return value(tokens[0]) if len(tokens) == 1 else value(tokens)
 
 
-def _same_values(a: list[Any] | None, b: list[Any] | None) -> bool:
+def _same_values(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
     if a is None or b is None or len(a) != len(b):
         return False
     return all(same(x, y) for x, y in zip(a, b, strict=True))
 
 
-def _one(values: list[Any] | None) -> Any:
+def _one(values: Sequence[Any] | None) -> Any:
     if values is None:
         return None
     shown = [value(v) for v in values]

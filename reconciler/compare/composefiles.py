@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
-from reconciler.compare.values import parse_argv, same, value
+from reconciler.compare.values import flags_of, same, value
 from reconciler.observe.document import Observed
 
 
@@ -63,7 +63,7 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
         spec = rendered.get(service)
         if spec is None:
             continue
-        _, flags = parse_argv(spec.command)
+        flags = flags_of(spec.command)
         for key in sorted(lane.knobs):
             for want_flag, want_values in lane.knob_flags[key].items():
                 got = flags.get(want_flag)

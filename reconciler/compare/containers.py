@@ -176,21 +176,11 @@ def _env(
     image = images.get(c.image_id or "")
     # Docker starts from the image's ENV and lays the service's environment over it.
     expected: dict[str, EnvValue] = {**(image.env if image else {}), **spec.environment}
-    changed = changed_keys(expected, c.env)
-    for key in sorted(changed):
-        w, g = changed[key]
+    subject, action = _subject(service), _action(r, service)
+    for key, (w, g) in changed_keys(expected, c.env).items():  # in key order
         if same(w, g):
             continue
-        yield Drift(
-            exp.name,
-            r.kind,
-            _subject(service),
-            key,
-            value(w),
-            value(g),
-            _action(r, service),
-            source=c.name,
-        )
+        yield Drift(exp.name, r.kind, subject, key, value(w), value(g), action, source=c.name)
 
 
 def _ports(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:

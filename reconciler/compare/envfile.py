@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,6 @@ def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     for entry in exp.env:
         found = observed.get(entry.key)
         seen = found.value if found else None
-        where = f".env:{found.line}" if found else None
         secret = secret_of(entry)
         if secret is not None:
             src = doc.secret_sources.get(secret)
@@ -53,7 +53,7 @@ def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
                 want,
                 seen,
                 env_rule.action,
-                source=where or "absent",
+                source=f".env:{found.line}" if found else "absent",
                 note=f"from {entry.origin}" if want is not None else f"{entry.origin}: null",
             )
     fact = doc.files.get(".env")
@@ -81,6 +81,9 @@ EMPTY_IS_OFF = (
 )
 
 
+# Remembered per key (bounded: a box chooses its keys): a fleet's `.env` files share their
+# keys, and this is asked of every managed key the box lacks.
+@functools.lru_cache(maxsize=1024)
 def _empty_is_off(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in EMPTY_IS_OFF)
 

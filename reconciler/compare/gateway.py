@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
-from reconciler.compare.values import parse_argv
+from reconciler.compare.values import flags_of
 from reconciler.observe.document import (
     CapabilitiesProbe,
     ControllerProbes,
@@ -34,7 +34,7 @@ def lane_windows(exp: BoxExpectation, doc: Observed) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for service, lane in exp.lanes.items():
         c = by_service.get(service)
-        flags = parse_argv(c.cmd if c else None)[1]
+        flags = flags_of(c.cmd if c else None)
         given = flags.get("--max-model-len")
         raw = given[-1] if given else None
         out[lane.role] = _window(raw)

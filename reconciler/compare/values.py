@@ -6,6 +6,7 @@ import functools
 import json
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from reconciler.compare.drift import SecretValue, Value
@@ -35,7 +36,7 @@ def changed_keys(
     expected: Mapping[str, EnvValue], observed: Mapping[str, EnvValue]
 ) -> dict[str, tuple[EnvValue | None, EnvValue | None]]:
     """Two flat mappings (a container's environment) -> {key: (expected, observed)} for every
-    key added, removed or changed, absent as None. Environments are flat str -> str maps, so a
+    key added, removed or changed, absent as None, in key order. Environments are flat str -> str maps, so a
     set of keys is the whole diff; deepdiff's tree walk cost ~0.2 s CPU per drift run here.
     The (key, value) pairs in one map and not the other are a set operation in C (the values,
     text and hashed secrets, are hashable; a key whose value differs appears twice)."""
@@ -59,13 +60,32 @@ def parse_argv(argv: Sequence[EnvValue] | None) -> tuple[list[EnvValue], Flags]:
     `--flag=value` and `--flag value` both map to the flag; a bare `--flag` (a boolean) maps to
     True. Secret values (already digests) stay opaque.
     """
-    tokens = tuple(argv or ())
-    try:
-        positionals, flags = _parsed(tokens)
-    except TypeError:  # a token that cannot be hashed (not one the typed parse lets through)
-        positionals, flags = _parse(tokens)
+    positionals, flags = _remembered(argv)
     # Copies: the remembered parse is shared by every call with this command line.
     return list(positionals), {name: list(values) for name, values in flags.items()}
+
+
+def flags_of(argv: Sequence[EnvValue] | None) -> Mapping[str, tuple[EnvValue | bool, ...]]:
+    """parse_argv's flags, read-only: {flag: (values...)}, shared by every caller that only
+    reads them (no copy to make)."""
+    return MappingProxyType(_remembered(argv)[1])
+
+
+Parsed = tuple[tuple[EnvValue, ...], dict[str, tuple[EnvValue | bool, ...]]]
+
+
+def _remembered(argv: Sequence[EnvValue] | None) -> Parsed:
+    tokens = tuple(argv or ())
+    try:
+        return _parsed(tokens)
+    except TypeError:  # a token that cannot be hashed (not one the typed parse lets through)
+        return _frozen(tokens)
+
+
+def _frozen(items: tuple[EnvValue, ...]) -> Parsed:
+    """_parse's answer in tuples: remembered and shared, so nobody can change it."""
+    positionals, flags = _parse(items)
+    return tuple(positionals), {name: tuple(values) for name, values in flags.items()}
 
 
 def _parse(items: tuple[EnvValue, ...]) -> tuple[list[EnvValue], Flags]:
@@ -95,7 +115,7 @@ def _parse(items: tuple[EnvValue, ...]) -> tuple[list[EnvValue], Flags]:
 # Remembered per command line (bounded: a box chooses its commands): a fleet's lanes run a
 # handful of distinct command lines, and comparing a box parses each of its lanes' twice (the
 # render's and the running one): ~12 us a parse, ~0.1 s of comparing 1,000 boxes.
-_parsed = functools.lru_cache(maxsize=1024)(_parse)
+_parsed = functools.lru_cache(maxsize=1024)(_frozen)
 
 
 def argv_items(
