@@ -159,7 +159,7 @@ class DriftReport:
         """0 no drift, 2 drift, 1 a box that could not be observed (worst wins)."""
         if any(not b.reachable or b.errors for b in self.boxes):
             return 1
-        return 2 if self.drifts else 0
+        return 2 if any(b.drifts for b in self.boxes) else 0
 
 
 def sorted_drifts(drifts: list[Drift]) -> tuple[Drift, ...]:

@@ -36,8 +36,9 @@ def changed_keys(
     expected: Mapping[str, EnvValue], observed: Mapping[str, EnvValue]
 ) -> dict[str, tuple[EnvValue | None, EnvValue | None]]:
     """Two flat mappings (a container's environment) -> {key: (expected, observed)} for every
-    key added, removed or changed, absent as None, in key order. Environments are flat str -> str maps, so a
-    set of keys is the whole diff; deepdiff's tree walk cost ~0.2 s CPU per drift run here.
+    key added, removed or changed, absent as None, in key order. Environments are flat
+    str -> str maps, so a set of keys is the whole diff; deepdiff's tree walk cost ~0.2 s CPU
+    per drift run here.
     The (key, value) pairs in one map and not the other are a set operation in C (the values,
     text and hashed secrets, are hashable; a key whose value differs appears twice)."""
     try:

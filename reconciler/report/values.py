@@ -87,9 +87,15 @@ def _masked(value: Value) -> Value:
     return value
 
 
+# Exact types that are neither a SecretValue nor a Mapping (a subclass still takes the checks).
+_NEVER_SECRET = frozenset({str, int, float, bool, type(None), tuple})
+
+
 def as_secret(value: object) -> SecretValue | None:
     """A SecretValue; or a mapping with a `secret` key (the collector's wire form
     `{"secret": digest}`, or anything shaped like it), as one: better masked than printed."""
+    if type(value) in _NEVER_SECRET:  # most values: answered before the ABC check below
+        return None
     if isinstance(value, SecretValue):
         return value
     if isinstance(value, Mapping) and "secret" in value:
