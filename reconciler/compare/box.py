@@ -33,11 +33,12 @@ def compare_box(
         why = BoxError(Part.OBSERVATION, str(fault) if fault is not None else "not observed")
         return partial_result(exp, controller, why)
     doc = for_desired(doc, exp.env)  # a snapshot's render of this state's .env, if it has one
+    envfile = doc.envfile_by_key()  # read by two comparators: built once
     drifts: list[Drift] = []
-    drifts += compare_envfile(exp, doc)
+    drifts += compare_envfile(exp, doc, envfile)
     drifts += compare_compose_files(exp, doc)
     drifts += compare_containers(exp, doc)
-    drifts += compare_shell(exp, doc)
+    drifts += compare_shell(exp, doc, envfile)
     drifts += compare_contract(exp, doc)
     drifts += compare_auth(exp, doc, controller)
     drifts += compare_host(exp, doc)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from reconciler.compare.context import BoxExpectation, secret_of
 from reconciler.compare.drift import BoxError, Drift, Part
 from reconciler.compare.rules import rule
-from reconciler.observe.document import Observed
+from reconciler.observe.document import EnvLine, Observed
 
 GIB_KIB = 1024 * 1024
 
 
-def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+def compare_envfile(
+    exp: BoxExpectation, doc: Observed, observed: Mapping[str, EnvLine] | None = None
+) -> Iterator[Drift]:
+    """`observed`: doc.envfile_by_key(), if the caller has it already."""
     env_rule, mode_rule = rule("envfile.key"), rule("envfile.mode")
     if doc.envfile is None:
         yield Drift(
@@ -29,7 +32,7 @@ def compare_envfile(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
             note="the deployment has no .env",
         )
         return
-    observed = doc.envfile_by_key()
+    observed = doc.envfile_by_key() if observed is None else observed
     for entry in exp.env:
         found = observed.get(entry.key)
         seen = found.value if found else None

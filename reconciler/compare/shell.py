@@ -11,6 +11,7 @@ already carries the shell's value instead of `.env`'s.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterator, Mapping
 
 from reconciler.compare.context import BoxExpectation
@@ -20,20 +21,23 @@ from reconciler.compare.values import Flags, parse_argv
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, Service
 
 
-def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+def compare_shell(
+    exp: BoxExpectation, doc: Observed, envfile: Mapping[str, EnvLine] | None = None
+) -> Iterator[Drift]:
+    """`envfile`: doc.envfile_by_key(), if the caller has it already."""
     exports = doc.login_shell.exports
     if not exports:
         return
     interpolated = doc.variables.names
     forbidden = exp.forbidden_exports
-    envfile = doc.envfile_by_key()
+    envfile = doc.envfile_by_key() if envfile is None else envfile
     scrubbed = doc.render.services or {}
     login_render = (doc.render_login.services if doc.render_login else None) or {}
     containers = doc.containers
     flags: dict[str, tuple[Flags, Flags]] = {}  # each service's two command lines, parsed once
     r = rule("shell.export")
     for name, export in sorted(exports.items()):
-        is_forbidden = any(fnmatch.fnmatchcase(name, pattern) for pattern in forbidden)
+        is_forbidden = _forbidden(name, forbidden)
         if name not in interpolated and not is_forbidden:
             continue
         fields = _changed_fields(name, export.value, scrubbed, login_render, flags)
@@ -59,6 +63,13 @@ def compare_shell(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
             source=export.source or "login shell",
             note="; ".join(parts),
         )
+
+
+# Remembered per name and policy (bounded: a box chooses its exports): a fleet's login shells
+# export the same few names under one policy, and every pattern is an fnmatch call.
+@functools.lru_cache(maxsize=1024)
+def _forbidden(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def _changed_fields(
