@@ -112,6 +112,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
                 from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
                 early=early,
                 keep_observations=False,  # the report is all this command prints
+                part=_report_part(args),
             )
         except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory
             print(f"error: {exc}", file=sys.stderr)
@@ -126,6 +127,10 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         from reconciler.report.html import drift_page
 
         text = drift_page(run.report, inputs, outs.history)
+    elif run.parts is not None:  # a large replay's JSON, its boxes' parts made by its workers
+        from reconciler.report.json_parts import render_json_parts
+
+        text = render_json_parts(run.report, run.parts)
     else:
         text = render(run.report, args.format, color=color, width=max(80, width))
     if args.output:
@@ -134,6 +139,16 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return finish_drift(outs, args, run, run.report.exit_code)  # metrics, history: after it
+
+
+def _report_part(args: argparse.Namespace) -> Callable[[Any], Any] | None:
+    """What a replay's workers may make of each box's report beside its comparison (they do
+    for a large replay only): its JSON entry's text."""
+    if args.format != "json" or not args.from_snapshot:
+        return None
+    from reconciler.report.json_parts import box_part
+
+    return box_part
 
 
 def _start_early(args: argparse.Namespace) -> EarlyStart | None:

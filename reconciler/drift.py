@@ -8,10 +8,11 @@ observed once, every comparison is pure, and the report is rendered from values.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reconciler import fast_json
 from reconciler.compare.box import compare_box
@@ -40,10 +41,12 @@ NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
 
 @dataclass(frozen=True)
 class DriftRun:
-    """A drift run's report and the observations it was judged on."""
+    """A drift run's report and the observations it was judged on; `parts`: each box's part
+    of the report, when the run was asked for them and made them beside the comparisons."""
 
     report: DriftReport
     observations: dict[str, BoxObservation]
+    parts: tuple[Any, ...] | None = None
 
 
 def run_drift(
@@ -63,13 +66,16 @@ def run_drift_on(
     from_snapshot: Path | None = None,
     early: EarlyStart | None = None,
     keep_observations: bool = True,
+    part: Callable[[BoxResult], Any] | None = None,
 ) -> DriftRun:
     """`keep_observations=False` (a report is all the caller wants): a snapshot's boxes are
     read and compared one at a time and not kept, so a replay of 1,000 boxes holds one box's
-    observation at a time, not all of them; the run's `observations` are then empty."""
+    observation at a time, not all of them; the run's `observations` are then empty.
+    `part`: each box's part of the report, made beside its comparison when a replay's boxes
+    are compared by worker processes (report/json_parts.py; else `parts` is None)."""
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
     if from_snapshot is not None and save_to is None and not keep_observations:
-        return _replay(inputs, boxes, from_snapshot, run_id)
+        return _replay(inputs, boxes, from_snapshot, run_id, part)
     if from_snapshot is not None:
         index, observations = load_snapshot(from_snapshot)
         missing = [b for b in boxes if b not in observations]
@@ -100,7 +106,13 @@ def run_drift_on(
     return DriftRun(report, observations)
 
 
-def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str) -> DriftRun:
+def _replay(
+    inputs: DriftInputs,
+    boxes: list[str],
+    directory: Path,
+    run_id: str,
+    part: Callable[[BoxResult], Any] | None = None,
+) -> DriftRun:
     index = snapshot_index(directory)
     present = set(index["boxes"])
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
@@ -121,18 +133,28 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
     # Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
     # boxes are read and compared on every core (reconciler/replay_workers.py).
     workers = worker_count(len(order))
+    parts = None
     if workers > 1:
         # Remembered expectations are unpickled on first use (drift_inputs._Unpickled): here,
         # once, so that the workers share them instead of each unpickling all of them.
         len(inputs.expectations)
-    results = map_boxes(replay_box, order, workers)
+    if workers > 1 and part is not None:
+        with_parts = map_boxes(lambda name: _with_part(replay_box(name), part), order, workers)
+        results = [result for result, _ in with_parts]
+        parts = tuple(made for _, made in with_parts)
+    else:
+        results = map_boxes(replay_box, order, workers)
     report = DriftReport(
         boxes=tuple(results),
         inventory=inputs.inventory_file,
         generated_at=_now(),
         run_id=str(index.get("run_id", run_id)),
     )
-    return DriftRun(report, {})
+    return DriftRun(report, {}, parts)
+
+
+def _with_part(result: BoxResult, part: Callable[[BoxResult], Any]) -> tuple[BoxResult, Any]:
+    return result, part(result)
 
 
 def _now() -> str:

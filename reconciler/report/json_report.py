@@ -20,7 +20,14 @@ from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
 from reconciler.gc_pause import paused_gc
 from reconciler.report.order import ordered_drifts
 from reconciler.report.summary import summarize
-from reconciler.report.values import as_secret, free_json, guarded, scrub, secret_changed
+from reconciler.report.values import (
+    as_secret,
+    free_json,
+    guarded,
+    guarded_box,
+    scrub,
+    secret_changed,
+)
 
 # Kept here as literals (and equal to document.SCHEMA_ID / VERSION, which a test checks) so that
 # rendering does not import pydantic.
@@ -33,7 +40,13 @@ def to_document(report: DriftReport) -> dict[str, Any]:
     report = guarded(report)
     ids: set[str] = set()  # every cause, counted as text and markdown count them
     boxes = [_box(b, ids) for b in report.boxes]
-    s = summarize(report, causes=len(ids))
+    return {**head(report, len(ids)), "boxes": boxes}
+
+
+def head(report: DriftReport, causes: int) -> dict[str, Any]:
+    """The document without its boxes: what it is, and the summary (`causes`: the distinct
+    causes of the boxes' drift, which the boxes' entries name)."""
+    s = summarize(report, causes=causes)
     return {
         "schema": SCHEMA_ID,
         "version": VERSION,
@@ -51,7 +64,6 @@ def to_document(report: DriftReport) -> dict[str, Any]:
             "by_kind": dict(s.by_kind),
             "exit_code": s.exit_code,
         },
-        "boxes": boxes,
     }
 
 
@@ -83,6 +95,12 @@ def drift_report_schema() -> dict[str, Any]:
 
 def drift_report_schema_json() -> str:
     return json.dumps(drift_report_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def box_entry(box: BoxResult, ids: set[str]) -> dict[str, Any]:
+    """One box's entry of the document (its drift guarded, as to_document guards the whole
+    report's); the causes its drifts name are added to `ids`."""
+    return _box(guarded_box(box), ids)
 
 
 def _box(box: BoxResult, ids: set[str]) -> dict[str, Any]:

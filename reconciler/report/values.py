@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping
 from enum import Enum
 
-from reconciler.compare.drift import Drift, DriftReport, SecretValue, Value
+from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value
 from reconciler.desired.secret_names import is_secret_name
 from reconciler.scrub import scrub_text
 
@@ -44,20 +44,26 @@ def guarded(report: DriftReport) -> DriftReport:
     digest, absence or "" (a 1,000-box report has ~7,000 such, each rebuilt for nothing
     before), so a report with nothing to mask is returned as it was."""
     secret: dict[str, bool] = {}  # path -> _secret_path: a fleet's drifts share a few paths
-    boxes = []
-    for box in report.boxes:
-        drifts = []
-        for drift in box.drifts:
-            path = drift.path
-            hidden = secret.get(path)
-            if hidden is None:
-                hidden = secret[path] = _secret_path(path)
-            drifts.append(_guard(drift) if hidden else drift)
-        changed = any(new is not old for new, old in zip(drifts, box.drifts, strict=True))
-        boxes.append(dataclasses.replace(box, drifts=tuple(drifts)) if changed else box)
+    boxes = [guarded_box(box, secret) for box in report.boxes]
     if all(new is old for new, old in zip(boxes, report.boxes, strict=True)):
         return report
     return dataclasses.replace(report, boxes=tuple(boxes))
+
+
+def guarded_box(box: BoxResult, secret: dict[str, bool] | None = None) -> BoxResult:
+    """One box of `guarded`: itself when it has nothing to mask. `secret` remembers which
+    paths are secret-named, across the boxes of one report."""
+    if secret is None:
+        secret = {}
+    drifts = []
+    for drift in box.drifts:
+        path = drift.path
+        hidden = secret.get(path)
+        if hidden is None:
+            hidden = secret[path] = _secret_path(path)
+        drifts.append(_guard(drift) if hidden else drift)
+    changed = any(new is not old for new, old in zip(drifts, box.drifts, strict=True))
+    return dataclasses.replace(box, drifts=tuple(drifts)) if changed else box
 
 
 def _secret_path(path: str) -> bool:
