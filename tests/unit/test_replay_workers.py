@@ -4,6 +4,7 @@ operator sees when a worker dies or the setting is wrong."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -22,10 +23,15 @@ def _names(count: int) -> list[str]:
 
 
 def test_workers_give_the_serial_results_in_the_boxes_order() -> None:
-    boxes = _names(150)
+    boxes = _names(160)  # 8 chunks of 20 for 2 workers
     parent = os.getpid()
+    # The first boxes of the first two chunks meet: the worker that took one of them waits
+    # until another took the other, so two workers take part however busy the machine is.
+    both = multiprocessing.get_context("fork").Barrier(2, timeout=60)
 
     def job(name: str) -> tuple[str, int, int]:
+        if name in ("box-0", "box-20"):
+            both.wait()
         return name, len(name) * 7, os.getpid()
 
     spread = map_boxes(job, boxes, 2)
