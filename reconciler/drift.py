@@ -117,13 +117,17 @@ def _replay(
     present = set(index["boxes"])
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
     in_c = len(present) >= fast_json.LARGE  # files read by msgspec (reconciler/fast_json.py)
-    if in_c:
+    if in_c:  # made before any worker forks, so that they share them (replay_workers.py)
+        from reconciler.observe.document_c import ready
+
         fast_json.ready_decoder()
+        ready()
 
     def replay_box(name: str) -> BoxResult:
         if name in present:
             path = directory / f"{name}.json"
-            obs = snapshot_observation(name, path, recorded_digest(index, name), in_c)
+            digest = recorded_digest(index, name)
+            obs = snapshot_observation(name, path, digest, in_c, raw_kept=False)
         else:
             obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
         return compare_box(

@@ -56,7 +56,9 @@ class BoxObservation:
     audit's phase 2 adds its proofs), call `reread()`."""
 
     box: str
-    collected: dict[str, Any] | None  # the collector's JSON; None if it gave none we can use
+    # The collector's JSON; None if it gave none we can use, or if a large replay read its
+    # snapshot file straight into `document` (observe/document_c.py: a replay keeps no raw).
+    collected: dict[str, Any] | None
     error: str | None  # why the box could not be observed at all (the fault's text)
     controller: dict[str, Any] = field(default_factory=dict)  # probes from the controller
     elapsed_s: float = 0.0
@@ -80,7 +82,7 @@ class BoxObservation:
         doc: Observed | Fault | None = None
         if self._fault is not None:
             doc = self._fault
-        elif parsed is not None and self.collected is not None:
+        elif parsed is not None:
             doc = parsed
         elif self.collected is not None:
             # A live answer always says its version; a snapshot's may be cut down without it.
@@ -217,7 +219,7 @@ def _answer(handle: Running, timeout: float) -> Answer:
 
 
 def snapshot_observation(
-    box: str, path: Path, sha256: str | None = None, in_c: bool = False
+    box: str, path: Path, sha256: str | None = None, in_c: bool = False, raw_kept: bool = True
 ) -> BoxObservation:
     """One box's file of a saved snapshot -> its observation, through the same parser as a
     live answer; a missing, damaged or hostile file is that box's fault, never the run's.
@@ -226,11 +228,17 @@ def snapshot_observation(
     that still has it is the text save_snapshot wrote with json.dumps from a parsed answer, so
     none of its objects can repeat a key, and json reads it without the per-object check (a
     Python call per object, ~20% of reading it); any other file gets the full check.
-    `in_c`: such a file is read by msgspec (a large replay: load_json, fast_json.LARGE)."""
+    `in_c`: such a file is read by msgspec (a large replay: load_json, fast_json.LARGE), and,
+    unless `raw_kept` (for a caller that reads only the typed document: drift's replay),
+    straight into the document (document_c.py), which gives what the two steps below give."""
     raw = None
     if path.is_file():
         data = _read_limited(path)
         unique = _written_as(data, sha256)
+        if in_c and unique and not raw_kept and len(data) <= SNAPSHOT_FILE_LIMIT:
+            typed = _typed_snapshot(box, data)
+            if typed is not None:
+                return typed
         raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c)
     if raw is None:
         raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is missing from the snapshot")
@@ -242,17 +250,38 @@ def snapshot_observation(
     if controller is not None and not isinstance(controller, dict):
         bad = Fault(FaultKind.MALFORMED, "expected an object", "controller")
         return BoxObservation(box, None, str(bad), fault=bad)
-    error = raw.get("error")
-    connection = raw.get("connection")
+    return _from_file(box, raw.get("collected"), raw, controller)
+
+
+def _from_file(
+    box: str,
+    collected: dict[str, Any] | None,
+    fields: Mapping[str, Any],
+    controller: dict[str, Any] | None,
+    parsed: Observed | None = None,
+) -> BoxObservation:
+    error = fields.get("error")
+    connection = fields.get("connection")
     return BoxObservation(
         box,
-        raw.get("collected"),
+        collected,
         error if isinstance(error, str) else None,
         controller or {},
-        elapsed(raw.get("elapsed_s")),
+        elapsed(fields.get("elapsed_s")),
         printable(connection, 500) if isinstance(connection, str) else None,
         complete=False,
+        parsed=parsed,
     )
+
+
+def _typed_snapshot(box: str, data: bytes) -> BoxObservation | None:
+    from reconciler.observe.document_c import read_snapshot_file
+
+    typed = read_snapshot_file(data)
+    if typed is None:
+        return None  # anything it does not read exactly as document.py does: read as always
+    fields = {"error": typed.error, "elapsed_s": typed.elapsed_s, "connection": typed.connection}
+    return _from_file(box, None, fields, typed.controller, typed.document)
 
 
 def _written_as(data: bytes, sha256: str | None) -> bool:

@@ -4,85 +4,128 @@ operator sees when a worker dies or the setting is wrong."""
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from reconciler.replay_workers import WORKERS_ENV, WORKERS_FROM, map_boxes, worker_count
+from reconciler.replay_workers import WORKERS_ENV, WORKERS_FROM, worker_count
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _names(count: int) -> list[str]:
-    return [f"box-{i}" for i in range(count)]
+# Every scenario that forks runs in a fresh interpreter: the test process may hold threads
+# other tests left (map_boxes then rightly stays in its own process), and a worker that dies
+# must not be the test runner.
+_PRELUDE = """
+import json, multiprocessing, os, sys, threading
+from reconciler.replay_workers import map_boxes
+names = [f"box-{i}" for i in range(160)]  # 8 chunks of 20 for 2 workers
+parent = os.getpid()
+"""
+
+
+def _fresh(scenario: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _PRELUDE + scenario],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _printed(scenario: str) -> Any:
+    done = _fresh(scenario)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def test_workers_give_the_serial_results_in_the_boxes_order() -> None:
-    boxes = _names(160)  # 8 chunks of 20 for 2 workers
-    parent = os.getpid()
     # The first boxes of the first two chunks meet: the worker that took one of them waits
     # until another took the other, so two workers take part however busy the machine is.
-    both = multiprocessing.get_context("fork").Barrier(2, timeout=60)
-
-    def job(name: str) -> tuple[str, int, int]:
-        if name in ("box-0", "box-20"):
-            both.wait()
-        return name, len(name) * 7, os.getpid()
-
-    spread = map_boxes(job, boxes, 2)
-    assert [(n, v) for n, v, _ in spread] == [(n, len(n) * 7) for n in boxes]
-    pids = {pid for _, _, pid in spread}
+    results, parent = _printed(
+        """
+both = multiprocessing.get_context("fork").Barrier(2, timeout=60)
+def job(name):
+    if name in ("box-0", "box-20"):
+        both.wait()
+    return name, len(name) * 7, os.getpid()
+print(json.dumps([map_boxes(job, names, 2), parent]))
+"""
+    )
+    names = [f"box-{i}" for i in range(160)]
+    assert [(n, v) for n, v, _ in results] == [(n, len(n) * 7) for n in names]
+    pids = {pid for _, _, pid in results}
     assert parent not in pids and len(pids) == 2  # two forked workers did all of it
 
 
 def test_a_job_closes_over_unpicklable_state() -> None:
     # The drift inputs reach the workers by fork, never by pickle: a lock cannot be pickled.
-    lock = threading.Lock()
-    table = {name: i for i, name in enumerate(_names(120))}
-
-    def job(name: str) -> int:
-        assert lock is not None
-        return table[name]
-
-    assert map_boxes(job, list(table), 2) == list(range(120))
+    spread = _printed(
+        """
+lock = threading.Lock()
+table = {name: i for i, name in enumerate(names)}
+def job(name):
+    with lock:
+        return table[name], os.getpid()
+print(json.dumps(map_boxes(job, names, 2)))
+"""
+    )
+    assert [value for value, _ in spread] == list(range(160))
 
 
 def test_one_worker_or_another_thread_means_this_process() -> None:
-    parent = os.getpid()
-    assert {pid for pid in map_boxes(lambda n: os.getpid(), _names(120), 1)} == {parent}
-    release = threading.Event()
-    other = threading.Thread(target=release.wait)
-    other.start()
-    try:  # a fork would copy no thread and keep any lock it held: no fork then
-        assert {pid for pid in map_boxes(lambda n: os.getpid(), _names(120), 2)} == {parent}
-    finally:
-        release.set()
-        other.join()
+    alone, with_thread, parent = _printed(
+        """
+alone = map_boxes(lambda n: os.getpid(), names, 1)
+release = threading.Event()
+other = threading.Thread(target=release.wait)
+other.start()
+with_thread = map_boxes(lambda n: os.getpid(), names, 2)
+release.set()
+other.join()
+print(json.dumps([alone, with_thread, parent]))
+"""
+    )
+    # A fork would copy no thread and keep any lock one held: no fork then.
+    assert set(alone) == set(with_thread) == {parent}
 
 
 def test_a_box_error_in_a_worker_is_raised_as_itself() -> None:
-    def job(name: str) -> str:
-        if name == "box-77":
-            raise ValueError("box-77 is unreadable")
-        return name
-
-    with pytest.raises(ValueError, match="box-77 is unreadable"):
-        map_boxes(job, _names(120), 2)
+    done = _fresh(
+        """
+def job(name):
+    if name == "box-77":
+        raise ValueError("box-77 is unreadable")
+    return os.getpid()
+map_boxes(job, names, 2)
+"""
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == "ValueError: box-77 is unreadable"
 
 
 def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang() -> None:
-    def job(name: str) -> str:
-        if name == "box-5":
-            os._exit(9)  # as a worker killed for memory would vanish
-        return name
-
-    with pytest.raises(ChildProcessError, match=WORKERS_ENV):
-        map_boxes(job, _names(120), 2)
+    done = _fresh(
+        """
+def job(name):
+    if name == "box-5":
+        os._exit(9)  # as a worker killed for memory would vanish
+    return name
+map_boxes(job, names, 2)
+"""
+    )
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]
+    assert (
+        last.startswith("ChildProcessError: a replay worker process ended") and WORKERS_ENV in last
+    )
 
 
 def test_worker_count() -> None:
