@@ -34,9 +34,10 @@ WORKERS_ENV = "FLEET_REPLAY_WORKERS"
 # From this many boxes a replay forks workers: below it, one core is done in ~0.2 s.
 WORKERS_FROM = 100
 MAX_WORKERS = 8
-# Chunks per worker: small enough that a worker given slower boxes does not leave the other
-# idle at the end, large enough that each result travels in a few large pickles.
-CHUNKS_PER_WORKER = 4
+# Chunks per worker: small enough that the worker with the last chunk does not keep the other
+# idle long at the end (~60 boxes, ~0.15 s, at 1,000 boxes on two cores), large enough that
+# each result travels in a few large pickles.
+CHUNKS_PER_WORKER = 8
 
 
 def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
