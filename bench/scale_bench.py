@@ -217,6 +217,7 @@ from reconciler.compare.box import compare_box
 from reconciler.compare.drift import DriftReport
 from reconciler.gc_pause import paused_gc
 from reconciler.observe.document import load_json, parse_collected, parse_probes
+from reconciler.observe.document_c import read_snapshot_file
 from reconciler.observe.observe import (
     SNAPSHOT_FILE_LIMIT, _read_limited, _written_as, recorded_digest, snapshot_index,
 )
@@ -229,11 +230,16 @@ with paused_gc():  # as drift._replay reads and compares
         started = time.perf_counter()
         data = _read_limited(snap / f"{name}.json")
         unique = _written_as(data, recorded_digest(index, name))
-        raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c)
         timed("read", started)
         started = time.perf_counter()
-        doc = parse_collected(raw["collected"], False, 1)
-        probes = parse_probes(raw.get("controller") or {})
+        typed = read_snapshot_file(data) if in_c and unique else None  # as snapshot_observation
+        if typed is not None:
+            doc, probes = typed.document, parse_probes(typed.controller or {})
+        else:
+            raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c)
+            doc = parse_collected(raw["collected"], False, 1)
+            probes = parse_probes(raw.get("controller") or {})
+            spent["typed_by_document_py"] = spent.get("typed_by_document_py", 0) + 1
         timed("typed", started)
         started = time.perf_counter()
         results.append(compare_box(inputs.expectations[name], doc, probes, None, None))
@@ -269,10 +275,15 @@ def where(size: int, p: dict[str, float]) -> list[str]:
         f"it) {p['load']:.2f} s, most of it ruamel.yaml's pure-Python parser on each box's "
         "group_vars file and facts overlay; deriving and storing the drift inputs "
         f"{p['inputs']:.2f} s; reading them back (warm) {p['remembered']:.2f} s; reading the "
-        "snapshot's files (size limit, SHA-256 against the index, JSON: msgspec from "
-        f"{LARGE} boxes on) {p['read']:.2f} s; the typed parse {p['typed']:.2f} s; comparing "
+        "snapshot's files (size limit, SHA-256 against the index) "
+        f"{p['read']:.2f} s; decoding them into typed documents {p['typed']:.2f} s (from "
+        f"{LARGE} boxes on by msgspec straight into the document, observe/document_c.py; "
+        f"{p.get('typed_by_document_py', 0):.0f} files left to document.py); comparing "
         f"{p['compare']:.2f} s; the JSON report {p['json']:.2f} s ({p['json_mb']:.0f} MB), of "
-        f"which {p['document']:.2f} s building its values and the rest writing them.",
+        f"which {p['document']:.2f} s building its values and the rest writing them. A replay "
+        f"of {WORKERS_FROM} boxes or more runs the per-box steps (reading, decoding, comparing, "
+        "each box's part of the JSON report) in its worker processes; the rest stays in the "
+        "replay's own process.",
         *NOTE,
     ]
 
