@@ -139,8 +139,9 @@ def _replay(
     workers = worker_count(len(order))
     parts = None
     if workers > 1:
-        # Remembered expectations are unpickled on first use (drift_inputs._Unpickled): here,
-        # once, so that the workers share them instead of each unpickling all of them.
+        # Remembered expectations are unpickled on first use, each box's apart
+        # (drift_inputs._Unpickled): the index of them here, once, before the workers fork;
+        # each worker then unpickles only the boxes it compares.
         len(inputs.expectations)
     if workers > 1 and part is not None:
         with_parts = map_boxes(lambda name: _with_part(replay_box(name), part), order, workers)

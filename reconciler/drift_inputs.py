@@ -60,7 +60,11 @@ class DriftInputs(NamedTuple):
         # repeated drift reads the rest (targets, payloads, URLs) and sends the boxes their
         # work before the comparison's types are imported (compare/context.py and
         # desired/entries.py: ~8 ms of imports and class set-up, now while the boxes work).
-        later = pickle.dumps(dict(self.expectations), pickle.HIGHEST_PROTOCOL)
+        # Each box's expectation pickled apart: a caller unpickles only the boxes it compares
+        # (a replay's worker, reconciler/replay_workers.py, its own share of a large fleet).
+        boxes = self.expectations.items()
+        each = {box: pickle.dumps(exp, pickle.HIGHEST_PROTOCOL) for box, exp in boxes}
+        later = pickle.dumps(each, pickle.HIGHEST_PROTOCOL)
         fields = (self.inventory_file, self.boxes, later, self.payloads, self.targets)
         return (_remembered, (*fields, self.bases, self.facts))
 
@@ -79,27 +83,31 @@ def _remembered(
 
 
 class _Unpickled(Mapping[str, Any]):
-    """Remembered expectations, unpickled the first time one is asked for."""
+    """Remembered expectations, each box's unpickled the first time it is asked for."""
 
     def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
+        self._data: bytes | None = data  # a pickle of {box: that box's pickled expectation}
+        self._pickled: dict[str, bytes] = {}
         self._value: dict[str, Any] = {}
 
-    def _loaded(self) -> dict[str, Any]:
+    def _boxes(self) -> dict[str, bytes]:
         if self._data is not None:
-            with paused_gc():  # acyclic, like the rest of the entry (fingerprint.remembered)
-                self._value = pickle.loads(self._data)
+            self._pickled = pickle.loads(self._data)
             self._data = None
-        return self._value
+        return self._pickled
 
     def __getitem__(self, box: str) -> Any:
-        return self._loaded()[box]
+        if box not in self._value:
+            pickled = self._boxes()[box]
+            with paused_gc():  # acyclic, like the rest of the entry (fingerprint.remembered)
+                self._value[box] = pickle.loads(pickled)
+        return self._value[box]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._loaded())
+        return iter(self._boxes())
 
     def __len__(self) -> int:
-        return len(self._loaded())
+        return len(self._boxes())
 
 
 def expectations(
