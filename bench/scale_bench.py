@@ -134,7 +134,14 @@ def measure(size: int, runs: int, work: Path) -> dict[str, Sample]:
             f"{k} {v[-1].seconds:.2f}s" for k, v in out.items()), file=sys.stderr)  # fmt: skip
     medians = {k: median(v) for k, v in out.items()}
     medians["memory"] = Sample(0.0, summed_peak_mb(replay(root, "json"), env_warm))
+    pairs = zip(out["warm"], out["floor"], strict=True)
+    WARM_ROUNDS[size] = [warm.seconds / floor.seconds for warm, floor in pairs]
     return medians
+
+
+# Each round's warm replay against that round's floor, by fleet size: how much the ratio of
+# the medians moves from round to round on this machine.
+WARM_ROUNDS: dict[int, list[float]] = {}
 
 
 def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, float]) -> list[str]:
@@ -177,6 +184,8 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
         )
         lines += ["", f"{large} boxes against {small} ({large // small}x the boxes): {growth}."]
         lines += ["", goals(results[large], results[small])]
+        rounds = ", ".join(f"{ratio:.1f}x" for ratio in WARM_ROUNDS.get(large, []))
+        lines += ["", f"Each round's warm replay against its own floor at {large} boxes: {rounds}."]
     lines += where(max(results), profile)
     lines.append(END)
     return lines
