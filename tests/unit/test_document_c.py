@@ -22,6 +22,7 @@ import pytest
 
 from reconciler.observe.document_c import read_snapshot_file
 from reconciler.observe.observe import BoxObservation, snapshot_observation
+from tests.unit.test_observation_document import _paths
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(
@@ -107,17 +108,6 @@ ODD_KEYS = ["\x07bell", "zz_added", "a" * 70, "é", ""]
 COPIES = 150  # per seed
 
 
-def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            out += _paths(value, (*path, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            out += _paths(value, (*path, i))
-    return out
-
-
 def _damaged(raw: bytes, paths: list[tuple[Any, ...]], rng: random.Random) -> dict[str, Any]:
     doc = pickle.loads(raw)  # a deep copy, quicker than copy.deepcopy
     path = rng.choice(paths)
@@ -144,7 +134,7 @@ def _damaged(raw: bytes, paths: list[tuple[Any, ...]], rng: random.Random) -> di
 @pytest.mark.parametrize("seed", range(2))
 def test_damaged_copies_read_the_same_or_go_to_document_py(seed: int, tmp_path: Path) -> None:
     original = json.loads(THOR.read_text(encoding="utf-8"))
-    raw, paths = pickle.dumps(original), _paths(original)[1:]
+    raw, paths = pickle.dumps(original), _paths(original)
     rng = random.Random(seed)
     path = tmp_path / "thor.json"
     typed_count = 0
