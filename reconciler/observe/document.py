@@ -1154,15 +1154,17 @@ def _service(raw: Any, path: str) -> Service:
         image=_opt_text(obj.get("image"), f"{path}.image"),
         command=_opt_argv(obj.get("command"), f"{path}.command"),
         environment=_env(_or(obj.get("environment"), {}), f"{path}.environment"),
-        ports=tuple(
-            json.dumps(_plain_json(p, f"{path}.ports[{i}]"), sort_keys=True)
-            for i, p in enumerate(ports)
-        ),
+        ports=tuple(_port_entry(p, f"{path}.ports[{i}]") for i, p in enumerate(ports)),
         entrypoint=_opt_argv(obj.get("entrypoint"), f"{path}.entrypoint"),
         profiles=_names(_or(obj.get("profiles"), []), f"{path}.profiles"),
         container_name=_opt_name(obj.get("container_name"), f"{path}.container_name"),
         runtime=_opt_text(obj.get("runtime"), f"{path}.runtime"),
     )
+
+
+def _port_entry(raw: Any, path: str) -> str:
+    """A published-port entry of compose's render, as canonical JSON (compared whole)."""
+    return json.dumps(_plain_json(raw, path), sort_keys=True)
 
 
 def _variables(raw: Any, path: str) -> Variables:

@@ -58,8 +58,9 @@ from reconciler.observe.document import (
     _mapping,
     _meminfo,
     _names,
+    _opt_name,
     _or,
-    _plain_json,
+    _port_entry,
     _ports,
     _printable,
     _Reader,
@@ -127,7 +128,7 @@ class _Service(Struct, forbid_unknown_fields=True, gc=False):
     image: Text | None = None
     command: Argv | None = None
     environment: Env | None = None
-    ports: Any = None  # each entry kept as canonical JSON: document.py's `_plain_json`
+    ports: Any = None  # each entry kept as canonical JSON: document.py's `_port_entry`
     entrypoint: Argv | None = None
     profiles: Texts | None = None
     container_name: Text | None = None
@@ -274,12 +275,6 @@ def _names_ok(names: Any) -> None:
         raise _Refused
 
 
-def _name_or_none(name: str | None) -> str | None:
-    if name is not None and not name.isprintable():
-        raise _Refused
-    return name
-
-
 def _docker(docker: _Docker | None) -> Docker:
     if docker is None:
         return Docker(None)
@@ -365,18 +360,12 @@ def _service(s: _Service) -> Service:
         image=s.image,
         command=_argv(s.command),
         environment=_env(s.environment),
-        ports=tuple(_canonical(p) for p in ports),
+        ports=tuple(_port_entry(p, "ports") for p in ports),
         entrypoint=_argv(s.entrypoint),
         profiles=s.profiles or (),
-        container_name=_name_or_none(s.container_name),
+        container_name=_opt_name(s.container_name, "container_name"),
         runtime=s.runtime,
     )
-
-
-def _canonical(port: Any) -> str:
-    import json  # as document._service: a published-port entry, compared whole
-
-    return json.dumps(_plain_json(port, "ports"), sort_keys=True)
 
 
 def _env(env: dict[str, Any] | None) -> dict[str, EnvValue]:

@@ -250,24 +250,26 @@ def snapshot_observation(
     if controller is not None and not isinstance(controller, dict):
         bad = Fault(FaultKind.MALFORMED, "expected an object", "controller")
         return BoxObservation(box, None, str(bad), fault=bad)
-    return _from_file(box, raw.get("collected"), raw, controller)
+    fields = (raw.get("error"), raw.get("elapsed_s"), raw.get("connection"))
+    return _from_file(box, raw.get("collected"), *fields, controller)
 
 
 def _from_file(
     box: str,
     collected: dict[str, Any] | None,
-    fields: Mapping[str, Any],
+    error: Any,
+    elapsed_s: Any,
+    connection: Any,
     controller: dict[str, Any] | None,
     parsed: Observed | None = None,
 ) -> BoxObservation:
-    error = fields.get("error")
-    connection = fields.get("connection")
+    """A snapshot file's box, its fields as the file has them (each checked here)."""
     return BoxObservation(
         box,
         collected,
         error if isinstance(error, str) else None,
         controller or {},
-        elapsed(fields.get("elapsed_s")),
+        elapsed(elapsed_s),
         printable(connection, 500) if isinstance(connection, str) else None,
         complete=False,
         parsed=parsed,
@@ -280,8 +282,8 @@ def _typed_snapshot(box: str, data: bytes) -> BoxObservation | None:
     typed = read_snapshot_file(data)
     if typed is None:
         return None  # anything it does not read exactly as document.py does: read as always
-    fields = {"error": typed.error, "elapsed_s": typed.elapsed_s, "connection": typed.connection}
-    return _from_file(box, None, fields, typed.controller, typed.document)
+    fields = (typed.error, typed.elapsed_s, typed.connection)
+    return _from_file(box, None, *fields, typed.controller, typed.document)
 
 
 def _written_as(data: bytes, sha256: str | None) -> bool:
