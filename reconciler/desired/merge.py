@@ -7,6 +7,7 @@ pyinfra's own host.data lookup is shallow, which is why this exists.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from reconciler.desired.problems import Location, PathKey
@@ -32,17 +33,35 @@ def _merge_into(
 ) -> None:
     for key, value in incoming.items():
         child = (*path, key)
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
+        old = target.get(key, _ABSENT)
+        if isinstance(value, dict) and isinstance(old, dict):
             positions[child] = doc.positions[child]
-            _merge_into(target[key], value, child, doc, positions)
+            _merge_into(old, value, child, doc, positions)
             continue
-        # A replaced subtree must not keep the positions of what it replaced.
-        for stale in [p for p in positions if p[: len(child)] == child]:
-            del positions[stale]
+        # A replaced subtree must not keep the positions of what it replaced. Positions hold
+        # exactly the paths of the data (every key and item), so walking the old value finds
+        # them: scanning every position per key was quadratic in the fleet (0.5 s at 1,000).
+        if old is not _ABSENT:
+            for stale in _paths(old, child):
+                positions.pop(stale, None)
         target[key] = _copy(value)
-        for p, loc in doc.positions.items():
-            if p[: len(child)] == child:
-                positions[p] = loc
+        for found in _paths(value, child):
+            if found in doc.positions:
+                positions[found] = doc.positions[found]
+
+
+_ABSENT = object()
+
+
+def _paths(value: Any, path: PathKey) -> Iterator[PathKey]:
+    """`path` and the path of every key and item under it, in the order a loader records them."""
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*path, index))
 
 
 def _copy(value: Any) -> Any:

@@ -22,11 +22,15 @@ accept tuples) plus a flat `{path: Location}` table from those nodes ourselves, 
 (merge, pydantic, cross-checks) can name the exact line without carrying ruamel types around.
 Comments are not needed for that, so the round-trip scanner (which reads a whole line ahead
 of every token to attach comments) is not used.
+
+That located loader costs ~2 ms for a 40-line layer, so a plain file (nearly all of them) is
+read first by yaml_fast.py from libyaml's events (same data, same positions, ~30x faster);
+whatever that path finds not plain, this loader reads again and judges, so every error and
+refusal is worded here, whichever path met it first.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +50,22 @@ from reconciler.desired.safe_read import (
     Unreadable,
     read_regular,
 )
+from reconciler.desired.yaml_fast import plain_source
+from reconciler.desired.yaml_scalars import (
+    AS_TEXT,
+    BAD_CHAR,
+    BAD_KEY_CHAR,
+    BOOL,
+    EXPLICIT_OK,
+    FLOAT,
+    INT,
+    MAP,
+    MERGE,
+    NULL,
+    SEQ,
+    char_name,
+    scalar_value,
+)
 
 MAX_DEPTH = 32  # the deepest path of the desired state today is 5 levels
 # The pure-Python parser costs tens of microseconds per value; the largest layer today holds
@@ -54,23 +74,9 @@ MAX_NODES = 2000
 # The inventory grows with the fleet (about 20 values a box): room for 5,000 boxes, parsed in
 # a few seconds. Every other file is a layer and keeps MAX_NODES.
 INVENTORY_MAX_NODES = 100_000
-MAX_INT = 2**63  # every integer of the desired state fits a signed 64-bit value
-
-_CORE = "tag:yaml.org,2002:"
-_STR, _INT, _FLOAT, _BOOL, _NULL = (f"{_CORE}{t}" for t in ("str", "int", "float", "bool", "null"))
-_MAP, _SEQ, _MERGE = f"{_CORE}map", f"{_CORE}seq", f"{_CORE}merge"
-# Implicit tags the 1.2 resolver gives plain scalars that we keep as the text they are.
-_AS_TEXT = {_STR, f"{_CORE}timestamp", f"{_CORE}value", f"{_CORE}yaml", "!"}
-_EXPLICIT_OK = {_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ, "!"}
-
-# Not allowed anywhere in a value: C0 controls but TAB/LF/CR, DEL, C1 controls (a terminal
-# reads some as escape sequences), surrogates, and the two non-characters YAML excludes.
-_BAD_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 # In the file's text also what YAML counts as a line break and an editor does not (a lone CR,
 # U+2028, U+2029): every line number we report must be the line the operator's editor shows.
-_BAD_TEXT = re.compile(f"{_BAD_CHAR.pattern}|\r(?!\n)|[\u2028\u2029]")
-# A key is a name: no line breaks or tabs either.
-_BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_BAD_TEXT = re.compile(f"{BAD_CHAR.pattern}|\r(?!\n)|[\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -102,9 +108,27 @@ def load_yaml(
         )
     except Unreadable as exc:
         raise DesiredStateError([Problem(at_start, "", exc.message)]) from None
-    text = _decode(raw, display)
-    node = _compose(text, display, _InventoryComposer if inventory else _LimitedComposer)
-    if node is None or (isinstance(node, ScalarNode) and node.tag == _NULL):
+    return parse_text(_decode(raw, display), display, required=required, inventory=inventory)
+
+
+def parse_text(
+    text: str,
+    display: str,
+    *,
+    required: str | None = None,
+    inventory: bool = False,
+    located_only: bool = False,
+) -> SourceDoc:
+    """`load_yaml` on a file's decoded text. A plain file takes libyaml's events (yaml_fast.py);
+    anything else, or `located_only`, the located loader, which words every refusal."""
+    composer = _InventoryComposer if inventory else _LimitedComposer
+    if not located_only:
+        plain = plain_source(text, display, max_nodes=composer.max_nodes, max_depth=MAX_DEPTH)
+        if plain is not None:
+            return SourceDoc(display, *plain)
+    at_start = Location(display, 1, 1)
+    node = _compose(text, display, composer)
+    if node is None or (isinstance(node, ScalarNode) and node.tag == NULL):
         if required is not None:
             raise DesiredStateError([Problem(at_start, "", f"file is empty, expected {required}")])
         return SourceDoc(display, {}, {(): at_start})
@@ -131,7 +155,7 @@ def _decode(raw: bytes, display: str) -> str:
     bad = _BAD_TEXT.search(text)
     if bad:
         line, col = _line_col(text[: bad.start()])
-        message = f"{_char_name(bad.group())} is not allowed in a YAML file"
+        message = f"{char_name(bad.group())} is not allowed in a YAML file"
         raise DesiredStateError([Problem(Location(display, line, col), "", message)])
     return text
 
@@ -139,19 +163,6 @@ def _decode(raw: bytes, display: str) -> str:
 def _line_col(before: str) -> tuple[int, int]:
     line = before.count("\n") + 1
     return line, len(before) - (before.rfind("\n") + 1) + 1
-
-
-def _char_name(char: str) -> str:
-    code = ord(char)
-    if 0xD800 <= code <= 0xDFFF:
-        return f"lone surrogate U+{code:04X}"
-    if code in (0xFFFE, 0xFFFF):
-        return f"non-character U+{code:04X}"
-    if code == 0x0D:
-        return "carriage return without a line feed"
-    if code in (0x2028, 0x2029):
-        return f"line separator U+{code:04X}"
-    return f"control character U+{code:04X}"
 
 
 # -- parsing with limits -----------------------------------------------------------------------
@@ -221,7 +232,7 @@ class _LimitedComposer(Composer):
         if self.nodes > self.max_nodes:
             raise _Refused(event.start_mark, f"more than {self.max_nodes} values in one file")
         tag = getattr(event, "ctag", None)
-        if tag is not None and str(tag) not in _EXPLICIT_OK:
+        if tag is not None and str(tag) not in EXPLICIT_OK:
             raise _Refused(event.start_mark, f"tag {_tag_text(tag)} is not allowed")
         nests = isinstance(event, MappingStartEvent | SequenceStartEvent)
         if nests:
@@ -307,7 +318,7 @@ class _Builder:
         if isinstance(node, MappingNode):
             return self.mapping(node, path)
         if isinstance(node, SequenceNode):
-            if node.tag != _SEQ:
+            if node.tag != SEQ:
                 self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a list")
             items = []
             for index, item in enumerate(node.value):
@@ -318,7 +329,7 @@ class _Builder:
         return self.scalar(node, path)
 
     def mapping(self, node: MappingNode, path: PathKey) -> dict[str, Any]:
-        if node.tag != _MAP:
+        if node.tag != MAP:
             self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a mapping")
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -339,73 +350,28 @@ class _Builder:
             kind = "mapping" if isinstance(node, MappingNode) else "list"
             self.refuse(node, path, f"a {kind} cannot be a key; keys are names")
             return None
-        if node.tag == _MERGE:
+        if node.tag == MERGE:
             self.refuse(node, path, "merge keys (<<) are not allowed: write the keys out")
             return None
-        if node.tag not in _AS_TEXT:
-            kind = {_INT: "an integer", _FLOAT: "a number", _BOOL: "a boolean"}.get(
+        if node.tag not in AS_TEXT:
+            kind = {INT: "an integer", FLOAT: "a number", BOOL: "a boolean"}.get(
                 str(node.tag), "null"
             )
             shown = node.value[:40] or "(empty)"
             self.refuse(node, path, f"key {shown} is {kind}, not a name: quote it")
             return None
-        bad = _BAD_KEY_CHAR.search(node.value)
+        bad = BAD_KEY_CHAR.search(node.value)
         if bad:
-            self.refuse(node, path, f"{_char_name(bad.group())} is not allowed in a key")
+            self.refuse(node, path, f"{char_name(bad.group())} is not allowed in a key")
             return None
         return str(node.value)
 
     def scalar(self, node: Node, path: PathKey) -> Any:
-        tag, value = str(node.tag), str(node.value)
-        if tag in _AS_TEXT or tag == _MERGE:  # `<<` as a value is just the text
-            bad = _BAD_CHAR.search(value)
-            if bad:
-                self.refuse(node, path, f"{_char_name(bad.group())} is not allowed in a value")
-            return value
-        if tag == _NULL:
-            if value not in ("", "~", "null", "Null", "NULL"):
-                self.refuse(node, path, "!!null holds a value; write null or nothing")
+        tag = str(node.tag)
+        if tag not in AS_TEXT and tag not in (MERGE, NULL, BOOL, INT, FLOAT):
+            self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a scalar")
             return None
-        if tag == _BOOL:
-            if value.lower() not in ("true", "false"):
-                self.refuse(node, path, "!!bool value is not true or false")
-            return value.lower() == "true"
-        if tag == _INT:
-            return self.integer(node, path, value)
-        if tag == _FLOAT:
-            return self.number(node, path, value)
-        self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a scalar")
-        return None
-
-    def integer(self, node: Node, path: PathKey, value: str) -> int | None:
-        text = value.replace("_", "")
-        sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.removeprefix("+"))
-        base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2].lower(), 10)
-        digits = digits[2:] if base != 10 else digits
-        try:
-            if not digits.isalnum():
-                raise ValueError
-            number = sign * int(digits, base) if len(digits) <= 64 else MAX_INT
-        except ValueError:
-            self.refuse(node, path, "!!int value is not an integer")
-            return None
-        if not -MAX_INT <= number < MAX_INT:
-            self.refuse(node, path, "integer out of range (more than 64 bits)")
-            return None
-        return number
-
-    def number(self, node: Node, path: PathKey, value: str) -> float | None:
-        text = value.replace("_", "").lower()
-        try:
-            if text.lstrip("+-") in (".inf", ".nan", "inf", "nan", "infinity"):
-                raise OverflowError
-            number = float(text)
-            if not math.isfinite(number):
-                raise OverflowError
-        except OverflowError:
-            self.refuse(node, path, "number is not finite (.inf, .nan, or too large)")
-            return None
-        except ValueError:
-            self.refuse(node, path, "!!float value is not a number")
-            return None
-        return number
+        value, problem = scalar_value(tag, str(node.value))
+        if problem is not None:
+            self.refuse(node, path, problem)
+        return value

@@ -93,19 +93,24 @@ def same_variants_whatever_ran_before(monkeypatch: pytest.MonkeyPatch) -> None:
         providers.CONSTANTS_CACHE.cache.clear()
 
 
+def reproducible(examples: int) -> settings:
+    """The same variants every run (see the docstring), and no deadline: a hang is an alarm."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
 def test_generated_variants_are_loaded_or_refused_at_a_real_line(
     fleet_copy: Path, parsed_once: None, same_variants_whatever_ran_before: None
 ) -> None:
     originals = corpus(fleet_copy)
     ran: list[str] = []
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    @reproducible(EXAMPLES)
     @given(st.data())
     def check(data: Any) -> None:
         case = variant(HypothesisDraw(data), originals)
