@@ -182,6 +182,10 @@ def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
     replay = _replay_inputs(args)
     if replay is not None:
         return replay
+    if args.from_snapshot:
+        from reconciler.desired.fingerprint import store_behind
+
+        store_behind()  # a replay's workers are busy meanwhile; main() waits for the stores
     fleet = _load(args, cached=True)
     if _snapshot_facts(args) is not None:
         from reconciler.drift_inputs import drift_inputs
@@ -503,6 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _end_now(code)
         return code
     finally:
+        _stores_done()
         if collecting:
             gc.enable()
         if argv is None:
@@ -518,10 +523,18 @@ def _end_now(code: int) -> NoReturn:
     for, and it registers no exit hook. What the interpreter would still do is take every
     module apart one by one (~13 ms of a repeated run's CPU), so the OS takes the process back
     whole instead, once what is buffered for stdout and stderr is out."""
+    _stores_done()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader that left, a closed stream
             stream.flush()
     os._exit(code)
+
+
+def _stores_done() -> None:
+    """Wait for the caches a forked child is still writing (desired/fingerprint.py)."""
+    fingerprint = sys.modules.get("reconciler.desired.fingerprint")
+    if fingerprint is not None:
+        fingerprint.stored()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -107,3 +107,46 @@ def test_each_kind_keeps_only_its_newest_entries(
     write_private(other, b"y", keep=3)
     left = sorted(p.name for p in cache_dir().iterdir())
     assert left == sorted([*(p.name for p in paths[-3:]), other.name])  # the other kind stays
+
+
+@pytest.fixture
+def storing_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reconciler.desired import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_behind", None)
+    fingerprint.store_behind()
+
+
+@pytest.mark.usefixtures("storing_behind")
+def test_a_store_behind_is_written_by_a_child_and_there_once_waited_for(repo: Path) -> None:
+    """A replay asks for it (cli.py): the entry is pickled and written by a forked child while
+    the run goes on, and is there, whole, once the run has waited for it."""
+    from reconciler.desired import fingerprint
+
+    fleet = load_fleet_cached(repo, "hosts")
+    assert fingerprint._behind is not None and len(fingerprint._behind) == 1  # a child's pid
+    child = fingerprint._behind[0]
+    fingerprint.stored()
+    assert fingerprint._behind == []
+    with pytest.raises(ChildProcessError):  # waited for: nothing left of it
+        os.waitpid(child, os.WNOHANG)
+    hit = cached_fleet(repo, hosts_inventory(repo))
+    assert hit is not None and hit.boxes == fleet.boxes
+
+
+@pytest.mark.usefixtures("storing_behind")
+def test_with_another_thread_running_the_store_is_made_in_place(repo: Path) -> None:
+    import threading
+
+    from reconciler.desired import fingerprint
+
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        load_fleet_cached(repo, "hosts")
+        assert fingerprint._behind == []  # no fork beside a running thread
+        assert cached_fleet(repo, hosts_inventory(repo)) is not None  # already written
+    finally:
+        release.set()
+        other.join()
