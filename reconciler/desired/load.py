@@ -19,7 +19,7 @@ from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
-from reconciler.desired.merge import merge_layers
+from reconciler.desired.merge import SharedPrefixes
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
 from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
 from reconciler.desired.refs import is_digest_ref
@@ -69,13 +69,15 @@ def load_fleet(
     box_overlays, more = _box_overlays(root, inv, inv_doc)
     if more:
         raise DesiredStateError(more)
+    merges = SharedPrefixes()
     for name, conn in inv.boxes.items():
-        chain = [docs[n] for n in ("all", *_ordered_groups(inv, conn), name) if n in docs]
+        groups = [docs[n] for n in ("all", *_ordered_groups(inv, conn)) if n in docs]
+        chain = [*groups, *([docs[name]] if name in docs else [])]
         if overlay is not None:
             chain.append(overlay)
         if name in box_overlays:
             chain.append(box_overlays[name])
-        data, where = merge_layers(chain)
+        data, where = merges.merge(chain, len(groups))
         union_layers(chain, data, where)  # secret_patterns: a layer only adds names
         data = {"name": name, **data}
         where.setdefault(("name",), Location(inv_doc.file, 1, 1))
@@ -110,11 +112,10 @@ def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Pro
 def _display(root: Path, path: Path) -> str:
     """The name errors give a file: relative to the repository, the link's own name for a
     symlink (never resolved: a loop must not raise), non-printable characters escaped."""
-    absolute = Path(os.path.abspath(path))
-    try:
-        shown = str(absolute.relative_to(os.path.abspath(root)))
-    except ValueError:
-        shown = str(absolute)
+    absolute, inside = os.path.abspath(path), os.path.join(os.path.abspath(root), "")
+    shown = absolute.removeprefix(inside) if absolute.startswith(inside) else absolute
+    if shown.isprintable():  # string work, not pathlib's: called for each of 2,006 files
+        return shown
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
 
 

@@ -13,10 +13,33 @@ from typing import Any
 from reconciler.desired.problems import Location, PathKey
 from reconciler.desired.yaml_source import SourceDoc
 
+Merged = tuple[dict[str, Any], dict[PathKey, Location]]
 
-def merge_layers(layers: list[SourceDoc]) -> tuple[dict[str, Any], dict[PathKey, Location]]:
-    merged: dict[str, Any] = {}
-    positions: dict[PathKey, Location] = {}
+
+def merge_layers(layers: list[SourceDoc]) -> Merged:
+    return _fold({}, {}, layers)
+
+
+class SharedPrefixes:
+    """merge_layers for many chains that start with the same layers (every box of a group
+    starts from all.yaml and its groups' files): each distinct prefix is merged once and each
+    chain goes on from a copy of it. A merge is a left fold, so the answer is the same, data
+    and positions, in the same order; at 1,000 boxes it saves half of the merging."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[int, ...], Merged] = {}
+
+    def merge(self, layers: list[SourceDoc], shared: int) -> Merged:
+        key = tuple(id(doc) for doc in layers[:shared])  # the documents live as long as self
+        base = self._prefixes.get(key)
+        if base is None:
+            base = self._prefixes[key] = merge_layers(layers[:shared])
+        return _fold(_copy(base[0]), dict(base[1]), layers[shared:])
+
+
+def _fold(
+    merged: dict[str, Any], positions: dict[PathKey, Location], layers: list[SourceDoc]
+) -> Merged:
     for doc in layers:
         if () not in positions:
             positions[()] = doc.positions.get((), Location(doc.file, 1, 1))

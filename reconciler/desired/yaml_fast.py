@@ -43,7 +43,7 @@ try:  # ruamel.yaml's optional C extension (a dependency of this package on CPyt
 except ImportError:  # pragma: no cover - then every file takes the located loader
     CParser = None
 
-Rules = list[tuple[str, Any]]
+Rules = list[tuple[str, Callable[[str], Any]]]
 _BLOCK = ("|", ">")
 
 
@@ -74,8 +74,11 @@ def plain_source(
 def _resolver_rules() -> tuple[dict[str, Rules], Rules]:
     """ruamel's YAML 1.2 implicit resolvers by first character (the loader's default version),
     each with those that apply to any first character appended, as its `resolve` walks them."""
-    table = VersionedResolver().versioned_resolver
-    any_first = list(table.get(None, []))
+    table = {
+        first: [(str(tag), regexp.match) for tag, regexp in rules]  # the compiled pattern's own
+        for first, rules in VersionedResolver().versioned_resolver.items()  # (lazily built)
+    }
+    any_first = table.get(None, [])
     return {first: [*rules, *any_first] for first, rules in table.items()}, any_first
 
 
@@ -84,9 +87,9 @@ _RULES, _ANY_FIRST = _resolver_rules()
 
 def _implicit_tag(value: str) -> str:
     """The tag ruamel's VersionedResolver gives a plain scalar."""
-    for tag, regexp in _RULES.get(value[:1], _ANY_FIRST):
-        if regexp.match(value):
-            return str(tag)
+    for tag, match in _RULES.get(value[:1], _ANY_FIRST):
+        if match(value):
+            return tag
     return STR
 
 
