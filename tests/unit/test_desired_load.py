@@ -51,6 +51,38 @@ def test_replacing_a_subtree_forgets_the_positions_it_replaced() -> None:
     assert ("lanes", "w", "env", "A") not in where
 
 
+def test_a_shared_prefix_merged_once_gives_each_chain_what_merging_it_alone_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SharedPrefixes (one merge of all.yaml + groups for every box of those groups): the same
+    data and positions, in the same order, and no chain sees what another one changed."""
+    from reconciler.desired.merge import SharedPrefixes
+
+    base = _doc("all.yaml", {"lanes": {"w": {"env": {"A": "1"}, "on": True}}, "x": "1"})
+    group = _doc("gpu.yaml", {"lanes": {"w": {"env": {"B": "2"}}}, "y": {"z": "3"}})
+    thor = _doc("thor.yaml", {"lanes": {"w": "off"}, "y": "flat"})
+    spark = _doc("spark.yaml", {"lanes": {"w": {"env": {"A": "9"}}}, "x": {"now": "a map"}})
+    merges = SharedPrefixes()
+    calls: list[int] = []
+    real = merge_layers
+
+    def counted(layers: list[SourceDoc]) -> tuple[dict, dict]:
+        calls.append(len(layers))
+        return real(layers)
+
+    monkeypatch.setattr("reconciler.desired.merge.merge_layers", counted)
+    got = [merges.merge([base, group, box], 2) for box in (thor, spark, thor, spark)]
+    monkeypatch.undo()
+    assert calls == [2]  # the prefix, once
+    for box, (data, where) in zip((thor, spark, thor, spark), got, strict=True):
+        alone_data, alone_where = merge_layers([base, group, box])
+        assert data == alone_data
+        assert list(where.items()) == list(alone_where.items())
+    assert got[0][0]["lanes"] == {"w": "off"}
+    assert got[1][0]["lanes"]["w"] == {"env": {"A": "9", "B": "2"}, "on": True}
+    assert base.data["lanes"]["w"]["env"] == {"A": "1"}  # the layers themselves untouched
+
+
 def test_real_fleet_layers_all_then_groups_in_order_then_box() -> None:
     fleet = load_fleet(ROOT, "hosts")
     assert list(fleet.boxes) == ["thor", "spark", "orin"]
