@@ -281,8 +281,9 @@ def where(size: int, p: dict[str, float]) -> list[str]:
         f"Where the time goes at {size} boxes (the engine's phases one after the other in one "
         "process, this run): parsing the observation files with `json` "
         f"{p['floor']:.2f} s; loading and validating the desired state (cold, with storing "
-        f"it) {p['load']:.2f} s, most of it ruamel.yaml's pure-Python parser on each box's "
-        "group_vars file and facts overlay; deriving and storing the drift inputs "
+        f"it) {p['load']:.2f} s (each box's group_vars file and facts overlay read from "
+        "libyaml's events, desired/yaml_fast.py; the layers merged, each box validated by "
+        "pydantic and checked, the result pickled); deriving and storing the drift inputs "
         f"{p['inputs']:.2f} s; reading them back (warm) {p['remembered']:.2f} s; reading the "
         "snapshot's files (size limit, SHA-256 against the index) "
         f"{p['read']:.2f} s; decoding them into typed documents {p['typed']:.2f} s (from "
@@ -320,7 +321,14 @@ NOTE = [
     f"{LARGE} boxes on, the snapshot files the index vouches for are read and the report is "
     "written by msgspec (C; reconciler/fast_json.py), with json's values, text and faults: "
     "anything msgspec would read or write otherwise goes to json (~0.4 s of json.dumps' "
-    "pure-Python indenting and ~0.3 s of json.loads at 1,000 boxes).",
+    "pure-Python indenting and ~0.3 s of json.loads at 1,000 boxes); then, for a cold "
+    "replay, ruamel.yaml's pure-Python scanner and parser on each of the 2,006 desired-state "
+    "files (~3.9 s: a plain file is now read from libyaml's events, ruamel.yaml.clib, and "
+    "only a file that is not plain goes to the located loader, which words every refusal), "
+    "a scan of every position per replaced key when merging layers (quadratic) and every "
+    "box's shared layers merged again (each prefix now merged once), and the validated state "
+    "and drift inputs pickled before the replay could start (now by a forked child while it "
+    "runs).",
 ]
 
 
