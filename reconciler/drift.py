@@ -135,14 +135,11 @@ def _replay(
         )
 
     # Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
-    # boxes are read and compared on every core (reconciler/replay_workers.py).
+    # boxes are read and compared on every core (reconciler/replay_workers.py). Remembered
+    # expectations are unpickled on first use, each box's apart (drift_inputs._PerBox): each
+    # worker unpickles only the boxes it compares, from the cache file's pages it reads.
     workers = worker_count(len(order))
     parts = None
-    if workers > 1:
-        # Remembered expectations are unpickled on first use, each box's apart
-        # (drift_inputs._Unpickled): the index of them here, once, before the workers fork;
-        # each worker then unpickles only the boxes it compares.
-        len(inputs.expectations)
     if workers > 1 and part is not None:
         with_parts = map_boxes(lambda name: _with_part(replay_box(name), part), order, workers)
         results = [result for result, _ in with_parts]

@@ -20,9 +20,9 @@ import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, SupportsIndex
 
-from reconciler.desired.fingerprint import code_version, remember, remembered
+from reconciler.desired.fingerprint import Buffer, code_version, remember, remembered
 from reconciler.desired.secret_names import effective
 from reconciler.gc_pause import paused_gc
 from reconciler.observe.transport import Target
@@ -43,7 +43,7 @@ class DriftInputs(NamedTuple):
     inventory_file: str  # as reports name it (inventory/lab.yaml)
     boxes: tuple[str, ...]  # every box of the inventory, in its order
     expectations: Mapping[str, BoxExpectation]
-    payloads: dict[str, dict[str, Any]]  # collector payload per box, without the run key
+    payloads: Mapping[str, dict[str, Any]]  # collector payload per box, without the run key
     targets: dict[str, Target]
     bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
     # Desired-state files from outside the repository (desired/facts.py), for --save-snapshot.
@@ -55,59 +55,63 @@ class DriftInputs(NamedTuple):
         patterns = effective(self.payloads[box].get("secret_patterns") or ())
         return {**self.payloads[box], "secret_patterns": list(patterns), "run_key": run_key}
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled with the expectations as a pickle of their own, unpickled on first use: a
-        # repeated drift reads the rest (targets, payloads, URLs) and sends the boxes their
-        # work before the comparison's types are imported (compare/context.py and
-        # desired/entries.py: ~8 ms of imports and class set-up, now while the boxes work).
-        # Each box's expectation pickled apart: a caller unpickles only the boxes it compares
-        # (a replay's worker, reconciler/replay_workers.py, its own share of a large fleet).
-        boxes = self.expectations.items()
-        each = {box: pickle.dumps(exp, pickle.HIGHEST_PROTOCOL) for box, exp in boxes}
-        later = pickle.dumps(each, pickle.HIGHEST_PROTOCOL)
-        fields = (self.inventory_file, self.boxes, later, self.payloads, self.targets)
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        # The expectations and payloads are stored a box at a time and read back the same way
+        # (_PerBox): a replay's worker unpickles only the boxes it compares, a live run only
+        # the payloads it sends, and neither imports the comparison's types before the boxes
+        # work (compare/context.py, desired/entries.py: ~8 ms). Their bytes (~80 MB at 1,000
+        # boxes: each box's seeds name every other member) go out of band (protocol 5): the
+        # remembered entry's file is mapped, not read (desired/fingerprint.py).
+        expectations = _PerBox.stored(self.expectations, protocol)
+        payloads = _PerBox.stored(self.payloads, protocol)
+        fields = (self.inventory_file, self.boxes, expectations, payloads, self.targets)
         return (_remembered, (*fields, self.bases, self.facts))
 
 
 def _remembered(
     inventory_file: str,
     boxes: tuple[str, ...],
-    expectations: bytes,
-    payloads: dict[str, dict[str, Any]],
+    expectations: tuple[Any, dict[str, tuple[int, int]]],
+    payloads: tuple[Any, dict[str, tuple[int, int]]],
     targets: dict[str, Target],
     bases: dict[str, str],
     facts: Mapping[str, str],
 ) -> DriftInputs:
-    later = _Unpickled(expectations)
-    return DriftInputs(inventory_file, boxes, later, payloads, targets, bases, facts)
+    stored = (_PerBox(*expectations), _PerBox(*payloads))
+    return DriftInputs(inventory_file, boxes, *stored, targets, bases, facts)
 
 
-class _Unpickled(Mapping[str, Any]):
-    """Remembered expectations, each box's unpickled the first time it is asked for."""
+class _PerBox(Mapping[str, Any]):
+    """A mapping stored as one pickle per box, end to end in one buffer (bytes, or a view of
+    the mapped cache file), each box's value unpickled the first time it is asked for."""
 
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data  # a pickle of {box: that box's pickled expectation}
-        self._pickled: dict[str, bytes] = {}
+    def __init__(self, data: Buffer, where: dict[str, tuple[int, int]]) -> None:
+        self._data = memoryview(data)
+        self._where = where  # box -> (offset, length) in data
         self._value: dict[str, Any] = {}
 
-    def _boxes(self) -> dict[str, bytes]:
-        if self._data is not None:
-            self._pickled = pickle.loads(self._data)
-            self._data = None
-        return self._pickled
+    @staticmethod
+    def stored(values: Mapping[str, Any], protocol: SupportsIndex) -> tuple[Any, dict[str, Any]]:
+        data, where = bytearray(), {}
+        for box, value in values.items():
+            one = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+            where[box] = (len(data), len(one))
+            data += one
+        # Out of band where the protocol allows it (the caller may keep the buffer apart).
+        return (pickle.PickleBuffer(data) if int(protocol) >= 5 else bytes(data)), where
 
     def __getitem__(self, box: str) -> Any:
         if box not in self._value:
-            pickled = self._boxes()[box]
+            start, length = self._where[box]
             with paused_gc():  # acyclic, like the rest of the entry (fingerprint.remembered)
-                self._value[box] = pickle.loads(pickled)
+                self._value[box] = pickle.loads(self._data[start : start + length])
         return self._value[box]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._boxes())
+        return iter(self._where)
 
     def __len__(self) -> int:
-        return len(self._boxes())
+        return len(self._where)
 
 
 def expectations(

@@ -118,16 +118,21 @@ def storing_behind(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("storing_behind")
-def test_a_store_behind_is_written_by_a_child_and_there_once_waited_for(repo: Path) -> None:
+def test_a_store_behind_is_written_by_a_child_and_there_once_waited_for(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A replay asks for it (cli.py): the entry is pickled and written by a forked child while
     the run goes on, and is there, whole, once the run has waited for it."""
     from reconciler.desired import fingerprint
+
+    # As in a replay, where no other thread runs (an earlier test's may still be ending here).
+    monkeypatch.setattr(fingerprint, "_alone", lambda: True)
 
     fleet = load_fleet_cached(repo, "hosts")
     assert fingerprint._behind is not None and len(fingerprint._behind) == 1  # a child's pid
     child = fingerprint._behind[0]
     fingerprint.stored()
-    assert fingerprint._behind == []
+    assert fingerprint._behind is None  # waited for, and in place again from now on
     with pytest.raises(ChildProcessError):  # waited for: nothing left of it
         os.waitpid(child, os.WNOHANG)
     hit = cached_fleet(repo, hosts_inventory(repo))
@@ -150,3 +155,22 @@ def test_with_another_thread_running_the_store_is_made_in_place(repo: Path) -> N
     finally:
         release.set()
         other.join()
+
+
+def test_a_replay_run_in_process_leaves_nothing_stored_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`main` of a cold replay stores its caches behind its back, then waits for them: when it
+    returns they are written, and the next caller in this process stores in place again."""
+    from reconciler.cli import main
+    from reconciler.desired import fingerprint
+    from reconciler.drift_inputs import cached_inputs
+
+    incidents = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(fingerprint, "_alone", lambda: True)  # as the program runs it
+    argv = ["--root", str(incidents), "-i", "lab", "drift", "--from-snapshot"]
+    assert main([*argv, str(incidents / "snapshot"), "--format", "json"]) == 2
+    capsys.readouterr()
+    assert fingerprint._behind is None
+    assert cached_inputs(incidents, incidents / "inventory" / "lab.yaml") is not None

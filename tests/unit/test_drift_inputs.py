@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +94,51 @@ def test_remembered_expectations_load_on_first_use_and_equal_a_fresh_derivation(
     assert pickle.loads(bytes.fromhex(expectations)) == dict(stored.expectations)
     again = cached_inputs(repo, hosts_inventory(repo))
     assert again == stored and len(again.expectations) == 3  # equal as a whole, too
+
+
+def test_every_protocol_round_trips_the_inputs_in_band(repo: Path) -> None:
+    inputs = drift_inputs(load_fleet(repo, "hosts"))
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        again = pickle.loads(pickle.dumps(inputs, protocol))
+        assert again == inputs, protocol
+        assert dict(again.payloads) == dict(inputs.payloads)
+
+
+def test_remembered_expectations_and_payloads_are_read_from_the_mapped_file(repo: Path) -> None:
+    """The bulk of the entry (each box's expectation and payload) stays in the cache file,
+    mapped: opening the entry copies none of it, and a box is unpickled from its own pages."""
+    import mmap
+
+    stored = remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
+    again = cached_inputs(repo, hosts_inventory(repo))
+    assert again is not None
+    for per_box in (again.expectations, again.payloads):
+        assert isinstance(per_box, module._PerBox)
+        assert isinstance(per_box._data.obj, mmap.mmap)  # a view of the file, not a copy
+        assert per_box._value == {}  # nothing unpickled yet
+    assert again.expectations["spark"] == stored.expectations["spark"]
+    assert list(again.expectations._value) == ["spark"]  # that box only
+    assert again.payload("orin", "k" * 32) == stored.payload("orin", "k" * 32)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: b"\x80\x05" + data[8:],  # no magic: the format of an older release
+        lambda data: data + b"\x00",  # padded
+        lambda data: data[:-1],  # cut short
+        lambda data: data[:8] + (10**6).to_bytes(8, "little") + data[16:],  # a pickle too long
+        lambda data: data[:16] + (2**40).to_bytes(8, "little") + data[24:],  # absurd buffers
+        lambda data: b"",  # empty (nothing to map)
+    ],
+    ids=["no-magic", "padded", "cut", "long-pickle", "many-buffers", "empty"],
+)
+def test_a_damaged_entry_file_is_a_miss_and_is_written_again(repo: Path, damage: Any) -> None:
+    from reconciler.desired.fingerprint import entry_name
+
+    remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
+    path = entry_name(module.KIND, repo, hosts_inventory(repo)).with_suffix(".pickle")
+    path.write_bytes(damage(path.read_bytes()))
+    assert cached_inputs(repo, hosts_inventory(repo)) is None
+    stored = remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
+    assert cached_inputs(repo, hosts_inventory(repo)) == stored
