@@ -105,6 +105,7 @@ def write_private(path: Path, data: bytes | Sequence[Buffer], keep: int = KEEP) 
     (one per repository and inventory); a cache that cannot be written only costs time."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _close_to_others(path.parent)
         if not _private(os.lstat(path.parent), directory=True):
             return  # not ours alone: remembered() would not read it back either
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -121,6 +122,25 @@ def write_private(path: Path, data: bytes | Sequence[Buffer], keep: int = KEEP) 
             old.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def _close_to_others(directory: Path) -> None:
+    """Our own cache directory that others may read but not write (0755: made as the parent
+    of another directory, e.g. the collector's compose cache when it runs as this user): made
+    0700, or every run would find it not private and remember nothing. One others may write
+    to is left as it is, and refused."""
+    info = os.lstat(directory)
+    if (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and info.st_mode & 0o077
+        and not info.st_mode & 0o022
+    ):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
 
 
 def _private(info: os.stat_result, directory: bool) -> bool:

@@ -84,3 +84,31 @@ def test_a_cache_directory_others_can_write_is_not_written(repo: Path) -> None:
     cache_dir().chmod(0o777)
     _stored(repo)
     assert list(cache_dir().iterdir()) == []
+
+
+def test_our_cache_directory_others_may_only_read_is_made_private_and_used(repo: Path) -> None:
+    """0755 is what os.makedirs gives a parent directory (the collector's compose cache, run
+    as this user, used to leave the controller's cache so): every run then found it not
+    private and remembered nothing. Ours and closed to writers, it is made 0700."""
+    cache_dir().mkdir(parents=True, mode=0o700)
+    cache_dir().chmod(0o755)
+    _stored(repo)
+    assert cache_dir().stat().st_mode & 0o777 == 0o700
+    assert _lookup(repo) == {"answer": 42}
+
+
+def test_the_collectors_cache_leaves_the_directories_above_it_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconciler.observe.remote import collector
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    old = os.umask(0o022)
+    try:
+        made = collector._cache_dir()
+    finally:
+        os.umask(old)
+    assert made == str(tmp_path / "home" / ".cache" / "fleet-reconciler" / "compose")
+    for level in (".cache", ".cache/fleet-reconciler", ".cache/fleet-reconciler/compose"):
+        assert (tmp_path / "home" / level).stat().st_mode & 0o777 == 0o700, level

@@ -1111,13 +1111,31 @@ def _cache_dir():
         os.path.join(_temp_root(), "fleet-reconciler-%d" % os.getuid()),
     ):
         try:
-            os.makedirs(candidate, mode=0o700, exist_ok=True)
+            _private_dirs(candidate)
             info = os.stat(candidate)
             if info.st_uid == os.getuid() and not info.st_mode & 0o077:
                 return candidate
         except OSError:
             continue
     return None
+
+
+def _private_dirs(path):
+    """os.makedirs(path, 0o700), the directories above it made 0700 too (makedirs gives
+    them the umask's 0755): ~/.cache/fleet-reconciler is also the controller's cache, which
+    trusts only a directory of its user's alone."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:  # noqa: SIM105 (contextlib is not imported on the box: only os and C modules)
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
 
 
 def _temp_root():
