@@ -162,23 +162,27 @@ def drift_inputs(fleet: Fleet) -> DriftInputs:
     """Everything a drift run of any of the fleet's boxes needs (pure)."""
     from reconciler.desired.envfile import fleet_env
     from reconciler.desired.facts import facts_of
+    from reconciler.gc_pause import young_only
     from reconciler.observe.payload import collector_payload
 
     boxes = list(fleet.boxes)
-    envs = fleet_env(fleet, boxes)  # once per box, for both its expectation and its payload
-    payloads = {}
-    for name in boxes:
-        payload = collector_payload(fleet.boxes[name], envs[name], run_key="")
-        payloads[name] = {k: v for k, v in payload.items() if k != "run_key"}
-    return DriftInputs(
-        inventory_file=fleet.inventory_file,
-        boxes=tuple(boxes),
-        expectations=expectations(fleet, boxes, envs),
-        payloads=payloads,
-        targets=targets(fleet, boxes),
-        bases=gateway_bases(fleet, boxes),
-        facts=facts_of(fleet),
-    )
+    # Hundreds of thousands of new objects at 1,000 boxes, all kept: the collector's older
+    # passes would walk them again and again for no garbage (reconciler/gc_pause.py).
+    with young_only():
+        envs = fleet_env(fleet, boxes)  # once per box, for both its expectation and payload
+        payloads = {}
+        for name in boxes:
+            payload = collector_payload(fleet.boxes[name], envs[name], run_key="")
+            payloads[name] = {k: v for k, v in payload.items() if k != "run_key"}
+        return DriftInputs(
+            inventory_file=fleet.inventory_file,
+            boxes=tuple(boxes),
+            expectations=expectations(fleet, boxes, envs),
+            payloads=payloads,
+            targets=targets(fleet, boxes),
+            bases=gateway_bases(fleet, boxes),
+            facts=facts_of(fleet),
+        )
 
 
 # -- the cache ---------------------------------------------------------------------------------

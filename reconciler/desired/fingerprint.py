@@ -10,6 +10,7 @@ directory, and trust it only while it still matches, byte for byte.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import mmap
 import os
@@ -193,6 +194,9 @@ def remember(
         except OSError:
             pid = -1  # no process to spare: store it here
         if pid == 0:  # the child: pickle, write, and end without any of the parent's exit work
+            # No collector passes: pickling makes no cycles, and a pass would walk (and copy
+            # the pages of) every object the parent had, a 1,000-box fleet's million.
+            gc.disable()
             status = 1
             try:
                 write_private(path, _packed(entry))

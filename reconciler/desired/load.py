@@ -25,6 +25,7 @@ from reconciler.desired.problems import DesiredStateError, Location, PathKey, Pr
 from reconciler.desired.refs import is_digest_ref
 from reconciler.desired.secret_names import union_layers
 from reconciler.desired.yaml_source import SourceDoc, load_yaml
+from reconciler.gc_pause import young_only
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -48,6 +49,13 @@ def load_fleet(
     root: Path | None = None, inventory: str | None = None, facts: Path | None = None
 ) -> Fleet:
     """`facts`: a saved snapshot's facts/, read instead of the overlays the inventory names."""
+    # Each box's layers, merged data and model are kept to the end: the collector's older
+    # passes would walk them again and again for no garbage (reconciler/gc_pause.py).
+    with young_only():
+        return _load_fleet(root, inventory, facts)
+
+
+def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) -> Fleet:
     root = root or find_root()
     inv_path = inventory_file(root, inventory)
     inv_doc = _load(root, inv_path)
