@@ -271,7 +271,7 @@ def section(
         f"{dr.machine / dr.wall:.1f}), so wall time follows the CPU every box's work costs on "
         f"this one machine. The floor costs {fl.machine / big:.2f} CPU s a box (the key "
         f"exchange on both sides, sshd's session, two docker CLI runs); drift costs "
-        f"{dr.machine / big:.2f}: {dr.machine - fl.machine:.1f} CPU s more in all. The "
+        f"{dr.machine / big:.2f}: {more_or_less(dr.machine - fl.machine)} in all. The "
         f"controller's own process takes {dr.cpu - fl.cpu:.1f} s of it (its ssh clients cost "
         f"the floor's; the rest is Python: {big} answers of ~150 KB parsed into typed documents, "
         "compared, reported, recorded in the history). The collectors took "
@@ -284,6 +284,11 @@ def section(
         END,
     ]
     return lines
+
+
+def more_or_less(difference: float) -> str:
+    """A CPU difference in words ("1.2 CPU s more", "0.3 CPU s less")."""
+    return f"{abs(difference):.1f} CPU s {'more' if difference >= 0 else 'less'}"
 
 
 def rest(more: float, controller: float, collectors: float) -> str:
