@@ -9,6 +9,7 @@ the repeated-drift path.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reconciler.compare.causes import Cause, group_causes
@@ -62,9 +63,18 @@ def _reads(drift: Drift) -> tuple[str, ...]:
     )
 
 
-def where(row: Row, box_order: tuple[str, ...]) -> str:
+def named(boxes: Sequence[str], limit: int | None = None) -> str:
+    """`thor, spark, orin`; past `limit` names, the first of them and how many more: a cause
+    seen on 700 boxes of a fleet is one line, not 60 (each box is named, with its count of
+    differences, at the top of the text report; JSON lists every entry's box)."""
+    if limit is None or len(boxes) <= limit:
+        return ", ".join(boxes)
+    return f"{', '.join(boxes[:limit])} and {len(boxes) - limit} more"
+
+
+def where(row: Row, box_order: tuple[str, ...], limit: int | None = None) -> str:
     """`gateway on thor, orin`; `lane:a, lane:b on thor, spark; lane:c on spark`: subjects
-    seen on the same boxes share one list."""
+    seen on the same boxes share one list. `limit`: the most boxes a list names (`named`)."""
     by_subject: dict[str, list[str]] = {}
     for drift in row.drifts:
         boxes = by_subject.setdefault(drift.subject, [])
@@ -76,12 +86,12 @@ def where(row: Row, box_order: tuple[str, ...]) -> str:
         seen_on = tuple(sorted(by_subject[subject], key=lambda b: rank.get(b, len(rank))))
         by_boxes.setdefault(seen_on, []).append(subject)
     parts = sorted(by_boxes.items(), key=lambda kv: (-len(kv[0]), kv[1]))
-    return "; ".join(f"{', '.join(subjects)} on {', '.join(boxes)}" for boxes, subjects in parts)
+    return "; ".join(f"{', '.join(subjects)} on {named(boxes, limit)}" for boxes, subjects in parts)
 
 
-def per_box(row: Row, field: str) -> list[tuple[str, str]]:
+def per_box(row: Row, field: str, limit: int | None = None) -> list[tuple[str, str]]:
     """A row's distinct sources or notes (`field`), each with the boxes it was seen on when it
-    is not the same on every box of the row ("" when it is)."""
+    is not the same on every box of the row ("" when it is); at most `limit` of them named."""
     seen: dict[str, list[str]] = {}
     for drift in row.drifts:
         text = getattr(drift, field)
@@ -91,6 +101,6 @@ def per_box(row: Row, field: str) -> list[tuple[str, str]]:
                 boxes.append(drift.box)
     boxes_of_row = {d.box for d in row.drifts}
     return [
-        (text, "" if len(seen) == 1 or set(boxes) == boxes_of_row else ", ".join(boxes))
+        (text, "" if len(seen) == 1 or set(boxes) == boxes_of_row else named(boxes, limit))
         for text, boxes in seen.items()
     ]

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from reconciler.compare.causes import Cause
 from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport
-from reconciler.report.grouped import Row, causes, per_box, rows, where
+from reconciler.report.grouped import Row, causes, named, per_box, rows, where
 from reconciler.report.summary import plural, sentence, summarize
 from reconciler.report.values import (
     abbreviate_pair,
@@ -59,6 +59,9 @@ ROW_INDENT = 2
 GAP = 2  # spaces between columns
 PATH_MAX, CHANGE_MAX = 32, 48
 MAX_LISTED = 3  # distinct sources or notes a row lists; more: JSON has every one
+# Boxes a list names (a cause's, a row's `on:`, a source's); more: the first ones and how many
+# more. The box lines at the top name every box, JSON every entry's.
+BOXES_NAMED = 12
 # Who gives up room first, and down to what: the values narrow (a longer one moves below its
 # row), then the path (the drift's identity) wraps, then the rest narrows.
 SHRINK = (
@@ -128,7 +131,10 @@ def render_text(report: DriftReport, color: bool, width: int = 100) -> str:
     )
     grouped = causes(report)
     box_order = tuple(b.box for b in report.boxes)
-    laid_out = [(cause, [(row, where(row, box_order)) for row in rows(cause)]) for cause in grouped]
+    laid_out = [
+        (cause, [(row, where(row, box_order, BOXES_NAMED)) for row in rows(cause)])
+        for cause in grouped
+    ]
     widths = _widths([r for _, cause_rows in laid_out for r in cause_rows], width)
     parts: list[RenderableType] = [_meta(report)]
     for box in report.boxes:
@@ -172,7 +178,7 @@ def _cause_header(cause: Cause) -> Text:
 
     header = Text()
     header.append(clean(cause.id), style=STYLE["cause"])
-    header.append(f": {plural(cause.entries, 'difference')} on {', '.join(cause.boxes)}")
+    header.append(f": {plural(cause.entries, 'difference')} on {named(cause.boxes, BOXES_NAMED)}")
     return header
 
 
@@ -275,7 +281,7 @@ def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
     # Where it is, always on a line of its own: a list of boxes and containers.
     out.append(_indented(_styled(f"on: {clean(places)}", "where"), under, widths.total))
     for field, style in (("source", "source"), ("note", "note")):
-        seen = per_box(row, field)
+        seen = per_box(row, field, BOXES_NAMED)
         texts = [clean(t) + (f" ({boxes})" if boxes else "") for t, boxes in seen]
         if len(texts) > MAX_LISTED:  # one per container: `on:` names them, JSON has each
             texts = [f"{len(texts)} different (--format json lists each entry's)"]

@@ -649,3 +649,23 @@ def test_absent_reads_as_absent_not_as_a_value() -> None:
     assert "| `running` | *absent* | start |" in render_markdown(report)
     assert re.search(r"status +running -> \(absent\) +start", _plain(report))
     assert to_document(report)["boxes"][0]["drifts"][0]["observed"] is None
+
+
+def test_text_names_at_most_a_dozen_boxes_per_list_and_json_every_one() -> None:
+    """A cause on 30 boxes: its header and its row's `on:` name the first 12 and say how many
+    more; the box lines above still name all 30, and JSON has every box's entry."""
+    names = [f"thor-{n}" for n in range(30)]
+    window = THOR_DRIFTS[0]
+    boxes = tuple(
+        BoxResult(name, True, drifts=(dataclasses.replace(window, box=name),)) for name in names
+    )
+    report = DriftReport(boxes, "lab", "2026-11-29T08:30:00Z", "20261129T083000Z-7f3a")
+    text = _joined(_plain(report))
+    listed = ", ".join(names[:12])
+    assert f"WORKER_MAX_MODEL_LEN: 30 differences on {listed} and 18 more cause" in text
+    assert f"on: file:.env on {listed} and 18 more source" in text
+    assert text.count(f"{names[12]},") == 0  # named only in its own box line
+    for name in names:
+        assert f"{name}: reachable, 1 difference" in text
+    entries = json.loads(render_json(report))["boxes"]
+    assert [entry["box"] for entry in entries] == names
