@@ -33,6 +33,7 @@ around where they differ when very long; where, sources, notes); nothing is cut 
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -243,8 +244,6 @@ def _box_header(box: BoxResult) -> Text:
 def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
     """The row, then what does not fit it below: the values across the width (a speculative
     config wrapped into 25 columns is unreadable), the places, the sources and the notes."""
-    from rich.padding import Padding
-    from rich.table import Table
     from rich.text import Text
 
     drift = row.first
@@ -269,15 +268,12 @@ def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
             [_styled("observed", "meta"), _styled(observed, "observed")],
         ]
         lines = _value_lines(labelled, under, widths.total)
+        if lines is None:
+            lines = _folded_values(labelled, under, widths.total)
         if lines is not None:
             out += lines
         else:
-            values = Table.grid(padding=(0, GAP, 0, 0))
-            values.add_column(width=len("observed"))
-            values.add_column(overflow="fold")
-            for labels in labelled:
-                values.add_row(*labels)
-            out.append(Padding(values, (0, 0, 0, under), expand=False))
+            out.append(_value_grid(labelled, under))
     # Where it is, always on a line of its own: a list of boxes and containers.
     out.append(_indented(_styled(f"on: {clean(places)}", "where"), under, widths.total))
     for field, style in (("source", "source"), ("note", "note")):
@@ -315,6 +311,48 @@ def _value_lines(rows: list[list[Text]], indent: int, total: int) -> list[Text] 
     columns = [len("observed"), value]
     lines = [_padded(row, columns, indent) for row in rows]
     return [line for line in lines if line is not None] if None not in lines else None
+
+
+def _folded_values(rows: list[list[Text]], indent: int, total: int) -> list[Text] | None:
+    """The values below a row folded across the width, line by line as the two-column grid
+    (`_value_grid`) folds them, without laying out a table: a value too long for one line
+    (a mesh's seeds, a speculative config) is on nearly every row of a large fleet's report,
+    and a rich table per value cost ~1.5 s at 1,000 boxes. None where the width leaves the
+    value too little room to fold (the grid squeezes the labels then)."""
+    from rich.text import Text
+
+    label, width = len("observed"), total - indent - len("observed") - GAP
+    if width < label:
+        return None
+    out: list[Text] = []
+    for name, value in rows:
+        for index, piece in enumerate(value.wrap(_measuring_console(), width, overflow="fold")):
+            line = _padded([name if index == 0 else Text(""), piece], [label, width], indent)
+            if line is None:
+                return None
+            out.append(line)
+    return out
+
+
+@functools.cache
+def _measuring_console() -> Console:
+    """A console only for wrapping text (its tab size, its cell widths); it prints nothing."""
+    from rich.console import Console
+
+    return Console(width=200, color_system=None, markup=False, highlight=False)
+
+
+def _value_grid(rows: list[list[Text]], indent: int) -> RenderableType:
+    """The values below a row as rich's two-column grid, labels then values folded."""
+    from rich.padding import Padding
+    from rich.table import Table
+
+    values = Table.grid(padding=(0, GAP, 0, 0))
+    values.add_column(width=len("observed"))
+    values.add_column(overflow="fold")
+    for labels in rows:
+        values.add_row(*labels)
+    return Padding(values, (0, 0, 0, indent), expand=False)
 
 
 def _line(cells: list[Text], widths: _Widths) -> Text | None:

@@ -669,3 +669,31 @@ def test_text_names_at_most_a_dozen_boxes_per_list_and_json_every_one() -> None:
         assert f"{name}: reachable, 1 difference" in text
     entries = json.loads(render_json(report))["boxes"]
     assert [entry["box"] for entry in entries] == names
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_values_folded_below_a_row_read_as_the_grid_lays_them_out(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values too long for one line are folded line by line without a rich table
+    (text._folded_values): the report reads exactly as the grid would print it, in every
+    width, with and without colour, for values with and without spaces and wide characters."""
+    import reconciler.report.text as text_module
+
+    rng = random.Random(seed)
+    pieces = ["http://10.77.0.11:8000,", "word ", "ünï ", "宽字符", "x" * 37, "--flag=", " "]
+
+    def value() -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(8, 60))).strip() or "v"
+
+    drifts = tuple(
+        Drift("thor", Kind.ENVFILE, "file:.env", f"KEY_{n}", value(), value(), Action.REWRITE_ENV)
+        for n in range(8)
+    )
+    report = make_report(drifts)
+    width = rng.choice([64, 80, 100, 133])
+    color = bool(seed % 2)
+    folded = render_text(report, color=color, width=width)
+    monkeypatch.setattr(text_module, "_folded_values", lambda *args: None)
+    assert render_text(report, color=color, width=width) == folded
+    assert "desired" in ANSI.sub("", folded)
