@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.desired import cache
+from reconciler.desired import cache, fingerprint
 from reconciler.desired.cache import cached_fleet, load_fleet_cached
 from reconciler.desired.load import load_fleet
 from reconciler.desired.problems import DesiredStateError
@@ -33,6 +33,47 @@ def test_a_hit_does_not_read_yaml(repo: Path, monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr("reconciler.desired.load.load_fleet", no_yaml)
     assert list(load_fleet_cached(repo, "hosts").boxes) == ["thor", "spark", "orin"]
+
+
+def test_a_settled_file_with_its_recorded_stamps_is_not_read_again(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files last changed before the entry was stored are checked by their stamps alone."""
+    monkeypatch.setattr(fingerprint, "RACY_NS", 0)  # every file here counts as settled
+    load_fleet_cached(repo, "hosts")
+
+    def no_read(_path: Path) -> str:
+        raise AssertionError("an input file was read again")
+
+    monkeypatch.setattr(fingerprint, "file_digest", no_read)
+    assert cached_fleet(repo, hosts_inventory(repo)) is not None
+
+
+def test_a_touched_but_unchanged_file_is_hashed_and_still_the_same(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fingerprint, "RACY_NS", 0)
+    load_fleet_cached(repo, "hosts")
+    thor = repo / "group_vars" / "thor.yaml"
+    os.utime(thor, ns=(1_000_000_000, 1_000_000_000))  # new stamps, the same bytes
+    read: list[Path] = []
+    digest = fingerprint.file_digest
+
+    def counted(path: Path) -> str | None:
+        read.append(path)
+        return digest(path)
+
+    monkeypatch.setattr(fingerprint, "file_digest", counted)
+    assert cached_fleet(repo, hosts_inventory(repo)) is not None
+    assert read == [thor]
+
+
+def test_a_file_changed_just_before_it_was_stored_is_read_on_every_check(repo: Path) -> None:
+    """Within the file system's clock granularity an edit of the same size can keep every
+    stamp: a file that recent is recorded without stamps, so an edit right after is seen."""
+    thor = repo / "group_vars" / "thor.yaml"
+    thor.write_text(thor.read_text(encoding="utf-8"), "utf-8")  # changed just now
+    assert fingerprint.fingerprint(repo, [thor])["stamps"] == {str(thor): None}
 
 
 def test_an_edited_layer_is_loaded_again(repo: Path) -> None:
