@@ -190,16 +190,8 @@ def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
     if _snapshot_facts(args) is not None:
         from reconciler.drift_inputs import drift_inputs
 
-        inputs = drift_inputs(fleet)  # the snapshot's facts: not the inputs of a live run
-    else:
-        inputs = remembered_inputs(fleet, inventory_file(fleet.root, args.inventory))
-    # What was just built lives until this run ends: ~1 million objects at 1,000 boxes, none
-    # of them garbage, left in the collector's middle generation by the load's young-only
-    # passes (reconciler/gc_pause.py). Out of every later pass, here and in the children a
-    # replay forks (its workers, the store behind it), which would otherwise walk them all
-    # once more, copying every page they touch.
-    gc.freeze()
-    return inputs
+        return drift_inputs(fleet)  # the snapshot's facts: not the inputs of a live run
+    return remembered_inputs(fleet, inventory_file(fleet.root, args.inventory))
 
 
 def _replay_inputs(args: argparse.Namespace) -> DriftInputs | None:

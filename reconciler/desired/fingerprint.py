@@ -108,8 +108,7 @@ def code_version(package: Path, salt: object = "") -> str:
         subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
         sources += [os.path.join(directory, name) for name in files if name.endswith(".py")]
     for source in sorted(sources):
-        info = os.stat(source)
-        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        stamp = file_stamp(source)
         # The path below `package` (os.walk's paths all start with `top`): a slice.
         digest.update(f"{source[len(top) :]}\0{stamp}\n".encode())
     return digest.hexdigest()
@@ -129,10 +128,14 @@ def unchanged(root: Path, recorded: dict[str, Any]) -> bool:
         return False
     stamps = recorded.get("stamps")
     stamps = stamps if isinstance(stamps, dict) else {}
-    return all(
-        (stamps.get(p) is not None and file_stamp(p) == stamps.get(p)) or file_digest(Path(p)) == d
-        for p, d in inputs.items()
-    )
+
+    def same(path: str, digest: str | None) -> bool:
+        stamp = stamps.get(path)
+        return (stamp is not None and file_stamp(path) == stamp) or file_digest(
+            Path(path)
+        ) == digest
+
+    return all(same(p, d) for p, d in inputs.items())
 
 
 def write_private(path: Path, data: bytes | Sequence[Buffer], keep: int = KEEP) -> None:

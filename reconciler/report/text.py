@@ -267,9 +267,7 @@ def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
             [_styled("desired", "meta"), _styled(desired, "desired")],
             [_styled("observed", "meta"), _styled(observed, "observed")],
         ]
-        lines = _value_lines(labelled, under, widths.total)
-        if lines is None:
-            lines = _folded_values(labelled, under, widths.total)
+        lines = _folded_values(labelled, under, widths.total)
         if lines is not None:
             out += lines
         else:
@@ -300,33 +298,28 @@ def _columns(widths: _Widths) -> list[int]:
     return [widths.role, widths.kind, widths.path, widths.change, widths.action]
 
 
-def _value_lines(rows: list[list[Text]], indent: int, total: int) -> list[Text] | None:
-    """The desired and observed values below a row, as the two-column grid lays them out when
-    each fits on one line; None otherwise."""
-    from rich.cells import cell_len
-
-    value = max(cell_len(row[1].plain) for row in rows)
-    if indent + len("observed") + GAP + value > total:
-        return None
-    columns = [len("observed"), value]
-    lines = [_padded(row, columns, indent) for row in rows]
-    return [line for line in lines if line is not None] if None not in lines else None
-
-
 def _folded_values(rows: list[list[Text]], indent: int, total: int) -> list[Text] | None:
-    """The values below a row folded across the width, line by line as the two-column grid
-    (`_value_grid`) folds them, without laying out a table: a value too long for one line
-    (a mesh's seeds, a speculative config) is on nearly every row of a large fleet's report,
-    and a rich table per value cost ~1.5 s at 1,000 boxes. None where the width leaves the
-    value too little room to fold (the grid squeezes the labels then)."""
+    """The desired and observed values below a row, line by line as the two-column grid
+    (`_value_grid`) lays them out, without laying out a table: the values' column as wide as
+    the longest value, at most the rest of the line, and a longer value folded across it (a
+    mesh's seeds, a speculative config: on nearly every row of a large fleet's report, where
+    a rich table per value cost ~1.5 s at 1,000 boxes). None where the width leaves the
+    values too little room to fold (the grid squeezes the labels then)."""
+    from rich.cells import cell_len
     from rich.text import Text
 
-    label, width = len("observed"), total - indent - len("observed") - GAP
-    if width < label:
+    label, room = len("observed"), total - indent - len("observed") - GAP
+    if room < label:
         return None
+    width = min(room, max(cell_len(value.plain) for _, value in rows))
     out: list[Text] = []
     for name, value in rows:
-        for index, piece in enumerate(value.wrap(_measuring_console(), width, overflow="fold")):
+        pieces = (
+            [value]
+            if cell_len(value.plain) <= width
+            else value.wrap(_measuring_console(), width, overflow="fold")
+        )
+        for index, piece in enumerate(pieces):
             line = _padded([name if index == 0 else Text(""), piece], [label, width], indent)
             if line is None:
                 return None
