@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
     from reconciler.desired.fleet import Fleet
     from reconciler.drift_inputs import DriftInputs
+    from reconciler.history.hooks import RunOutputs
     from reconciler.observe.early import EarlyStart
+    from reconciler.report.json_parts import PartsReport
 
 EXIT_OK, EXIT_ERROR, EXIT_FINDINGS = 0, 1, 2
 
@@ -98,22 +100,24 @@ def _cmd_drift(args: argparse.Namespace) -> int:
                 inputs = for_snapshot(inputs)  # the boxes' own .env rendered too (for import)
             if not args.from_snapshot:  # send the boxes their work before importing ours
                 early = _launch(inputs, boxes)
-        from reconciler.drift import run_drift_on
+        from reconciler.drift import DriftRun, replay_parts, replays_in_parts, run_drift_on
         from reconciler.history.hooks import preload
         from reconciler.report import render
 
         if early is not None:
             preload(outs)  # the boxes are working: import what comes after their answers
         try:
-            run = run_drift_on(
-                inputs,
-                boxes,
-                save_to=Path(args.save_snapshot) if args.save_snapshot else None,
-                from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
-                early=early,
-                keep_observations=False,  # the report is all this command prints
-                part=_report_part(args),
-            )
+            if _json_alone(args, outs) and replays_in_parts(len(boxes)):
+                run: DriftRun | PartsReport = replay_parts(inputs, boxes, Path(args.from_snapshot))
+            else:
+                run = run_drift_on(
+                    inputs,
+                    boxes,
+                    save_to=Path(args.save_snapshot) if args.save_snapshot else None,
+                    from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+                    early=early,
+                    keep_observations=False,  # the report is all this command prints
+                )
         except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -123,32 +127,31 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     on_terminal = args.output is None and sys.stdout.isatty()
     color = on_terminal and args.format == "text"
     width = shutil.get_terminal_size().columns if on_terminal else 100
-    if args.format == "html":  # its own module: jinja2 is imported for this format only
-        from reconciler.report.html import drift_page
-
-        text = drift_page(run.report, inputs, outs.history)
-    elif run.parts is not None:  # a large replay's JSON, its boxes' parts made by its workers
+    if not isinstance(run, DriftRun):  # a large replay's JSON, its parts made by its workers
         from reconciler.report.json_parts import render_json_parts
 
-        text = render_json_parts(run.report, run.parts)
+        text, code = render_json_parts(run), run.exit_code
+    elif args.format == "html":  # its own module: jinja2 is imported for this format only
+        from reconciler.report.html import drift_page
+
+        text, code = drift_page(run.report, inputs, outs.history), run.report.exit_code
     else:
         text = render(run.report, args.format, color=color, width=max(80, width))
+        code = run.report.exit_code
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return finish_drift(outs, args, run, run.report.exit_code)  # metrics, history: after it
+    return finish_drift(outs, args, run, code)  # metrics, history: after it
 
 
-def _report_part(args: argparse.Namespace) -> Callable[[Any], Any] | None:
-    """What a replay's workers may make of each box's report beside its comparison (they do
-    for a large replay only): its JSON entry's text."""
-    if args.format != "json" or not args.from_snapshot:
-        return None
-    from reconciler.report.json_parts import box_part
-
-    return box_part
+def _json_alone(args: argparse.Namespace, outs: RunOutputs) -> bool:
+    """Whether the JSON report of a replay is all this run makes (no metrics, no history, no
+    snapshot saved): its boxes' results are then needed only as their entries."""
+    recorded = outs.history is not None or outs.metrics is not None
+    plain_replay = args.from_snapshot and not args.save_snapshot
+    return bool(plain_replay and args.format == "json" and not recorded)
 
 
 def _start_early(args: argparse.Namespace) -> EarlyStart | None:

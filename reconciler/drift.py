@@ -34,6 +34,7 @@ from reconciler.replay_workers import map_boxes, worker_count
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
     from reconciler.observe.early import EarlyStart
+    from reconciler.report.json_parts import PartsReport
 
 
 NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
@@ -41,12 +42,10 @@ NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
 
 @dataclass(frozen=True)
 class DriftRun:
-    """A drift run's report and the observations it was judged on; `parts`: each box's part
-    of the report, when the run was asked for them and made them beside the comparisons."""
+    """A drift run's report and the observations it was judged on."""
 
     report: DriftReport
     observations: dict[str, BoxObservation]
-    parts: tuple[Any, ...] | None = None
 
 
 def run_drift(
@@ -66,16 +65,13 @@ def run_drift_on(
     from_snapshot: Path | None = None,
     early: EarlyStart | None = None,
     keep_observations: bool = True,
-    part: Callable[[BoxResult], Any] | None = None,
 ) -> DriftRun:
     """`keep_observations=False` (a report is all the caller wants): a snapshot's boxes are
     read and compared one at a time and not kept, so a replay of 1,000 boxes holds one box's
-    observation at a time, not all of them; the run's `observations` are then empty.
-    `part`: each box's part of the report, made beside its comparison when a replay's boxes
-    are compared by worker processes (report/json_parts.py; else `parts` is None)."""
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
+    observation at a time, not all of them; the run's `observations` are then empty."""
+    run_id = _new_run_id()
     if from_snapshot is not None and save_to is None and not keep_observations:
-        return _replay(inputs, boxes, from_snapshot, run_id, part)
+        return _replay(inputs, boxes, from_snapshot, run_id)
     if from_snapshot is not None:
         index, observations = load_snapshot(from_snapshot)
         missing = [b for b in boxes if b not in observations]
@@ -106,13 +102,46 @@ def run_drift_on(
     return DriftRun(report, observations)
 
 
-def _replay(
-    inputs: DriftInputs,
-    boxes: list[str],
-    directory: Path,
-    run_id: str,
-    part: Callable[[BoxResult], Any] | None = None,
-) -> DriftRun:
+def replays_in_parts(boxes: int) -> bool:
+    """Whether a replay of this many boxes whose caller wants its JSON report and nothing else
+    takes `replay_parts`: where worker processes compare the boxes, so that each makes its
+    boxes' entries too (report/json_parts.py). A replay in one process renders as always."""
+    return worker_count(boxes) > 1
+
+
+def replay_parts(inputs: DriftInputs, boxes: list[str], directory: Path) -> PartsReport:
+    """A replay's JSON report as its boxes' parts, each made beside the box's comparison and
+    all that is kept of it."""
+    from reconciler.report.json_parts import PartsReport, box_part
+
+    index, order, replay_box = _replayer(inputs, boxes, directory)
+    parts = map_boxes(lambda name: box_part(replay_box(name)), order, worker_count(len(order)))
+    run_id = str(index.get("run_id", _new_run_id()))
+    return PartsReport(tuple(parts), inputs.inventory_file, _now(), run_id)
+
+
+def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str) -> DriftRun:
+    index, order, replay_box = _replayer(inputs, boxes, directory)
+    results = map_boxes(replay_box, order, worker_count(len(order)))
+    report = DriftReport(
+        boxes=tuple(results),
+        inventory=inputs.inventory_file,
+        generated_at=_now(),
+        run_id=str(index.get("run_id", run_id)),
+    )
+    return DriftRun(report, {})
+
+
+def _replayer(
+    inputs: DriftInputs, boxes: list[str], directory: Path
+) -> tuple[dict[str, Any], list[str], Callable[[str], BoxResult]]:
+    """A snapshot's index, the boxes in report order (those it has, then those it lacks), and
+    the job that reads and compares one of them.
+
+    Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
+    boxes are read and compared on every core (reconciler/replay_workers.py). Remembered
+    expectations are unpickled on first use, each box's apart (drift_inputs._PerBox): each
+    worker unpickles only the boxes it compares, from the cache file's pages it reads."""
     index = snapshot_index(directory)
     present = set(index["boxes"])
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]
@@ -134,29 +163,11 @@ def _replay(
             inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
         )
 
-    # Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
-    # boxes are read and compared on every core (reconciler/replay_workers.py). Remembered
-    # expectations are unpickled on first use, each box's apart (drift_inputs._PerBox): each
-    # worker unpickles only the boxes it compares, from the cache file's pages it reads.
-    workers = worker_count(len(order))
-    parts = None
-    if workers > 1 and part is not None:
-        with_parts = map_boxes(lambda name: _with_part(replay_box(name), part), order, workers)
-        results = [result for result, _ in with_parts]
-        parts = tuple(made for _, made in with_parts)
-    else:
-        results = map_boxes(replay_box, order, workers)
-    report = DriftReport(
-        boxes=tuple(results),
-        inventory=inputs.inventory_file,
-        generated_at=_now(),
-        run_id=str(index.get("run_id", run_id)),
-    )
-    return DriftRun(report, {}, parts)
+    return index, order, replay_box
 
 
-def _with_part(result: BoxResult, part: Callable[[BoxResult], Any]) -> tuple[BoxResult, Any]:
-    return result, part(result)
+def _new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
 
 
 def _now() -> str:

@@ -156,10 +156,17 @@ class DriftReport:
 
     @property
     def exit_code(self) -> int:
-        """0 no drift, 2 drift, 1 a box that could not be observed (worst wins)."""
-        if any(not b.reachable or b.errors for b in self.boxes):
-            return 1
-        return 2 if any(b.drifts for b in self.boxes) else 0
+        return worst_exit(
+            any(not b.reachable or b.errors for b in self.boxes), any(b.drifts for b in self.boxes)
+        )
+
+
+def worst_exit(not_all_observed: bool, drifted: bool) -> int:
+    """A drift run's exit code: 0 no drift, 2 drift, 1 a box that could not be observed or had
+    errors (worst wins)."""
+    if not_all_observed:
+        return 1
+    return 2 if drifted else 0
 
 
 def sorted_drifts(drifts: list[Drift]) -> tuple[Drift, ...]:

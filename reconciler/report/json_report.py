@@ -19,7 +19,7 @@ from reconciler.compare.causes import Link, link_box
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue
 from reconciler.gc_pause import paused_gc
 from reconciler.report.order import ordered_drifts
-from reconciler.report.summary import summarize
+from reconciler.report.summary import Summary, summarize
 from reconciler.report.values import (
     as_secret,
     free_json,
@@ -46,13 +46,17 @@ def to_document(report: DriftReport) -> dict[str, Any]:
 def head(report: DriftReport, causes: int) -> dict[str, Any]:
     """The document without its boxes: what it is, and the summary (`causes`: the distinct
     causes of the boxes' drift, which the boxes' entries name)."""
-    s = summarize(report, causes=causes)
+    return head_of(report.run_id, report.generated_at, report.inventory, summarize(report, causes))
+
+
+def head_of(run_id: str, generated_at: str, inventory: str, s: Summary) -> dict[str, Any]:
+    """`head` of a run counted apart (report/json_parts.py)."""
     return {
         "schema": SCHEMA_ID,
         "version": VERSION,
-        "run_id": report.run_id,
-        "generated_at": report.generated_at,
-        "inventory": report.inventory,
+        "run_id": run_id,
+        "generated_at": generated_at,
+        "inventory": inventory,
         "summary": {
             "boxes": s.boxes,
             "reachable": s.reachable,

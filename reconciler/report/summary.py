@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from reconciler.compare.causes import link_box
-from reconciler.compare.drift import DriftReport
+from reconciler.compare.drift import BoxResult, DriftReport, Kind, worst_exit
 from reconciler.report.order import ordered_drifts
 
 
@@ -27,24 +29,47 @@ class Summary:
     partial: int = 0  # not observed, but their gateway answered the controller (compared)
 
 
+class Tally(NamedTuple):
+    """What the summary counts of one box: all a large replay keeps of a box's result once its
+    part of the report is written (report/json_parts.py)."""
+
+    reachable: bool
+    errors: bool
+    partial: bool
+    kinds: tuple[Kind, ...]  # each drift's
+
+
+def tally(box: BoxResult) -> Tally:
+    return Tally(
+        box.reachable, bool(box.errors), box.partial is not None, tuple(d.kind for d in box.drifts)
+    )
+
+
 def summarize(report: DriftReport, causes: int | None = None) -> Summary:
     """`causes`: the count when the caller has grouped the drift already (grouping twice is
     the one cost here that grows with every entry)."""
-    drifts = report.drifts
+    return summary_of(map(tally, report.boxes), _causes(report) if causes is None else causes)
+
+
+def summary_of(tallies: Iterable[Tally], causes: int) -> Summary:
+    """The summary of boxes counted apart (`causes`: the distinct causes of their drift)."""
+    boxes = tuple(tallies)
     # Counted by member, then named: one Enum.value per kind, not per drift.
-    kinds = {kind.value: n for kind, n in Counter(d.kind for d in drifts).items()}
+    kinds = {kind.value: n for kind, n in Counter(k for b in boxes for k in b.kinds).items()}
     return Summary(
-        boxes=len(report.boxes),
-        reachable=sum(1 for b in report.boxes if b.reachable),
-        unreachable=sum(1 for b in report.boxes if not b.reachable),
-        with_errors=sum(1 for b in report.boxes if b.errors),
-        drifted_boxes=sum(1 for b in report.boxes if b.drifts),
-        drifts=len(drifts),
-        causes=_causes(report) if causes is None else causes,
+        boxes=len(boxes),
+        reachable=sum(1 for b in boxes if b.reachable),
+        unreachable=sum(1 for b in boxes if not b.reachable),
+        with_errors=sum(1 for b in boxes if b.errors),
+        drifted_boxes=sum(1 for b in boxes if b.kinds),
+        drifts=sum(len(b.kinds) for b in boxes),
+        causes=causes,
         by_kind=dict(sorted(kinds.items())),
-        exit_code=report.exit_code,
-        reachable_with_errors=sum(1 for b in report.boxes if b.reachable and b.errors),
-        partial=sum(1 for b in report.boxes if b.partial is not None),
+        exit_code=worst_exit(
+            any(not b.reachable or b.errors for b in boxes), any(b.kinds for b in boxes)
+        ),
+        reachable_with_errors=sum(1 for b in boxes if b.reachable and b.errors),
+        partial=sum(1 for b in boxes if b.partial),
     )
 
 

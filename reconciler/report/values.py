@@ -8,6 +8,7 @@ Everything printed here came from a box, so it is untrusted: control characters 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import os
@@ -43,29 +44,22 @@ def guarded(report: DriftReport) -> DriftReport:
     Only what masking changes is rebuilt: most drifts under a secret path already carry a
     digest, absence or "" (a 1,000-box report has ~7,000 such, each rebuilt for nothing
     before), so a report with nothing to mask is returned as it was."""
-    secret: dict[str, bool] = {}  # path -> _secret_path: a fleet's drifts share a few paths
-    boxes = [guarded_box(box, secret) for box in report.boxes]
+    boxes = [guarded_box(box) for box in report.boxes]
     if all(new is old for new, old in zip(boxes, report.boxes, strict=True)):
         return report
     return dataclasses.replace(report, boxes=tuple(boxes))
 
 
-def guarded_box(box: BoxResult, secret: dict[str, bool] | None = None) -> BoxResult:
-    """One box of `guarded`: itself when it has nothing to mask. `secret` remembers which
-    paths are secret-named, across the boxes of one report."""
-    if secret is None:
-        secret = {}
-    drifts = []
-    for drift in box.drifts:
-        path = drift.path
-        hidden = secret.get(path)
-        if hidden is None:
-            hidden = secret[path] = _secret_path(path)
-        drifts.append(_guard(drift) if hidden else drift)
+def guarded_box(box: BoxResult) -> BoxResult:
+    """One box of `guarded`: itself when it has nothing to mask."""
+    drifts = [_guard(drift) if _secret_path(drift.path) else drift for drift in box.drifts]
     changed = any(new is not old for new, old in zip(drifts, box.drifts, strict=True))
     return dataclasses.replace(box, drifts=tuple(drifts)) if changed else box
 
 
+# Remembered (bounded): a fleet's drifts share a few paths, asked about by every box's report,
+# a replay's workers each asking for their own boxes.
+@functools.lru_cache(maxsize=4096)
 def _secret_path(path: str) -> bool:
     # "HF_TOKEN", "env.HF_TOKEN", "--hf-token": the variable or flag a value belongs to
     last = path.rsplit(".", 1)[-1]

@@ -10,18 +10,33 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport, Kind, SecretValue
+from reconciler.compare.drift import (
+    Action,
+    BoxError,
+    BoxResult,
+    Drift,
+    DriftReport,
+    Kind,
+    Part,
+    SecretValue,
+)
 from reconciler.desired.load import load_fleet
 from reconciler.drift import run_drift
-from reconciler.report.json_parts import box_part, render_json_parts
+from reconciler.report.json_parts import PartsReport, box_part, render_json_parts
 from reconciler.report.json_report import render_json
+from reconciler.report.summary import summarize
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
 CLEAR = "hf_not-a-digest-but-a-clear-token"
 
 
+def _as_parts(report: DriftReport) -> PartsReport:
+    parts = tuple(box_part(box) for box in report.boxes)
+    return PartsReport(parts, report.inventory, report.generated_at, report.run_id)
+
+
 def _in_parts(report: DriftReport) -> str:
-    return render_json_parts(report, [box_part(box) for box in report.boxes])
+    return render_json_parts(_as_parts(report))
 
 
 def _odd_box(i: int) -> BoxResult:
@@ -67,7 +82,33 @@ def test_odd_values_in_parts_are_the_report(boxes: int) -> None:
     assert CLEAR not in text and json.loads(text)["summary"]["boxes"] == boxes
 
 
-def test_parts_must_be_the_reports_boxes() -> None:
-    report = DriftReport(tuple(_odd_box(i) for i in range(3)), "lab", "t", "r")
-    with pytest.raises(ValueError, match="2 report parts for 3 boxes"):
-        render_json_parts(report, [box_part(box) for box in report.boxes[:2]])
+@pytest.mark.parametrize(
+    ("reachable", "errors", "drifted", "code"),
+    [
+        (True, False, False, 0),
+        (True, False, True, 2),
+        (True, True, False, 1),
+        (False, False, False, 1),
+        (False, False, True, 1),
+    ],
+)
+def test_parts_keep_the_reports_exit_code_and_summary(
+    reachable: bool, errors: bool, drifted: bool, code: int
+) -> None:
+    # The parts are all a replay keeps of its boxes: its exit code and summary come from them.
+    odd = _odd_box(1)
+    last = dataclasses.replace(
+        odd,
+        reachable=reachable,
+        errors=(BoxError(Part.DOCKER, "docker", "down"),) if errors else (),
+        drifts=odd.drifts if drifted else (),
+        partial="seen" if not reachable else None,
+    )
+    clean = dataclasses.replace(odd, box="b0", drifts=())
+    report = DriftReport((clean, last), "lab", "t", "r")
+    parts = _as_parts(report)
+    assert parts.exit_code == report.exit_code == code
+    tallied = json.loads(_in_parts(report))["summary"]
+    whole = summarize(report)
+    assert tallied["exit_code"] == whole.exit_code and tallied["drifts"] == whole.drifts
+    assert tallied == json.loads(render_json(report))["summary"]

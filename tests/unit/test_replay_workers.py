@@ -140,7 +140,7 @@ def test_worker_count() -> None:
             worker_count(1000, {WORKERS_ENV: bad})
 
 
-def _replay(root: Path, workers: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+def _replay(root: Path, workers: str, tmp: Path, *more: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         WORKERS_ENV: workers,
@@ -148,7 +148,7 @@ def _replay(root: Path, workers: str, tmp: Path) -> subprocess.CompletedProcess[
         "XDG_STATE_HOME": str(tmp / f"state-{workers}"),
     }
     argv = [sys.executable, "-m", "reconciler", "--root", str(root), "-i", "lab", "drift"]
-    argv += ["--from-snapshot", str(root / "snapshot"), "--format", "json"]
+    argv += ["--from-snapshot", str(root / "snapshot"), "--format", "json", *more]
     return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT, check=False)
 
 
@@ -163,6 +163,12 @@ def test_a_replay_reports_the_same_with_workers_as_without(tmp_path: Path) -> No
     assert '"boxes"' in alone.stdout and spread.stdout == alone.stdout.replace(
         _generated(alone.stdout), _generated(spread.stdout)
     )
+    # A replay that also records its run keeps every box's result (drift.replay_parts keeps
+    # only their report entries): the same report either way.
+    history = tmp_path / "history.sqlite3"
+    kept = _replay(root, "2", tmp_path, "--history", str(history))
+    assert kept.returncode == 2 and history.is_file(), kept.stderr
+    assert kept.stdout == spread.stdout.replace(_generated(spread.stdout), _generated(kept.stdout))
     bad = _replay(root, "zero", tmp_path)
     assert bad.returncode == 1 and bad.stdout == ""
     assert bad.stderr == f"error: {WORKERS_ENV} must be a whole number from 1 to 256\n"
