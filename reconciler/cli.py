@@ -130,19 +130,20 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     if not isinstance(run, DriftRun):  # a large replay's JSON, its parts made by its workers
         from reconciler.report.json_parts import render_json_parts
 
-        text, code = render_json_parts(run), run.exit_code
+        pieces, code = render_json_parts(run), run.exit_code
     elif args.format == "html":  # its own module: jinja2 is imported for this format only
         from reconciler.report.html import drift_page
 
-        text, code = drift_page(run.report, inputs, outs.history), run.report.exit_code
+        pieces, code = [drift_page(run.report, inputs, outs.history)], run.report.exit_code
     else:
-        text = render(run.report, args.format, color=color, width=max(80, width))
+        pieces = [render(run.report, args.format, color=color, width=max(80, width))]
         code = run.report.exit_code
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        with Path(args.output).open("w", encoding="utf-8") as out:  # as Path.write_text
+            out.writelines(pieces)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        sys.stdout.writelines(pieces)
     return finish_drift(outs, args, run, code)  # metrics, history: after it
 
 

@@ -62,8 +62,10 @@ class PartsReport:
         return summary_of((part.tally for part in self.parts), 0).exit_code
 
 
-def render_json_parts(report: PartsReport) -> str:
-    """`json_report.render_json` of the report these are the parts of."""
+def render_json_parts(report: PartsReport) -> list[str]:
+    """`json_report.render_json` of the report these are the parts of, in pieces to write one
+    after another: joined, they would be one more copy of 33 MB at 1,000 boxes (~20 ms of
+    page faults), and as much again to encode it whole for the write."""
     parts = report.parts
     causes = frozenset().union(*(part.causes for part in parts))
     summary = summary_of((part.tally for part in parts), len(causes))
@@ -71,7 +73,12 @@ def render_json_parts(report: PartsReport) -> str:
         meta = (report.run_id, report.generated_at, report.inventory)
         text = fast_json.dumps_indented({**head_of(*meta, summary), "boxes": []})
     if not parts:
-        return text + "\n"
+        return [text + "\n"]
     assert text.endswith(_NO_BOXES), "the document ends with its boxes"
-    entries = f",\n{_ENTRY_INDENT}".join(part.text for part in parts)
-    return f'{text[: -len(_NO_BOXES)]}"boxes": [\n{_ENTRY_INDENT}{entries}\n  ]\n}}\n'
+    pieces = [f'{text[: -len(_NO_BOXES)]}"boxes": [\n{_ENTRY_INDENT}']
+    for index, part in enumerate(parts):
+        if index:
+            pieces.append(f",\n{_ENTRY_INDENT}")
+        pieces.append(part.text)
+    pieces.append("\n  ]\n}\n")
+    return pieces

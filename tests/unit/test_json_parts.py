@@ -36,7 +36,7 @@ def _as_parts(report: DriftReport) -> PartsReport:
 
 
 def _in_parts(report: DriftReport) -> str:
-    return render_json_parts(_as_parts(report))
+    return "".join(render_json_parts(_as_parts(report)))
 
 
 def _odd_box(i: int) -> BoxResult:
