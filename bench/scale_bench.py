@@ -44,15 +44,34 @@ FLOOR = (
     "    json.loads(p.read_bytes())\n"
 )
 # The least a cold replay must parse: the same observation files, and every desired-state file
-# (the inventory, group_vars, the facts overlays) by ruamel.yaml's safe loader on libyaml (C),
-# the fastest YAML parse this environment has. No line numbers, no validation: a floor.
+# (the inventory, group_vars, the facts overlays) as libyaml's events (C, ruamel.yaml.clib)
+# built into plain dicts and lists: no line numbers, no scalar types, no checks, no validation.
+# That is the fastest YAML parse here (ruamel.yaml's own safe loader, its constructors in
+# Python, took ~5x as long at 1,000 boxes: too slow to be a floor; the replay's own located
+# parse, desired/yaml_fast.py, is faster than it).
 FLOOR_COLD = FLOOR + (
-    "from ruamel.yaml import YAML\n"
-    "load = YAML(typ='safe', pure=False).load\n"
+    "from _ruamel_yaml import CParser\n"
+    "def value(get, event):\n"
+    "    kind = type(event).__name__\n"
+    "    if kind == 'ScalarEvent':\n"
+    "        return event.value\n"
+    "    if kind == 'SequenceStartEvent':\n"
+    "        out = []\n"
+    "        while type(item := get()).__name__ != 'SequenceEndEvent':\n"
+    "            out.append(value(get, item))\n"
+    "        return out\n"
+    "    out = {}\n"
+    "    while type(key := get()).__name__ != 'MappingEndEvent':\n"
+    "        out[key.value] = value(get, get())\n"
+    "    return out\n"
+    "def load(text):\n"
+    "    get = CParser(text).get_event\n"
+    "    get(), get()  # the stream's and the document's start\n"
+    "    return value(get, get())\n"
     "root = pathlib.Path(sys.argv[1]).parent\n"
     "for d in ('inventory', 'group_vars', 'facts'):\n"
     "    for p in sorted((root / d).rglob('*.yaml')):\n"
-    "        load(p.read_bytes())\n"
+    "        load(p.read_text())\n"
 )
 
 
@@ -170,8 +189,9 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
         "examples/lab-incidents by bench/scale_fleet.py (thor, spark, orin, thor-1, ...); "
         f"median of {runs} rounds, each a new process. Floor: a Python process parsing every "
         "observation file of the snapshot with `json`. Cold floor: the same, and every "
-        "desired-state file (inventory, group_vars, facts overlays) parsed by ruamel.yaml's "
-        "safe loader on libyaml (C), the least a replay with nothing remembered must parse. "
+        "desired-state file (inventory, group_vars, facts overlays) read as libyaml's events (C) "
+        "built into plain dicts and lists (no line numbers, no scalar types), the least a "
+        "replay with nothing remembered must parse. "
         "Cold: `reconcile drift --from-snapshot "
         "--format json` with an empty cache directory (the YAML parsed and validated); warm: "
         "the validated state remembered; text: warm, the text report. From "

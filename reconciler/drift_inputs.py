@@ -202,5 +202,7 @@ def cached_inputs(root: Path, inventory: Path) -> DriftInputs | None:
 def remembered_inputs(fleet: Fleet, inventory: Path) -> DriftInputs:
     """The inputs of a freshly validated state, stored for the next run."""
     inputs = drift_inputs(fleet)
-    remember(KIND, fleet.root, inventory, _code(), fleet.inputs, inputs)
+    # As the loader read them (also when `fleet` was remembered: its hit proved they still
+    # hold these bytes), not read again
+    remember(KIND, fleet.root, inventory, _code(), fleet.inputs, inputs, fleet.seen)
     return inputs

@@ -55,5 +55,5 @@ def load_fleet_cached(root: Path | None = None, inventory: str | None = None) ->
 
     fleet = load_fleet(root, inventory)
     inv_path = inventory_file(fleet.root, inventory)
-    remember(KIND, fleet.root, inv_path, _code_version(), fleet.inputs, fleet)
+    remember(KIND, fleet.root, inv_path, _code_version(), fleet.inputs, fleet, fleet.seen)
     return fleet

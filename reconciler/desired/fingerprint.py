@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from reconciler.desired.safe_read import INVENTORY_MAX_BYTES, Unreadable, read_regular
 from reconciler.gc_pause import paused_gc
@@ -80,15 +80,55 @@ def file_stamp(path: str, settled_before: int | None = None) -> tuple[int, ...] 
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def fingerprint(root: Path, inputs: Iterable[Path]) -> dict[str, Any]:
+class FileRead(NamedTuple):  # not a dataclass: a repeated drift imports this module early
+    """One input as the loader read it: its stamp, taken when it was opened and before a byte
+    was read (None while it may still change unseen, see RACY_NS), and the SHA-256 of the
+    bytes it parsed."""
+
+    stamp: tuple[int, ...] | None
+    digest: str
+
+
+def file_read(data: bytes, opened: os.stat_result) -> FileRead:
+    """What to remember of a file whose bytes `data` were read after `opened` was taken."""
+    settled = time.time_ns() - RACY_NS
+    recent = max(opened.st_mtime_ns, opened.st_ctime_ns) >= settled
+    stamp = (opened.st_dev, opened.st_ino, opened.st_size, opened.st_mtime_ns, opened.st_ctime_ns)
+    return FileRead(None if recent else stamp, hashlib.sha256(data).hexdigest())
+
+
+class InputsRead(NamedTuple):
+    """What a load saw of its inputs: the layer listing taken before any layer was read, and
+    each file it parsed (by path, as `Fleet.inputs` names it)."""
+
+    listing: list[str]
+    files: dict[str, FileRead]
+
+
+def fingerprint(
+    root: Path, inputs: Iterable[Path], seen: InputsRead | None = None
+) -> dict[str, Any]:
+    """The record a cache entry is trusted by. With `seen`, the loader's own record of what it
+    parsed: reading the files again after the load would record an edit made meanwhile as
+    the content of a state loaded from the text before it (a stale hit on every later run),
+    and would read and hash the 2,006 files of a 1,000-box fleet a second time."""
     paths = [str(p) for p in inputs]
+    known = seen.files if seen is not None else {}
     # Each stamp taken before its file is read: a write in between changes the stamp, and the
     # next check then reads the file.
     settled = time.time_ns() - RACY_NS
-    stamps = {p: file_stamp(p, settled) for p in paths}
+    stamps: dict[str, tuple[int, ...] | None] = {}
+    digests: dict[str, str | None] = {}
+    for path in paths:
+        read = known.get(path)
+        if read is None:
+            stamps[path] = file_stamp(path, settled)
+            digests[path] = file_digest(Path(path))
+        else:
+            stamps[path], digests[path] = read.stamp, read.digest
     return {
-        "listing": layer_listing(root),
-        "inputs": {p: file_digest(Path(p)) for p in paths},
+        "listing": seen.listing if seen is not None else layer_listing(root),
+        "inputs": digests,
         "stamps": stamps,
         "home": os.path.expanduser("~"),  # `~/` in inventory key paths expands against it
     }
@@ -219,11 +259,17 @@ def remembered(kind: str, root: Path, inventory: Path, code: str) -> Any | None:
 
 
 def remember(
-    kind: str, root: Path, inventory: Path, code: str, inputs: Iterable[Path], value: Any
+    kind: str,
+    root: Path,
+    inventory: Path,
+    code: str,
+    inputs: Iterable[Path],
+    value: Any,
+    seen: InputsRead | None = None,
 ) -> None:
-    """Store `value` with the fingerprint of `inputs` (taken now) and of `code`; behind the
-    caller's back if it asked for that (`store_behind`)."""
-    entry = {"code": code, **fingerprint(root, inputs), "value": value}
+    """Store `value` with the fingerprint of `inputs` (as the loader `seen` them, else taken
+    now) and of `code`; behind the caller's back if it asked for that (`store_behind`)."""
+    entry = {"code": code, **fingerprint(root, inputs, seen), "value": value}
     path = entry_name(kind, root, inventory).with_suffix(".pickle")
     if _behind is not None and _alone():
         try:

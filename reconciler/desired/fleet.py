@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from reconciler.desired.fingerprint import InputsRead
     from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
     from reconciler.desired.problems import Location, PathKey
 
@@ -25,6 +26,9 @@ class Fleet:
     layers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     positions: dict[str, dict[PathKey, Location]] = field(default_factory=dict, repr=False)
     inputs: tuple[Path, ...] = ()  # every file that decided this state (inventory, layers)
+    # What the loader saw of those files as it parsed them: the caches' fingerprint of this
+    # state (desired/fingerprint.py). None for a state not loaded from files.
+    seen: InputsRead | None = field(default=None, repr=False, compare=False)
 
     def connection(self, box: str) -> InventoryBox:
         return self.inventory.boxes[box]

@@ -17,6 +17,7 @@ from reconciler.desired.checks import check_box, check_fleet
 from reconciler.desired.envfile import MeshSeeds
 from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
+from reconciler.desired.fingerprint import InputsRead, layer_listing
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
@@ -58,6 +59,7 @@ def load_fleet(
 def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) -> Fleet:
     root = root or find_root()
     inv_path = inventory_file(root, inventory)
+    listing = layer_listing(root)  # before any layer is read: one added later is not in this state
     inv_doc = _load(root, inv_path)
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
     if facts is not None:
@@ -78,6 +80,7 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     if more:
         raise DesiredStateError(more)
     merges = SharedPrefixes()
+    read = {str(inv_path): inv_doc.read}  # each input as parsed, by its path in `inputs`
     for name, conn in inv.boxes.items():
         groups = [docs[n] for n in ("all", *_ordered_groups(inv, conn)) if n in docs]
         chain = [*groups, *([docs[name]] if name in docs else [])]
@@ -91,6 +94,8 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
         where.setdefault(("name",), Location(inv_doc.file, 1, 1))
         positions[name] = where
         layers[name] = tuple(doc.file for doc in chain)
+        for doc in chain:
+            read[str(root / doc.file)] = doc.read
         try:
             boxes[name] = BoxSpec.model_validate(data)
         except ValidationError as exc:
@@ -107,7 +112,8 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     if problems:
         raise DesiredStateError(problems)
     inputs = sorted({inv_path, *(root / f for chain in layers.values() for f in chain)})
-    return Fleet(root, inv_doc.file, inv, boxes, layers, positions, tuple(inputs))
+    seen = InputsRead(listing, {path: r for path, r in read.items() if r is not None})
+    return Fleet(root, inv_doc.file, inv, boxes, layers, positions, tuple(inputs), seen)
 
 
 def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Problem:
@@ -234,4 +240,4 @@ def _image_overlay(
     shifted = {("images", *p): loc for p, loc in doc.positions.items()}
     shifted[()] = doc.positions[()]
     shifted[("images",)] = doc.positions[()]
-    return SourceDoc(doc.file, images, shifted), problems
+    return SourceDoc(doc.file, images, shifted, doc.read), problems

@@ -46,6 +46,14 @@ def read_regular(path: Path, *, within: Path | None = None, limit: int = MAX_BYT
     """The bytes of `path` if it is a regular file of at most `limit` bytes; else Unreadable.
 
     `within`: a symlink must resolve to a file inside this directory."""
+    return read_regular_as_found(path, within=within, limit=limit)[0]
+
+
+def read_regular_as_found(
+    path: Path, *, within: Path | None = None, limit: int = MAX_BYTES
+) -> tuple[bytes, os.stat_result]:
+    """`read_regular`, and the file's status as it was opened, before a byte of it was read
+    (what the desired-state caches record of the file the loader parsed)."""
     target = _follow(path, within)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -67,7 +75,7 @@ def read_regular(path: Path, *, within: Path | None = None, limit: int = MAX_BYT
             total += len(chunk)
         if total > limit:
             raise Unreadable(_too_big(total, limit))
-        return b"".join(chunks)
+        return b"".join(chunks), info
     except OSError as exc:
         raise Unreadable(_why(exc)) from None
     finally:

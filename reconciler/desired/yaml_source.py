@@ -43,12 +43,13 @@ from ruamel.yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.scanner import Scanner
 
+from reconciler.desired.fingerprint import FileRead, file_read
 from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
 from reconciler.desired.safe_read import (
     INVENTORY_MAX_BYTES,
     MAX_BYTES,
     Unreadable,
-    read_regular,
+    read_regular_as_found,
 )
 from reconciler.desired.yaml_fast import plain_source
 from reconciler.desired.yaml_scalars import (
@@ -86,6 +87,7 @@ class SourceDoc:
     file: str
     data: dict[str, Any]
     positions: dict[PathKey, Location]
+    read: FileRead | None = None  # the file as read from disk (None: parsed from a text)
 
 
 def load_yaml(
@@ -103,12 +105,13 @@ def load_yaml(
     `inventory`: the file that lists the boxes, with limits that grow with a fleet."""
     at_start = Location(display, 1, 1)
     try:
-        raw = read_regular(
+        raw, opened = read_regular_as_found(
             path, within=within, limit=INVENTORY_MAX_BYTES if inventory else MAX_BYTES
         )
     except Unreadable as exc:
         raise DesiredStateError([Problem(at_start, "", exc.message)]) from None
-    return parse_text(_decode(raw, display), display, required=required, inventory=inventory)
+    doc = parse_text(_decode(raw, display), display, required=required, inventory=inventory)
+    return SourceDoc(doc.file, doc.data, doc.positions, file_read(raw, opened))
 
 
 def parse_text(

@@ -4,14 +4,18 @@ invalid state, and never a file it cannot trust."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from reconciler.desired import cache, fingerprint
+from reconciler.desired import cache, fingerprint, load
 from reconciler.desired.cache import cached_fleet, load_fleet_cached
+from reconciler.desired.fleet import Fleet
 from reconciler.desired.load import load_fleet
 from reconciler.desired.problems import DesiredStateError
+from reconciler.drift_inputs import cached_inputs, remembered_inputs
 from tests.unit.conftest import hosts_inventory
 
 
@@ -85,6 +89,79 @@ def test_an_edited_layer_is_loaded_again(repo: Path) -> None:
     fleet = load_fleet_cached(repo, "hosts")
     assert fleet.boxes["thor"].lanes["worker"].env["WORKER_MAX_NUM_SEQS"] == 2
     assert cached_fleet(repo, hosts_inventory(repo)) is not None  # the new state is remembered
+
+
+def _load_then(repo: Path, monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> Fleet:
+    """A cold `load_fleet_cached` during which `change` lands: after the loader read the
+    files, before the state is stored."""
+    real = load.load_fleet
+
+    def load_then_change(*args: Any, **kwargs: Any) -> Fleet:
+        fleet = real(*args, **kwargs)
+        change()
+        return fleet
+
+    monkeypatch.setattr(load, "load_fleet", load_then_change)
+    try:
+        return load_fleet_cached(repo, "hosts")
+    finally:
+        monkeypatch.setattr(load, "load_fleet", real)
+
+
+def _max_num_seqs(fleet: Fleet) -> object:
+    return fleet.boxes["thor"].lanes["worker"].env["WORKER_MAX_NUM_SEQS"]
+
+
+def test_an_edit_made_while_loading_is_not_remembered_as_the_state_loaded(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry is fingerprinted by the bytes the loader parsed, not by the file read again
+    after the load: an edit landing in between misses on the next run instead of bringing
+    back the state of the text before it, run after run."""
+    thor = repo / "group_vars" / "thor.yaml"
+    text = thor.read_text(encoding="utf-8")
+    edited = text.replace("WORKER_MAX_NUM_SEQS: 1", "WORKER_MAX_NUM_SEQS: 2")
+    assert _max_num_seqs(_load_then(repo, monkeypatch, lambda: thor.write_text(edited))) == 1
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
+    assert _max_num_seqs(load_fleet_cached(repo, "hosts")) == 2
+
+
+def test_a_layer_added_while_loading_misses_on_the_next_run(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The layer listing is the one taken before any layer was read."""
+    extra = repo / "group_vars" / "nosuchgroup.yaml"
+    _load_then(repo, monkeypatch, lambda: extra.write_text("lobes: {}\n", encoding="utf-8"))
+    assert cached_fleet(repo, hosts_inventory(repo)) is None
+    with pytest.raises(DesiredStateError, match="nosuchgroup"):
+        load_fleet_cached(repo, "hosts")
+
+
+def test_storing_a_loaded_state_reads_no_input_again(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader already hashed what it parsed (2,006 files read twice at 1,000 boxes)."""
+
+    def no_read(_path: Path) -> str:
+        raise AssertionError("an input file was read again")
+
+    digest = fingerprint.file_digest
+    monkeypatch.setattr(fingerprint, "file_digest", no_read)
+    fleet = load_fleet_cached(repo, "hosts")
+    remembered_inputs(fleet, hosts_inventory(repo))
+    monkeypatch.setattr(fingerprint, "file_digest", digest)
+    assert cached_fleet(repo, hosts_inventory(repo)) is not None
+    assert cached_inputs(repo, hosts_inventory(repo)) is not None
+
+
+def test_drift_inputs_are_remembered_against_the_bytes_their_state_came_from(
+    repo: Path,
+) -> None:
+    fleet = load_fleet(repo, "hosts")
+    thor = repo / "group_vars" / "thor.yaml"
+    thor.write_text(thor.read_text(encoding="utf-8").replace("SEQS: 1", "SEQS: 2"), "utf-8")
+    remembered_inputs(fleet, hosts_inventory(repo))  # derived from the state before the edit
+    assert cached_inputs(repo, hosts_inventory(repo)) is None
 
 
 def test_a_new_layer_file_misses_even_if_no_recorded_file_changed(repo: Path) -> None:
