@@ -9,6 +9,7 @@ the repeated-drift path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,12 +76,12 @@ def named(boxes: Sequence[str], limit: int | None = None) -> str:
 def where(row: Row, box_order: tuple[str, ...], limit: int | None = None) -> str:
     """`gateway on thor, orin`; `lane:a, lane:b on thor, spark; lane:c on spark`: subjects
     seen on the same boxes share one list. `limit`: the most boxes a list names (`named`)."""
-    by_subject: dict[str, list[str]] = {}
+    # Dicts as ordered sets: a row of a 1,000-box fleet has a drift on each box, and a list's
+    # `in` made each row quadratic (as did a rank of every box built again for each row).
+    by_subject: dict[str, dict[str, None]] = {}
     for drift in row.drifts:
-        boxes = by_subject.setdefault(drift.subject, [])
-        if drift.box not in boxes:
-            boxes.append(drift.box)
-    rank = {box: i for i, box in enumerate(box_order)}
+        by_subject.setdefault(drift.subject, {})[drift.box] = None
+    rank = _rank(tuple(box_order))
     by_boxes: dict[tuple[str, ...], list[str]] = {}
     for subject in sorted(by_subject):
         seen_on = tuple(sorted(by_subject[subject], key=lambda b: rank.get(b, len(rank))))
@@ -89,18 +90,21 @@ def where(row: Row, box_order: tuple[str, ...], limit: int | None = None) -> str
     return "; ".join(f"{', '.join(subjects)} on {named(boxes, limit)}" for boxes, subjects in parts)
 
 
+@functools.lru_cache(maxsize=4)  # one report's order, asked for by each of its rows
+def _rank(box_order: tuple[str, ...]) -> dict[str, int]:
+    return {box: i for i, box in enumerate(box_order)}
+
+
 def per_box(row: Row, field: str, limit: int | None = None) -> list[tuple[str, str]]:
     """A row's distinct sources or notes (`field`), each with the boxes it was seen on when it
     is not the same on every box of the row ("" when it is); at most `limit` of them named."""
-    seen: dict[str, list[str]] = {}
+    seen: dict[str, dict[str, None]] = {}  # ordered sets, as in `where`
     for drift in row.drifts:
         text = getattr(drift, field)
         if text:
-            boxes = seen.setdefault(text, [])
-            if drift.box not in boxes:
-                boxes.append(drift.box)
+            seen.setdefault(text, {})[drift.box] = None
     boxes_of_row = {d.box for d in row.drifts}
     return [
-        (text, "" if len(seen) == 1 or set(boxes) == boxes_of_row else named(boxes, limit))
+        (text, "" if len(seen) == 1 or boxes.keys() == boxes_of_row else named(list(boxes), limit))
         for text, boxes in seen.items()
     ]
