@@ -150,7 +150,8 @@ def measure(size: int, runs: int, work: Path) -> dict[str, Sample]:
     # The history store of these runs stays in the work directory, not the user's.
     base = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(work / "state")}
     out: dict[str, list[Sample]] = {
-        "floor": [], "floor_cold": [], "cold": [], "warm": [], "text": []
+        "floor": [], "floor_cold": [], "cold": [], "warm": [], "text": [], "markdown": [],
+        "html": [],
     }  # fmt: skip
     warm_cache = work / f"cache-warm-{size}"
     env_warm = {**base, "XDG_CACHE_HOME": str(warm_cache)}
@@ -163,7 +164,8 @@ def measure(size: int, runs: int, work: Path) -> dict[str, Sample]:
         out["floor_cold"].append(run_child([sys.executable, "-c", FLOOR_COLD, snapshot], base))
         out["cold"].append(run_child(replay(root, "json"), env_cold, ok=(2,)))
         out["warm"].append(run_child(replay(root, "json"), env_warm, ok=(2,)))
-        out["text"].append(run_child(replay(root, "text"), env_warm, ok=(2,)))
+        for report in ("text", "markdown", "html"):  # every other format, warm
+            out[report].append(run_child(replay(root, report), env_warm, ok=(2,)))
         print(f"{size} boxes, round {index + 1}: " + ", ".join(
             f"{k} {v[-1].seconds:.2f}s" for k, v in out.items()), file=sys.stderr)  # fmt: skip
     medians = {k: median(v) for k, v in out.items()}
@@ -194,7 +196,7 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
         "replay with nothing remembered must parse. "
         "Cold: `reconcile drift --from-snapshot "
         "--format json` with an empty cache directory (the YAML parsed and validated); warm: "
-        "the validated state remembered; text: warm, the text report. From "
+        "the validated state remembered; text, markdown, html: warm, that report. From "
         f"{WORKERS_FROM} boxes on, a replay reads and compares its boxes on {workers} forked "
         "worker processes (reconciler/replay_workers.py, one per core here): the CPU columns "
         "are every process's user + system time. Peak: the largest process's maximum RSS; "
@@ -202,9 +204,9 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
         "its own).",
         "",
         "| boxes | floor s | cold floor s | cold s | cold × floor | cold × cold floor "
-        "| warm s | warm × floor | text s | floor CPU s | warm CPU s | peak MB cold "
-        "| peak MB warm | peak MB all, warm |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| warm s | warm × floor | text s | markdown s | html s | floor CPU s | warm CPU s "
+        "| peak MB cold | peak MB warm | peak MB all, warm |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size, r in results.items():
         floor, cold_floor, cold = (r[k].seconds for k in ("floor", "floor_cold", "cold"))
@@ -212,7 +214,8 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
             f"| {size} | {floor:.2f} | {cold_floor:.2f} | {cold:.2f} | {cold / floor:.1f} "
             f"| {cold / cold_floor:.1f} "
             f"| {r['warm'].seconds:.2f} | {r['warm'].seconds / floor:.1f} "
-            f"| {r['text'].seconds:.2f} | {r['floor'].cpu:.2f} | {r['warm'].cpu:.2f} "
+            f"| {r['text'].seconds:.2f} | {r['markdown'].seconds:.2f} | {r['html'].seconds:.2f} "
+            f"| {r['floor'].cpu:.2f} | {r['warm'].cpu:.2f} "
             f"| {r['cold'].peak_mb:.0f} | {r['warm'].peak_mb:.0f} | {r['memory'].peak_mb:.0f} |"
         )
     sizes = sorted(results)
@@ -220,7 +223,7 @@ def table(results: dict[int, dict[str, Sample]], runs: int, profile: dict[str, f
         small, large = sizes[-2], sizes[-1]
         growth = ", ".join(
             f"{what} {results[large][what].seconds / results[small][what].seconds:.1f}x"
-            for what in ("floor", "cold", "warm", "text")
+            for what in ("floor", "cold", "warm", "text", "markdown", "html")
         )
         lines += ["", f"{large} boxes against {small} ({large // small}x the boxes): {growth}."]
         lines += ["", goals(results[large], results[small])]
@@ -247,10 +250,29 @@ for path in sorted(snap.glob("*.json")):
     json.loads(path.read_bytes())
 timed("floor", started)
 started = time.perf_counter()
+from reconciler import drift_inputs
+from reconciler.desired import cache, load as loader
 from reconciler.desired.cache import load_fleet_cached
 from reconciler.desired.locate import inventory_file
 from reconciler.drift_inputs import cached_inputs, remembered_inputs
+timed("imports", started)
+def phase(owner, name, key):  # the time spent in owner.name, as the load calls it
+    real = getattr(owner, name)
+    def timed_call(*args, **kwargs):
+        at = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            timed(key, at)
+    setattr(owner, name, timed_call)
+phase(loader, "load_yaml", "yaml")
+phase(loader, "check_box", "checks")
+phase(loader, "check_fleet", "checks")
+phase(loader.SharedPrefixes, "merge", "merge")
+phase(cache, "remember", "store")  # in this process: a replay pickles in a forked child
+phase(drift_inputs, "remember", "store_inputs")
 inventory = inventory_file(root, "lab")
+started = time.perf_counter()
 fleet = load_fleet_cached(root, "lab")
 timed("load", started)
 started = time.perf_counter()
@@ -320,11 +342,18 @@ def where(size: int, p: dict[str, float]) -> list[str]:
         "",
         f"Where the time goes at {size} boxes (the engine's phases one after the other in one "
         "process, this run): parsing the observation files with `json` "
-        f"{p['floor']:.2f} s; loading and validating the desired state (cold, with storing "
-        f"it) {p['load']:.2f} s (each box's group_vars file and facts overlay read from "
-        "libyaml's events, desired/yaml_fast.py; the layers merged, each box validated by "
-        "pydantic and checked, the result pickled); deriving and storing the drift inputs "
-        f"{p['inputs']:.2f} s; reading them back (warm) {p['remembered']:.2f} s; reading the "
+        f"{p['floor']:.2f} s; importing the loader (pydantic, the models) {p['imports']:.2f} s; "
+        f"loading and validating the desired state (cold, with storing it) {p['load']:.2f} s, "
+        f"of which reading and parsing the YAML {p['yaml']:.2f} s (each file read once, with "
+        "its size limit, and hashed for the caches; a plain file read from libyaml's events, "
+        f"desired/yaml_fast.py), merging the layers {p['merge']:.2f} s, the fleet's checks "
+        f"{p['checks']:.2f} s, pickling and storing the validated state {p['store']:.2f} s "
+        "(a replay leaves that to a child it forks) and the rest (pydantic validating each "
+        "box, the group and overlay lookups) "
+        f"{p['load'] - p['yaml'] - p['merge'] - p['checks'] - p['store']:.2f} s; deriving the "
+        f"drift inputs {p['inputs'] - p['store_inputs']:.2f} s and storing them "
+        f"{p['store_inputs']:.2f} s (a child's work too in a replay); reading them back "
+        f"(warm) {p['remembered']:.2f} s; reading the "
         "snapshot's files (size limit, SHA-256 against the index) "
         f"{p['read']:.2f} s; decoding them into typed documents {p['typed']:.2f} s (from "
         f"{LARGE} boxes on by msgspec straight into the document, observe/document_c.py; "
@@ -342,8 +371,9 @@ NOTE = [
     "",
     "A warm replay neither loads the desired state nor derives its inputs (it reads the "
     "remembered drift inputs, as a live run's early start does); a cold one pays both. The "
-    "text report is not profiled here: it groups the drift by cause, and the table's text "
-    "column against the warm one shows what it adds. The desired state itself grows as N²: "
+    "text, markdown and html reports are not profiled here: they group the drift by cause, "
+    "and their columns against the warm one show what that adds. The desired state itself "
+    "grows as N²: "
     "each box's seeds name every other member, so the report does too. Fixed on the way here:"
     " the mesh seeds were derived per member inside every box's env (2 million "
     "`gateway_origin` calls, quadratic), each box's env twice, a rich table per text row, "
@@ -376,7 +406,13 @@ NOTE = [
     "2,006 desired-state files hashed on every warm replay (now checked by their stamps), and"
     " in the text report a rich grid laid out for every value folded below its row (~1.5 s at"
     " 1,000 boxes: now folded line by line by rich's own wrap) and every box of a cause named"
-    " on ~60 wrapped lines (now the first 12 and how many more).",
+    " on ~60 wrapped lines (now the first 12 and how many more). Then every desired-state "
+    "file read and hashed again after a cold load to fingerprint the caches (~0.2 s; now "
+    "recorded as the loader reads it, which also keeps an edit made during the load from "
+    "being remembered as the state loaded), and in the markdown and html reports each row "
+    "naming its boxes through a list's `in` with the boxes' ranks rebuilt for every row "
+    "(quadratic) and a regex pass over every code span for backticks (~0.5 s at 1,000 "
+    "boxes).",
 ]
 
 
