@@ -349,7 +349,8 @@ def where(size: int, p: dict[str, float]) -> list[str]:
         f"desired/yaml_fast.py), merging the layers {p['merge']:.2f} s, the fleet's checks "
         f"{p['checks']:.2f} s, pickling and storing the validated state {p['store']:.2f} s "
         "(a replay leaves that to a child it forks) and the rest (pydantic validating each "
-        "box, the group and overlay lookups) "
+        "box, deriving each box's `.env` for its checks and the drift inputs, the group and "
+        "overlay lookups) "
         f"{p['load'] - p['yaml'] - p['merge'] - p['checks'] - p['store']:.2f} s; deriving the "
         f"drift inputs {p['inputs'] - p['store_inputs']:.2f} s and storing them "
         f"{p['store_inputs']:.2f} s (a child's work too in a replay); reading them back "
@@ -412,7 +413,8 @@ NOTE = [
     "being remembered as the state loaded), and in the markdown and html reports each row "
     "naming its boxes through a list's `in` with the boxes' ranks rebuilt for every row "
     "(quadratic) and a regex pass over every code span for backticks (~0.5 s at 1,000 "
-    "boxes).",
+    "boxes), and on a cold load each box's `.env` derived twice, for its checks and for the "
+    "drift inputs (~0.1 s: now once).",
 ]
 
 

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry
-from reconciler.desired.envfile import MeshSeeds, desired_env, left_out_image_problems
+from reconciler.desired.envfile import left_out_image_problems
 from reconciler.desired.models import (
     BoxSpec,
     EnvValue,
-    InventoryBox,
     SecretRef,
     TaggedImage,
 )
@@ -25,7 +24,8 @@ from reconciler.desired.secret_names import is_secret_name
 Finding = tuple[PathKey, str]
 
 
-def check_box(box: BoxSpec, inventory: dict[str, InventoryBox], mesh: MeshSeeds) -> list[Finding]:
+def check_box(box: BoxSpec, env: list[EnvEntry]) -> list[Finding]:
+    """`env`: the box's managed `.env` (envfile.desired_env), derived once by the loader."""
     findings: list[Finding] = []
     findings += _images(box)
     findings += _gpu_budget(box)
@@ -34,7 +34,7 @@ def check_box(box: BoxSpec, inventory: dict[str, InventoryBox], mesh: MeshSeeds)
     findings += _auth(box)
     findings += _contract_local(box)
     findings += _compose_chain(box)
-    findings += _env_keys(desired_env(box, inventory, mesh))
+    findings += _env_keys(env)
     findings += left_out_image_problems(box)
     return findings
 

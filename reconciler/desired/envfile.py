@@ -172,10 +172,15 @@ def mesh_seeds(fleet: Fleet) -> MeshSeeds:
 
 def box_env(fleet: Fleet, box: str) -> list[EnvEntry]:
     """The managed `.env` of one box of the fleet (for many boxes: `fleet_env`)."""
-    return desired_env(fleet.boxes[box], fleet.inventory.boxes, mesh_seeds(fleet))
+    return fleet_env(fleet, [box])[box]
 
 
 def fleet_env(fleet: Fleet, boxes: list[str]) -> dict[str, list[EnvEntry]]:
-    """The managed `.env` of each of `boxes`, the mesh's seeds derived once for all."""
+    """The managed `.env` of each of `boxes`: as the loader derived it to check it when it
+    did (each a new list: a caller may change its own), else with the mesh's seeds derived
+    once for all."""
+    derived = fleet.envs.of(fleet) if fleet.envs is not None else None
+    if derived is not None:
+        return {name: list(derived[name]) for name in boxes}
     mesh = mesh_seeds(fleet)
     return {name: desired_env(fleet.boxes[name], fleet.inventory.boxes, mesh) for name in boxes}

@@ -7,12 +7,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from reconciler.desired.entries import EnvEntry
     from reconciler.desired.fingerprint import InputsRead
     from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
     from reconciler.desired.problems import Location, PathKey
+
+
+@dataclass(frozen=True)
+class DerivedEnvs:
+    """Each box's managed `.env`, and the boxes and inventory it was derived from: a Fleet
+    copied with other boxes (dataclasses.replace) carries this along, and must not use it."""
+
+    boxes: dict[str, BoxSpec]
+    inventory: InventorySpec
+    envs: dict[str, list[EnvEntry]]
+
+    def of(self, fleet: Fleet) -> dict[str, list[EnvEntry]] | None:
+        """The envs if derived from `fleet`'s own boxes and inventory, else None."""
+        same = self.boxes is fleet.boxes and self.inventory is fleet.inventory
+        return self.envs if same else None
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,15 @@ class Fleet:
     # What the loader saw of those files as it parsed them: the caches' fingerprint of this
     # state (desired/fingerprint.py). None for a state not loaded from files.
     seen: InputsRead | None = field(default=None, repr=False, compare=False)
+    # Each box's managed `.env` as the loader derived it to check it (envfile.fleet_env hands
+    # it on rather than deriving it again). Not pickled: a 1,000-box mesh's seeds make it
+    # ~30 MB, which a remembered state would carry for nothing; None once unpickled.
+    envs: DerivedEnvs | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("envs", None)  # the class's default (None) stands in for it when unpickled
+        return state
 
     def connection(self, box: str) -> InventoryBox:
         return self.inventory.boxes[box]

@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.desired.checks import check_box, check_fleet
-from reconciler.desired.envfile import MeshSeeds
+from reconciler.desired.envfile import MeshSeeds, desired_env
 from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
 from reconciler.desired.fingerprint import InputsRead, layer_listing
-from reconciler.desired.fleet import Fleet
+from reconciler.desired.fleet import DerivedEnvs, Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
@@ -104,8 +104,9 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
         raise DesiredStateError(problems)
 
     mesh = MeshSeeds.of(inv.boxes, [b for b in boxes.values() if b.mesh.enabled])
+    envs = {name: desired_env(box, inv.boxes, mesh) for name, box in boxes.items()}
     for name, box in boxes.items():
-        for path, message in check_box(box, inv.boxes, mesh):
+        for path, message in check_box(box, envs[name]):
             problems.append(_problem(positions[name], path, message))
     for path, message in check_fleet(boxes):
         problems.append(_problem(positions[str(path[0])], path[1:], message))
@@ -113,7 +114,8 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
         raise DesiredStateError(problems)
     inputs = sorted({inv_path, *(root / f for chain in layers.values() for f in chain)})
     seen = InputsRead(listing, {path: r for path, r in read.items() if r is not None})
-    return Fleet(root, inv_doc.file, inv, boxes, layers, positions, tuple(inputs), seen)
+    derived = DerivedEnvs(boxes, inv, envs)
+    return Fleet(root, inv_doc.file, inv, boxes, layers, positions, tuple(inputs), seen, derived)
 
 
 def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Problem:
