@@ -113,8 +113,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
                 run = run_drift_on(
                     inputs,
                     boxes,
-                    save_to=Path(args.save_snapshot) if args.save_snapshot else None,
-                    from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+                    **snapshot_dirs(args),
                     early=early,
                     keep_observations=False,  # the report is all this command prints
                 )
@@ -145,6 +144,16 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     else:
         sys.stdout.writelines(pieces)
     return finish_drift(outs, args, run, code)  # metrics, history: after it
+
+
+def snapshot_dirs(args: argparse.Namespace) -> dict[str, Path | None]:
+    """`--save-snapshot` and `--from-snapshot` as a run takes them (`save_to`, `from_snapshot`)."""
+    from pathlib import Path
+
+    return {
+        "save_to": Path(args.save_snapshot) if args.save_snapshot else None,
+        "from_snapshot": Path(args.from_snapshot) if args.from_snapshot else None,
+    }
 
 
 def _json_alone(args: argparse.Namespace, outs: RunOutputs) -> bool:

@@ -46,7 +46,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from reconciler.audit.run import run_audit
-    from reconciler.cli import _boxes, _load, _snapshot_boxes
+    from reconciler.cli import _boxes, _load, _snapshot_boxes, snapshot_dirs
     from reconciler.history.hooks import finish_audit, prepare
     from reconciler.observe.fanout import configure
 
@@ -63,8 +63,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         report = run_audit(
             fleet,
             boxes,
-            save_to=Path(args.save_snapshot) if args.save_snapshot else None,
-            from_snapshot=Path(args.from_snapshot) if args.from_snapshot else None,
+            **snapshot_dirs(args),
             keep=observed,
         )
     except (OSError, ValueError) as exc:  # an unreadable snapshot, an unwritable directory,

@@ -75,6 +75,10 @@ def file_stamp(path: str, settled_before: int | None = None) -> tuple[int, ...] 
         info = os.stat(path)
     except (OSError, ValueError):
         return None
+    return _stamp(info, settled_before)
+
+
+def _stamp(info: os.stat_result, settled_before: int | None) -> tuple[int, ...] | None:
     if settled_before is not None and max(info.st_mtime_ns, info.st_ctime_ns) >= settled_before:
         return None
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
@@ -91,10 +95,8 @@ class FileRead(NamedTuple):  # not a dataclass: a repeated drift imports this mo
 
 def file_read(data: bytes, opened: os.stat_result) -> FileRead:
     """What to remember of a file whose bytes `data` were read after `opened` was taken."""
-    settled = time.time_ns() - RACY_NS
-    recent = max(opened.st_mtime_ns, opened.st_ctime_ns) >= settled
-    stamp = (opened.st_dev, opened.st_ino, opened.st_size, opened.st_mtime_ns, opened.st_ctime_ns)
-    return FileRead(None if recent else stamp, hashlib.sha256(data).hexdigest())
+    stamp = _stamp(opened, time.time_ns() - RACY_NS)  # as file_stamp takes it for a check
+    return FileRead(stamp, hashlib.sha256(data).hexdigest())
 
 
 class InputsRead(NamedTuple):
