@@ -2,8 +2,11 @@
 
 Within a cause, entries that read the same (kind, path, values, action) are one row listing
 where they are: `HAND_IMAGE (absent)` on twelve containers of three boxes is one row, not
-twelve. The change comes first, then the symptoms it explains. Stdlib only, like the rest of
-the repeated-drift path.
+twelve. The change comes first, then the symptoms it explains. A key whose value differs box by
+box (each mesh member's seeds name every other member) would be a row per box: past
+`FOLD_PAST` values, `VALUES_LISTED` of them are rows and one row holds the rest, so at 1,000
+boxes that key is four rows, not a thousand. Stdlib only, like the rest of the repeated-drift
+path.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class Row:
 
     symptom: bool
     drifts: tuple[Drift, ...]
+    # Distinct values folded into this row (`rows`); 0: its entries read the same, and its
+    # first entry's values are every entry's.
+    folded: int = 0
 
     @property
     def first(self) -> Drift:
@@ -43,14 +49,52 @@ def causes(report: DriftReport) -> tuple[Cause, ...]:
     return group_causes(ordered_boxes(report))
 
 
-def rows(cause: Cause) -> list[Row]:
+# Distinct values of one key (kind, path, secret tag, action) in one cause that are each a row;
+# past that many, the key lists VALUES_LISTED of them and folds the rest into one row.
+FOLD_PAST = 12
+VALUES_LISTED = 3
+
+
+def rows(cause: Cause, fold: bool = False) -> list[Row]:
+    """The cause's rows, changes first. `fold`: a key with more than FOLD_PAST values lists
+    VALUES_LISTED of them (those on the most entries, then on the boxes first in report order)
+    and holds the rest in one row after them."""
+    rank = {box: i for i, box in enumerate(cause.boxes)}
     out: list[Row] = []
     for symptom, drifts in ((False, cause.changes), (True, cause.symptoms)):
+        read = [(drift, _reads(drift)) for drift in drifts]  # display() once per entry
         same: dict[tuple[str, ...], list[Drift]] = {}
-        for drift in drifts:
-            same.setdefault(_reads(drift), []).append(drift)
-        out += [Row(symptom, tuple(same[key])) for key in sorted(same)]
+        for drift, reading in read:
+            same.setdefault(reading, []).append(drift)
+        by_key: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+        for reading in same:
+            by_key.setdefault(_key(reading), []).append(reading)
+        folded: set[tuple[str, ...]] = set()
+        # A folded key's last listed reading (its fold comes right after it), and its fold's size
+        last: dict[tuple[str, ...], tuple[tuple[str, ...], int]] = {}
+        for key, readings in by_key.items():
+            if fold and len(readings) > FOLD_PAST:
+                readings.sort(key=lambda r: (-len(same[r]), rank.get(same[r][0].box, 0), r))
+                folded.update(readings[VALUES_LISTED:])
+                last[key] = (max(readings[:VALUES_LISTED]), len(readings) - VALUES_LISTED)
+        for reading in sorted(r for r in same if r not in folded):
+            out.append(Row(symptom, tuple(same[reading])))
+            key = _key(reading)
+            if key in last and last[key][0] == reading:  # the key's other entries, report order
+                rest = tuple(drift for drift, r in read if r in folded and _key(r) == key)
+                out.append(Row(symptom, rest, folded=last[key][1]))
     return out
+
+
+def folded_values(row: Row) -> str:
+    """What a folded row says in place of its values."""
+    return f"({row.folded} more values)"
+
+
+def _key(reading: tuple[str, ...]) -> tuple[str, ...]:
+    """A reading (`_reads`) without its values."""
+    kind, path, _desired, _observed, tag, action = reading
+    return (kind, path, tag, action)
 
 
 def _reads(drift: Drift) -> tuple[str, ...]:

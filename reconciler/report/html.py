@@ -108,14 +108,18 @@ def drift_causes(report: DriftReport) -> list[dict[str, Any]]:
     out = []
     for cause in grouped.causes(report):
         rows = []
-        for row in grouped.rows(cause):
+        for row in grouped.rows(cause, fold=True):
             d = row.first
             tag = secret_tag(d)
+            folded = ""
+            if row.folded:  # many values, one per box (grouped.rows): how many, in their place
+                folded = grouped.folded_values(row) + (f" ({tag})" if tag else "")
             rows.append(
                 {
                     "symptom": row.symptom,
                     "kind": d.kind.value,
                     "path": d.path,
+                    "folded": folded,
                     "desired": display(d.desired),
                     "observed": display(d.observed) + (f" ({tag})" if tag else ""),
                     "action": d.action.value,

@@ -14,7 +14,14 @@ from collections.abc import Iterable, Sequence
 
 from reconciler.compare.causes import Cause
 from reconciler.compare.drift import BoxResult, DriftReport
-from reconciler.report.grouped import Row, causes, per_box, rows, where
+from reconciler.report.grouped import (
+    Row,
+    causes,
+    folded_values,
+    per_box,
+    rows,
+    where,
+)
 from reconciler.report.summary import plural, sentence, summarize
 from reconciler.report.values import clean, display, free_json, guarded, secret_tag
 
@@ -104,7 +111,7 @@ def _cause_title(cause: Cause) -> str:
 
 
 def _cause_rows(cause: Cause, box_order: tuple[str, ...]) -> list[list[str]]:
-    return [_drift_row(row, where(row, box_order)) for row in rows(cause)]
+    return [_drift_row(row, where(row, box_order)) for row in rows(cause, fold=True)]
 
 
 def _box_section(box: BoxResult, grouped: tuple[Cause, ...]) -> list[str]:
@@ -134,12 +141,16 @@ def _box_section(box: BoxResult, grouped: tuple[Cause, ...]) -> list[str]:
 def _drift_row(row: Row, places: str) -> list[str]:
     drift = row.first
     tag = secret_tag(drift)
-    observed = _value(drift.observed) + (f" ({tag})" if tag else "")
+    if row.folded:  # many values, one per box (grouped.rows): JSON lists each
+        desired, observed = f"*{text(folded_values(row))}*", f"({tag})" if tag else ""
+    else:
+        desired = _value(drift.desired)
+        observed = _value(drift.observed) + (f" ({tag})" if tag else "")
     return [
         ROLES[row.symptom],
         drift.kind.value,
         code(drift.path),
-        _value(drift.desired),
+        desired,
         observed,
         drift.action.value,
         text(places),

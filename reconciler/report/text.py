@@ -40,7 +40,15 @@ from typing import TYPE_CHECKING
 
 from reconciler.compare.causes import Cause
 from reconciler.compare.drift import Action, BoxResult, Drift, DriftReport
-from reconciler.report.grouped import Row, causes, named, per_box, rows, where
+from reconciler.report.grouped import (
+    Row,
+    causes,
+    folded_values,
+    named,
+    per_box,
+    rows,
+    where,
+)
 from reconciler.report.summary import plural, sentence, summarize
 from reconciler.report.values import (
     abbreviate_pair,
@@ -133,7 +141,7 @@ def render_text(report: DriftReport, color: bool, width: int = 100) -> str:
     grouped = causes(report)
     box_order = tuple(b.box for b in report.boxes)
     laid_out = [
-        (cause, [(row, where(row, box_order, BOXES_NAMED)) for row in rows(cause)])
+        (cause, [(row, where(row, box_order, BOXES_NAMED)) for row in rows(cause, fold=True)])
         for cause in grouped
     ]
     widths = _widths([r for _, cause_rows in laid_out for r in cause_rows], width)
@@ -251,7 +259,11 @@ def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
         display(drift.desired), display(drift.observed), VALUE_LIMIT
     )
     tag = secret_tag(drift)
-    change = _change(desired, observed, f" ({tag})" if tag else "", widths.change)
+    if row.folded:  # many values, one per box: JSON has each, the listed rows show a few
+        folded = _folded(row)
+        change = folded if len(folded) <= widths.change else None
+    else:
+        change = _change(desired, observed, f" ({tag})" if tag else "", widths.change)
     role = ROLES[row.symptom]
     cells: list[Text] = [
         _styled(role, "symptom" if row.symptom else "role"),
@@ -262,7 +274,9 @@ def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
     ]
     out: list[RenderableType] = [_line(cells, widths) or _grid(cells, widths)]
     under = ROW_INDENT + widths.role + GAP  # below-row lines start at the kind column
-    if change is None:
+    if row.folded and change is None:
+        out.append(_indented(_folded(row), under, widths.total))
+    elif change is None:
         labelled = [
             [_styled("desired", "meta"), _styled(desired, "desired")],
             [_styled("observed", "meta"), _styled(observed, "observed")],
@@ -388,6 +402,15 @@ def _grid(cells: list[Text], widths: _Widths) -> RenderableType:
     return Padding(grid, (0, 0, 0, ROW_INDENT), expand=False)
 
 
+def _folded(row: Row) -> Text:
+    """A folded row's values: how many (grouped.rows), and its secret tag."""
+    tag = secret_tag(row.first)
+    folded = _styled(folded_values(row), "meta")
+    if tag:
+        folded.append(f" ({tag})", style=STYLE["secret_tag"])
+    return folded
+
+
 def _change(desired: str, observed: str, suffix: str, width: int) -> Text | None:
     """`desired -> observed` on one line, or `-> observed` on a second line; None if even
     that does not fit (the caller then prints the values below the row)."""
@@ -413,7 +436,8 @@ def _widths(laid_out: list[tuple[Row, str]], width: int) -> _Widths:
     wide, columns give up room in SHRINK order, each down to its floor. Below ~60 columns
     that is still too wide; rich then squeezes every column to fit."""
     drifts = [row.first for row, _ in laid_out]
-    one_line = [n for n in map(_one_line, drifts) if n <= CHANGE_MAX]  # longer ones go below
+    changes = [len(_folded(row)) if row.folded else _one_line(row.first) for row, _ in laid_out]
+    one_line = [n for n in changes if n <= CHANGE_MAX]  # longer ones go below
     natural = {
         "role": max((len(ROLES[row.symptom]) for row, _ in laid_out), default=5),
         "kind": max((len(d.kind.value) for d in drifts), default=4),
