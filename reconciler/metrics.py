@@ -154,16 +154,14 @@ def _box_times(
             took.labels(box).set(collect_s[box])
 
 
-def collect_seconds(observations: dict[str, Any]) -> dict[str, float]:
-    """Each box's collector time from its observation (snapshot box-file form)."""
-    out = {}
-    for box, obs in observations.items():
-        collected = obs.get("collected") if isinstance(obs, dict) else None
-        timings = collected.get("timings_ms") if isinstance(collected, dict) else None
-        total = timings.get("total") if isinstance(timings, dict) else None
-        if isinstance(total, int | float) and not isinstance(total, bool) and total >= 0:
-            out[box] = total / 1000
-    return out
+def collector_seconds(obs: Any) -> float | None:
+    """A box's collector time from its observation (snapshot box-file form), if it has one."""
+    collected = obs.get("collected") if isinstance(obs, dict) else None
+    timings = collected.get("timings_ms") if isinstance(collected, dict) else None
+    total = timings.get("total") if isinstance(timings, dict) else None
+    if isinstance(total, int | float) and not isinstance(total, bool) and total >= 0:
+        return float(total) / 1000
+    return None
 
 
 def _run_metrics(

@@ -94,12 +94,13 @@ def finish_drift(outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code
 
     doc = to_document(run.report)
     took = time.monotonic() - outs.clock
-    observations = _observations(run.observations, args, [b["box"] for b in doc["boxes"]])
+    boxes = [b["box"] for b in doc["boxes"]]
+    seconds, observations = _observations(run.observations, args, boxes, outs.history)
     if outs.metrics is not None:
-        from reconciler.metrics import collect_seconds, drift_registry
+        from reconciler.metrics import drift_registry
 
         kinds = tuple(k.value for k in Kind)
-        registry = drift_registry(doc, kinds, time.time(), took, collect_seconds(observations))
+        registry = drift_registry(doc, kinds, time.time(), took, seconds)
         if not _write_metrics(outs.metrics, registry):
             exit_code = EXIT_ERROR
     if outs.history is not None:
@@ -121,11 +122,12 @@ def finish_audit(
 
     doc = to_document(report)
     took = time.monotonic() - outs.clock
-    observations = _observations(observed, args, [b["box"] for b in doc["boxes"]])
+    boxes = [b["box"] for b in doc["boxes"]]
+    seconds, observations = _observations(observed, args, boxes, outs.history)
     if outs.metrics is not None:
-        from reconciler.metrics import audit_registry, collect_seconds
+        from reconciler.metrics import audit_registry
 
-        registry = audit_registry(doc, time.time(), took, collect_seconds(observations))
+        registry = audit_registry(doc, time.time(), took, seconds)
         if not _write_metrics(outs.metrics, registry):
             code = EXIT_ERROR
     if outs.history is not None:
@@ -136,31 +138,71 @@ def finish_audit(
     return code
 
 
-def _observations(observed: dict[str, Any], args: argparse.Namespace, boxes: list[str]) -> Any:
-    """Each box's observation as a snapshot's box file holds it (secrets hashed on the box);
-    a replay that kept none reads them from its snapshot."""
-    from dataclasses import fields
+def _observations(
+    observed: dict[str, Any], args: argparse.Namespace, boxes: list[str], history: Path | None
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Each box's collector time (for the metrics) and, if the run is recorded (`history`),
+    its observation as a snapshot's box file holds it (secrets hashed on the box)."""
+    from reconciler.metrics import collector_seconds
 
     if observed:
         # The snapshot file's fields, by reference: dataclasses.asdict would deep-copy every
         # box's whole answer (~100 ms on the lab) only to serialise it.
-        return {
+        from dataclasses import fields
+
+        kept = {
             b: {f.name: getattr(observed[b], f.name) for f in fields(observed[b])}
             for b in boxes
             if b in observed
         }
+        seconds = {b: s for b, obs in kept.items() if (s := collector_seconds(obs)) is not None}
+        return seconds, kept if history is not None else {}
     directory = getattr(args, "from_snapshot", None)
-    if not directory:
-        return {}
-    import json
+    return _replayed(Path(directory), boxes, history is not None) if directory else ({}, {})
 
-    out = {}
+
+def _replayed(
+    directory: Path, boxes: list[str], stored: bool
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """A replay that kept no observation reads them from its snapshot, a box at a time, each
+    packed for the store as it is read (history/store.py): a 1,000-box replay then holds
+    ~45 MB of packed files, not ~500 MB of parsed ones (its peak was 640 MB)."""
+    from reconciler.fast_json import LARGE
+    from reconciler.history.store import pack
+    from reconciler.metrics import collector_seconds
+
+    many = len(boxes) >= LARGE  # msgspec (C) reads and writes them, as the replay read them
+    seconds: dict[str, float] = {}
+    kept: dict[str, Any] = {}
     for box in boxes:
         try:
-            out[box] = json.loads((Path(directory) / f"{box}.json").read_text(encoding="utf-8"))
+            obs, plain = _decoded((directory / f"{box}.json").read_bytes(), many)
         except (OSError, ValueError):
             continue  # the report says what was wrong with that box's file
-    return out
+        total = collector_seconds(obs)
+        if total is not None:
+            seconds[box] = total
+        if stored:
+            kept[box] = pack(obs, plain)
+    return seconds, kept
+
+
+def _decoded(data: bytes, many: bool) -> tuple[Any, bool]:
+    """`json.loads` of the file's text (not UTF-8: a ValueError, as `read_text` raised), and
+    whether msgspec read it: for `many` it does wherever it gives json's values
+    (fast_json.decode_written; like json.loads without a hook, it keeps the last of a
+    repeated key)."""
+    import json
+
+    text = data.decode("utf-8")
+    if many:
+        from reconciler.fast_json import decode_written
+
+        try:
+            return decode_written(data), True
+        except ValueError:
+            pass  # json's own reading, and its fault
+    return json.loads(text), False
 
 
 def _write_metrics(path: Path, registry: Any) -> bool:

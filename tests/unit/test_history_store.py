@@ -62,6 +62,49 @@ def test_a_replay_is_recorded_with_its_summary_entries_and_observations(
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
+def test_a_large_replay_records_each_file_as_json_reads_it_and_its_collector_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From fast_json.LARGE boxes on, a replay reads its files with msgspec and packs each for
+    the store as it reads it (history/hooks.py): what the store gives back is still
+    `json.loads` of each file, also for a file msgspec refuses (json reads `Infinity`) and one
+    that repeats a key (both keep the last)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.scale_fleet import build_fleet
+    from reconciler.fast_json import LARGE
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "fleet"
+    build_fleet(root, LARGE)
+    snapshot = root / "snapshot"
+    odd = snapshot / "spark-1.json"
+    odd.write_text(odd.read_text().replace("{", '{"extra": Infinity, ', 1))
+    twice = snapshot / "orin-2.json"
+    twice.write_text(twice.read_text().replace("{", '{"box": "first", ', 1))
+    db, metrics = tmp_path / "h.sqlite3", tmp_path / "m.prom"
+    argv = ["drift", "--from-snapshot", str(snapshot), "--history", str(db)]
+    code, report, err = reconcile(capsys, *argv, "--metrics", str(metrics), root=root)
+    # spark-1's file is no collector's answer (json reads it, the replay refuses it): that box
+    # is not observed (exit 1), and its file is still recorded as it is.
+    assert code == 1 and "spark-1: not observed" in report, err
+    files = sorted(p for p in snapshot.glob("*.json") if p.stem != "index")
+    assert len(files) == LARGE
+    with store.opened(db, create=False) as conn:
+        (run,) = store.runs(conn)
+        observed = store.observations_of(conn, run.id)
+    assert observed.keys() == {p.stem for p in files}
+    for path in files:
+        assert observed[path.stem] == json.loads(path.read_text()), path.name
+    assert observed["spark-1"]["extra"] == float("inf")
+    assert observed["orin-2"]["box"] == "orin-2"
+    # Every box's collector time is in the metrics, as the file says it.
+    timed = re.compile(r'^fleet_drift_box_collect_duration_seconds\{box="([^"]+)"\} (\S+)$', re.M)
+    seconds = {box: float(value) for box, value in timed.findall(metrics.read_text())}
+    for path in files:
+        total = json.loads(path.read_text())["collected"]["timings_ms"]["total"]
+        assert seconds[path.stem] == total / 1000
+
+
 def test_secrets_are_entries_as_stars_and_changed_never_a_digest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
