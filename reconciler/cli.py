@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
     from reconciler.desired.fleet import Fleet
     from reconciler.drift_inputs import DriftInputs
-    from reconciler.history.hooks import RunOutputs
     from reconciler.observe.early import EarlyStart
     from reconciler.report.json_parts import PartsReport
 
@@ -107,7 +106,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         if early is not None:
             preload(outs)  # the boxes are working: import what comes after their answers
         try:
-            if _json_alone(args, outs) and replays_in_parts(len(boxes)):
+            if _json_replay(args) and replays_in_parts(len(boxes)):
                 run: DriftRun | PartsReport = replay_parts(inputs, boxes, Path(args.from_snapshot))
             else:
                 run = run_drift_on(
@@ -143,7 +142,8 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.writelines(pieces)
-    return finish_drift(outs, args, run, code)  # metrics, history: after it
+    # Metrics, history: after it. A report kept as its parts has only its JSON to give them.
+    return finish_drift(outs, args, run, code, None if isinstance(run, DriftRun) else pieces)
 
 
 def snapshot_dirs(args: argparse.Namespace) -> dict[str, Path | None]:
@@ -156,12 +156,12 @@ def snapshot_dirs(args: argparse.Namespace) -> dict[str, Path | None]:
     }
 
 
-def _json_alone(args: argparse.Namespace, outs: RunOutputs) -> bool:
-    """Whether the JSON report of a replay is all this run makes (no metrics, no history, no
-    snapshot saved): its boxes' results are then needed only as their entries."""
-    recorded = outs.history is not None or outs.metrics is not None
+def _json_replay(args: argparse.Namespace) -> bool:
+    """Whether this run replays a snapshot into its JSON report (no snapshot saved): its boxes'
+    results are then needed only as their entries, and the metrics and history read the
+    report's document from that JSON (history/hooks.finish_drift)."""
     plain_replay = args.from_snapshot and not args.save_snapshot
-    return bool(plain_replay and args.format == "json" and not recorded)
+    return bool(plain_replay and args.format == "json")
 
 
 def _start_early(args: argparse.Namespace) -> EarlyStart | None:

@@ -84,18 +84,30 @@ def preload(outs: RunOutputs) -> None:
         import_module(name)
 
 
-def finish_drift(outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code: int) -> int:
-    """After the drift report is printed: metrics, then the history."""
+def finish_drift(
+    outs: RunOutputs,
+    args: argparse.Namespace,
+    run: Any,
+    exit_code: int,
+    printed_json: list[str] | None = None,
+) -> int:
+    """After the drift report is printed: metrics, then the history. `printed_json`: the JSON
+    report as printed, for a run kept only as its boxes' entries (drift.replay_parts)."""
     if outs.history is None and outs.metrics is None:
         return exit_code
     sys.stdout.flush()  # the report is out before anything here costs time
     from reconciler.compare.drift import Kind
-    from reconciler.report.json_report import to_document
 
-    doc = to_document(run.report)
+    if printed_json is None:
+        from reconciler.report.json_report import to_document
+
+        doc = to_document(run.report)
+    else:  # the same document (render_json_parts writes json.dumps of it), read back
+        doc = _decoded("".join(printed_json).encode("utf-8"), True)[0]
     took = time.monotonic() - outs.clock
     boxes = [b["box"] for b in doc["boxes"]]
-    seconds, observations = _observations(run.observations, args, boxes, outs.history)
+    kept = getattr(run, "observations", None) or {}
+    seconds, observations = _observations(kept, args, boxes, outs.history)
     if outs.metrics is not None:
         from reconciler.metrics import drift_registry
 

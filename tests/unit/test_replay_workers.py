@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -163,15 +164,36 @@ def test_a_replay_reports_the_same_with_workers_as_without(tmp_path: Path) -> No
     assert '"boxes"' in alone.stdout and spread.stdout == alone.stdout.replace(
         _generated(alone.stdout), _generated(spread.stdout)
     )
-    # A replay that also records its run keeps every box's result (drift.replay_parts keeps
-    # only their report entries): the same report either way.
-    history = tmp_path / "history.sqlite3"
-    kept = _replay(root, "2", tmp_path, "--history", str(history))
-    assert kept.returncode == 2 and history.is_file(), kept.stderr
-    assert kept.stdout == spread.stdout.replace(_generated(spread.stdout), _generated(kept.stdout))
+    # A replay that also records its run: the same report, and the same record whether the
+    # store read the report's document from its boxes' entries (drift.replay_parts, workers)
+    # or was given the boxes' results (one process).
+    records = []
+    for workers in ("1", "2"):
+        history = tmp_path / f"history-{workers}.sqlite3"
+        kept = _replay(root, workers, tmp_path, "--history", str(history))
+        assert kept.returncode == 2 and history.is_file(), kept.stderr
+        assert kept.stdout == spread.stdout.replace(
+            _generated(spread.stdout), _generated(kept.stdout)
+        )
+        records.append(_recorded(history))
+    assert records[0] == records[1] and records[0][1], "every entry, recorded alike"
     bad = _replay(root, "zero", tmp_path)
     assert bad.returncode == 1 and bad.stdout == ""
     assert bad.stderr == f"error: {WORKERS_ENV} must be a whole number from 1 to 256\n"
+
+
+def _recorded(history: Path) -> tuple[object, ...]:
+    """A store's one run as the history keeps it (rows without their run id, in order), less
+    when the report was made."""
+    with sqlite3.connect(history) as conn:
+        (report,) = conn.execute("SELECT report FROM runs").fetchone()
+        document = json.loads(report)
+        del document["generated_at"]
+        tables = [
+            sorted(row[1:] for row in conn.execute(f"SELECT * FROM {table}"))
+            for table in ("entries", "boxes", "observations")
+        ]
+    return (document, *tables)
 
 
 def _generated(report: str) -> str:
