@@ -206,15 +206,14 @@ def _decoded(data: bytes, many: bool) -> tuple[Any, bool]:
     repeated key)."""
     import json
 
-    text = data.decode("utf-8")
-    if many:
+    if many:  # msgspec checks the UTF-8 itself: a file that is not goes to json, which refuses it
         from reconciler.fast_json import decode_written
 
         try:
             return decode_written(data), True
         except ValueError:
             pass  # json's own reading, and its fault
-    return json.loads(text), False
+    return json.loads(data.decode("utf-8")), False
 
 
 def _write_metrics(path: Path, registry: Any) -> bool:

@@ -255,14 +255,15 @@ def _row(row: Row, places: str, widths: _Widths) -> list[RenderableType]:
     from rich.text import Text
 
     drift = row.first
-    desired, observed = abbreviate_pair(
-        display(drift.desired), display(drift.observed), VALUE_LIMIT
-    )
-    tag = secret_tag(drift)
+    desired = observed = ""
     if row.folded:  # many values, one per box: JSON has each, the listed rows show a few
         folded = _folded(row)
         change = folded if len(folded) <= widths.change else None
     else:
+        desired, observed = abbreviate_pair(
+            display(drift.desired), display(drift.observed), VALUE_LIMIT
+        )
+        tag = secret_tag(drift)
         change = _change(desired, observed, f" ({tag})" if tag else "", widths.change)
     role = ROLES[row.symptom]
     cells: list[Text] = [
