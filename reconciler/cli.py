@@ -290,15 +290,15 @@ def _snapshot_boxes(args: argparse.Namespace, known: Sequence[str]) -> list[str]
     one box is not three boxes' error); [] (every box) if the snapshot names none we know."""
     if not getattr(args, "from_snapshot", None):
         return []
-    import json
     from pathlib import Path
 
+    from reconciler.observe.observe import snapshot_index
+
     try:
-        index = json.loads((Path(args.from_snapshot) / "index.json").read_text(encoding="utf-8"))
-        saved = index["boxes"] if isinstance(index, dict) else []
-    except (OSError, ValueError, KeyError):
+        saved = set(snapshot_index(Path(args.from_snapshot))["boxes"])
+    except (OSError, ValueError):
         return []  # the run itself reports what is wrong with the snapshot
-    return [b for b in known if isinstance(saved, list) and b in saved]
+    return [b for b in known if b in saved]
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -178,17 +178,27 @@ def _replayed(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """A replay that kept no observation reads them from its snapshot, a box at a time, each
     packed for the store as it is read (history/store.py): a 1,000-box replay then holds
-    ~45 MB of packed files, not ~500 MB of parsed ones (its peak was 640 MB)."""
+    ~45 MB of packed files, not ~500 MB of parsed ones (its peak was 640 MB). Only the boxes
+    the snapshot's index names (the report judged any other as missing from it), each file
+    within the replay's bound: one the replay refused is not kept either, the report says
+    why."""
     from reconciler.fast_json import LARGE
     from reconciler.history.store import pack
     from reconciler.metrics import collector_seconds
+    from reconciler.observe.observe import snapshot_box_bytes, snapshot_index
 
+    try:
+        present = set(snapshot_index(directory)["boxes"])
+    except (OSError, ValueError):
+        return {}, {}  # changed since the replay read it: nothing of it is kept
     many = len(boxes) >= LARGE  # msgspec (C) reads and writes them, as the replay read them
     seconds: dict[str, float] = {}
     kept: dict[str, Any] = {}
     for box in boxes:
+        if box not in present:
+            continue
         try:
-            obs, plain = _decoded((directory / f"{box}.json").read_bytes(), many)
+            obs, plain = _decoded(snapshot_box_bytes(directory, box), many)
         except (OSError, ValueError):
             continue  # the report says what was wrong with that box's file
         total = collector_seconds(obs)
@@ -200,8 +210,8 @@ def _replayed(
 
 
 def _decoded(data: bytes, many: bool) -> tuple[Any, bool]:
-    """`json.loads` of the file's text (not UTF-8: a ValueError, as `read_text` raised), and
-    whether msgspec read it: for `many` it does wherever it gives json's values
+    """`json.loads` of the file's text (not UTF-8, or nested past json's depth: a ValueError),
+    and whether msgspec read it: for `many` it does wherever it gives json's values
     (fast_json.decode_written; like json.loads without a hook, it keeps the last of a
     repeated key)."""
     import json
@@ -213,7 +223,10 @@ def _decoded(data: bytes, many: bool) -> tuple[Any, bool]:
             return decode_written(data), True
         except ValueError:
             pass  # json's own reading, and its fault
-    return json.loads(data.decode("utf-8")), False
+    try:
+        return json.loads(data.decode("utf-8")), False
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
 
 
 def _write_metrics(path: Path, registry: Any) -> bool:

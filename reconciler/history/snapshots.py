@@ -26,9 +26,7 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
         observations = {}
         for box in boxes:
             try:
-                observations[box] = json.loads(
-                    (Path(directory) / f"{box}.json").read_text(encoding="utf-8")
-                )
+                observations[box] = _box_file(Path(directory), box)
             except (OSError, ValueError) as exc:
                 print(f"error: {directory}/{box}.json: {_reason(exc)}", file=sys.stderr)
                 return None
@@ -38,20 +36,29 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
 
 
 def _index_boxes(directory: Path) -> list[str] | None:
-    index = directory / "index.json"
+    from reconciler.observe.observe import snapshot_index
+
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-        boxes = data["boxes"]
-        if not isinstance(boxes, list) or not all(isinstance(b, str) for b in boxes):
-            raise ValueError("boxes: expected a list of box names")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        boxes: list[str] = snapshot_index(directory)["boxes"]
+    except OSError as exc:
+        index = directory / "index.json"
         print(f"error: {index}: not a snapshot's index ({_reason(exc)})", file=sys.stderr)
         return None
-    for box in boxes:
-        if "/" in box or box.startswith("."):
-            print(f"error: {index}: boxes: {box!r} is not a box name", file=sys.stderr)
-            return None
+    except ValueError as exc:  # it names the file
+        print(f"error: {exc}", file=sys.stderr)
+        return None
     return boxes
+
+
+def _box_file(directory: Path, box: str) -> Any:
+    """A box's file as json reads it, within the replay's bound (size, depth): ValueError."""
+    from reconciler.observe.observe import snapshot_box_bytes
+
+    data = snapshot_box_bytes(directory, box)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
 
 
 def _reason(exc: BaseException) -> str:

@@ -308,6 +308,15 @@ def _is_hex(text: str) -> bool:
     return text.isascii() and all(c in "0123456789abcdef" for c in text)
 
 
+def snapshot_box_bytes(directory: Path, box: str) -> bytes:
+    """A box's file of a snapshot, for a reader other than the replay (the history, `diff`):
+    read within the replay's bound, ValueError past it (OSError when it cannot be read)."""
+    data = _read_limited(directory / f"{box}.json")
+    if len(data) > SNAPSHOT_FILE_LIMIT:
+        raise ValueError(f"{box}.json is larger than the limit, {SNAPSHOT_FILE_LIMIT} bytes")
+    return data
+
+
 def _read_limited(path: Path) -> bytes:
     # Read one byte past the limit at most: load_json then refuses it as too large. The read is
     # sized by the file (read(n) allocates n bytes first: 16 MB per box for a 150 KB file), and
@@ -365,8 +374,16 @@ def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObserva
 
 
 def snapshot_index(directory: Path) -> dict[str, Any]:
-    """A snapshot's index.json, checked: its `boxes` are plain names (one file each)."""
-    index = json.loads((directory / "index.json").read_text(encoding="utf-8"))
+    """A snapshot's index.json, checked: its `boxes` are plain names (one file each).
+
+    Read within a box file's bounds (size, UTF-8, depth, no repeated key): a snapshot may come
+    from anywhere, and an index of gigabytes, or nested past the parser, is the run's error
+    (a ValueError) like any other damage, never a traceback. ~100 bytes a box: 16 MB is
+    ~150,000 boxes."""
+    path = directory / "index.json"
+    index = load_json(_read_limited(path), SNAPSHOT_FILE_LIMIT)
+    if isinstance(index, Fault):
+        raise ValueError(f"{path}: {index.what}")
     # The index is the run's, not a box's: a damaged one is the run's error (a ValueError the
     # commands report), never a traceback. Its version is not echoed: it may be any text.
     if not isinstance(index, dict) or index.get("snapshot") != SNAPSHOT_VERSION:
