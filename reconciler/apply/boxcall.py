@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from reconciler.apply.payload import BOX_PROGRAM, BadPayload, check
 from reconciler.observe.transport import Target, python_command, ssh_argv
@@ -23,6 +23,13 @@ PROGRAM = BOX_PROGRAM
 
 Event = dict[str, Any]
 OnEvent = Callable[[Event], None]
+
+# What the controller holds of a box's answer. The box program's events are a few hundred
+# bytes each (a `snapshots` listing a few KB), a wait event a second for at most a model's boot;
+# a broken or hostile box can send anything, for as long as it likes.
+MAX_LINE_CHARS = 1024 * 1024  # a longer line is skipped as it is read, never held
+MAX_EVENTS = 100_000  # kept for the evidence and the summary; later ones are still read
+MAX_STDERR_CHARS = 64 * 1024  # its end: the last line says why a program failed
 
 
 @dataclass
@@ -50,18 +57,18 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
         bufsize=1,
     )
     errors: list[str] = []
-    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: errors.append(_tail(proc.stderr)), daemon=True)  # type: ignore[arg-type]
     reader.start()
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(payload))
     proc.stdin.close()
     call = BoxCall(result={})
-    for line in proc.stdout:
-        try:
-            event = json.loads(line)
-        except ValueError:
+    for line in _lines(proc.stdout):
+        event = _event(line)
+        if event is None:
             continue  # not ours (a motd, a warning): never echoed, it could hold anything
-        call.events.append(event)
+        if len(call.events) < MAX_EVENTS:
+            call.events.append(event)
         if event.get("event") == "result":
             call.result = event
         if on_event is not None:
@@ -74,3 +81,31 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
         reason = "unreachable" if code == 255 else "the box program ended without a result"
         call.result = {"event": "result", "ok": False, "failed": f"{reason}: {last}"}
     return call
+
+
+def _lines(stream: IO[str]) -> Iterator[str]:
+    """The stream's lines, each at most MAX_LINE_CHARS: a longer one is read past, not kept."""
+    while line := stream.readline(MAX_LINE_CHARS + 1):
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            while line and not line.endswith("\n"):
+                line = stream.readline(MAX_LINE_CHARS + 1)
+            continue
+        yield line
+
+
+def _event(line: str) -> Event | None:
+    """One line as the box program's event (a JSON object), or None for anything else: text,
+    another JSON value, or nesting past json's depth."""
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _tail(stream: IO[str]) -> str:
+    """All of the stream read, its last MAX_STDERR_CHARS kept."""
+    kept = ""
+    while chunk := stream.read(MAX_STDERR_CHARS):
+        kept = (kept + chunk)[-MAX_STDERR_CHARS:]
+    return kept
