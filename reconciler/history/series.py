@@ -34,6 +34,6 @@ def drift_counts(
                 ).fetchall()
                 if rows:
                     out[box] = [int(r[0]) for r in reversed(rows)]
-    except (HistoryError, sqlite3.Error, OSError):
+    except (HistoryError, sqlite3.Error, OSError, ValueError, TypeError):  # damaged: no series
         return {}
     return out

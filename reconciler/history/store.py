@@ -33,6 +33,18 @@ class HistoryError(Exception):
     """The store cannot be used (damaged, newer than this code, not a database)."""
 
 
+class _Damaged(ValueError):
+    """A value this store wrote that no longer reads back as it was written (the file was
+    damaged, or edited by hand): `opened` says so as the store's HistoryError, with its path."""
+
+
+def _stored_json(text: str | bytes, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError, TypeError):
+        raise _Damaged(what) from None
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """One run, as `reconcile history` lists it."""
@@ -83,7 +95,12 @@ def opened(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
         except sqlite3.DatabaseError as exc:
             raise HistoryError(f"history: {path} is not a usable store ({exc})") from None
         restrict(path)
-        yield conn
+        try:
+            yield conn
+        except _Damaged as exc:
+            raise HistoryError(
+                f"history: {path} is damaged: {exc} is not the JSON it stored"
+            ) from None
     finally:
         conn.close()
 
@@ -206,8 +223,12 @@ def pack(doc: Any, plain: bool = False) -> Packed:
     return Packed(zlib.compress(data, 1))
 
 
-def _unpack(blob: bytes) -> Any:
-    return json.loads(zlib.decompress(blob))
+def _unpack(blob: bytes, what: str) -> Any:
+    try:
+        data = zlib.decompress(blob)
+    except (zlib.error, TypeError):
+        raise _Damaged(what) from None
+    return _stored_json(data, what)
 
 
 # -- retention ---------------------------------------------------------------------------------
@@ -267,7 +288,7 @@ def _run_info(row: tuple[Any, ...]) -> RunInfo:
         duration_s,
         inventory,
         exit_code,
-        json.loads(summary),
+        _stored_json(summary, f"run {id_}'s summary"),
     )
 
 
@@ -333,12 +354,16 @@ def entries_of(conn: sqlite3.Connection, run: int) -> list[EntryRow]:
         " changed FROM entries WHERE run = ? ORDER BY rowid",
         (run,),
     )
-    return [
+    found = [
         EntryRow(
             r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], bool(r[9]), _opt_bool(r[10])
         )
         for r in rows.fetchall()
     ]
+    for number, e in enumerate(found, 1):  # read back once here: a diff shows them later
+        _stored_json(e.desired, f"run {run}'s entry {number} (its desired value)")
+        _stored_json(e.observed, f"run {run}'s entry {number} (its observed value)")
+    return found
 
 
 def findings_of(conn: sqlite3.Connection, run: int) -> list[FindingRow]:
@@ -350,7 +375,9 @@ def findings_of(conn: sqlite3.Connection, run: int) -> list[FindingRow]:
 
 def observations_of(conn: sqlite3.Connection, run: int) -> dict[str, Any]:
     rows = conn.execute("SELECT box, document FROM observations WHERE run = ? ORDER BY box", (run,))
-    return {box: _unpack(blob) for box, blob in rows.fetchall()}
+    return {
+        box: _unpack(blob, f"run {run}'s observation of {box!r}") for box, blob in rows.fetchall()
+    }
 
 
 def _opt_bool(value: Any) -> bool | None:

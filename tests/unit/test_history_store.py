@@ -248,6 +248,59 @@ def test_a_file_that_is_not_a_store_is_an_error(
     assert not (tmp_path / "none.db").exists()  # listing creates no store
 
 
+# A value the store wrote that no longer reads back (bit rot, a hand edit): the command says
+# which, naming the store, and exits 1; the drift page, which only adds a trend, goes without.
+DAMAGE = {
+    "a run's summary": (
+        "UPDATE runs SET summary = '{\"causes\": ' WHERE id = 1",
+        ["history"],
+        "run 1's summary",
+    ),
+    "an observation": (
+        "UPDATE observations SET document = X'00ff' WHERE run = 2 AND box = 'thor'",
+        ["diff"],
+        "run 2's observation of 'thor'",
+    ),
+    "an entry's value": (
+        "UPDATE entries SET desired = '[' || desired WHERE rowid = (SELECT min(rowid)"
+        " FROM entries WHERE run = 1 AND secret = 0)",
+        ["diff", "1", "2"],
+        "run 1's entry 1 (its desired value)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_a_damaged_value_in_the_store_is_said_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    damage, command, what = DAMAGE[case]
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    drift_replay(capsys, db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute(damage).rowcount == 1
+    code, out, err = reconcile(capsys, *command, "--history", str(db))
+    assert (code, out) == (1, "")
+    assert err == f"error: history: {db} is damaged: {what} is not the JSON it stored\n"
+
+
+def test_the_drift_page_goes_without_its_trend_when_the_store_is_damaged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    drift_replay(capsys, db)
+    page = reconcile(capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--format", "html",
+                     "--history", str(db))  # fmt: skip
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE boxes SET entries = 'many' WHERE box = 'thor'")
+    code, out, err = reconcile(capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--format",
+                               "html", "--history", str(db))  # fmt: skip
+    assert (code, "Traceback" in err) == (page[0], False)
+    assert out.startswith("<!DOCTYPE html>") and "<svg" in page[1] and "<svg" not in out
+
+
 def test_since_accepts_dates_and_ages_and_says_what_it_wanted() -> None:
     assert parse_since("90m", now=10_000.0) == 10_000.0 - 5400
     assert parse_since("2d", now=200_000.0) == 200_000.0 - 172_800
