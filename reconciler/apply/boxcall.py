@@ -53,7 +53,10 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        # A byte that is not UTF-8 (a login banner, a hostile box) is replaced, never raised:
+        # such a line is not an event, and stderr is only ever shown scrubbed.
+        encoding="utf-8",
+        errors="replace",
         bufsize=1,
     )
     errors: list[str] = []
@@ -72,7 +75,12 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
         if event.get("event") == "result":
             call.result = event
         if on_event is not None:
-            on_event(event)
+            try:
+                on_event(event)
+            except Exception:
+                # Showing progress must never end the call: the box converges whatever the
+                # terminal does, and its result must still be read (and rolled back on).
+                on_event = None
     code = proc.wait()
     reader.join(timeout=5)
     call.stderr = "".join(errors)

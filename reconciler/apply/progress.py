@@ -78,9 +78,10 @@ class Reporter:
             return
         if self._progress is None:
             self._progress = Progress(
-                TextColumn("{task.description}"),
+                # markup=False: the service and its state are the box's words, shown as text
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
-                TextColumn("{task.fields[state]}"),
+                TextColumn("{task.fields[state]}", markup=False),
                 TimeElapsedColumn(),
                 console=Console(file=self.stream),
                 transient=True,

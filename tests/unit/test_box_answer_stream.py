@@ -9,6 +9,7 @@ program's streams.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -22,22 +23,28 @@ RESULT = {"event": "result", "ok": True, "snapshot": "20261130T120000Z-abc"}
 
 
 def answered(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lines: list[str], stderr: str = ""
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    lines: list[str],
+    stderr: str = "",
+    on_event: boxcall.OnEvent | None = None,
 ) -> boxcall.BoxCall:
     """call_box against a box whose program reads the payload, then writes these lines on
     stdout and this text on stderr (copied from files: a line may be larger than argv takes)."""
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    out.write_text("".join(line + "\n" for line in lines))
-    err.write_text(stderr)
+    # surrogateescape: "\udcff" in a line is the byte 0xff on the wire (not UTF-8)
+    out.write_bytes("".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape"))
+    err.write_bytes(stderr.encode("utf-8", "surrogateescape"))
     program = (
         "import shutil, sys\n"
         "sys.stdin.read()\n"
-        f"shutil.copyfileobj(open({str(err)!r}), sys.stderr)\n"
-        f"shutil.copyfileobj(open({str(out)!r}), sys.stdout)\n"
+        f"shutil.copyfileobj(open({str(err)!r}, 'rb'), sys.stderr.buffer)\n"
+        f"shutil.copyfileobj(open({str(out)!r}, 'rb'), sys.stdout.buffer)\n"
     )
     monkeypatch.setattr(boxcall, "check", lambda payload: None)
     monkeypatch.setattr(boxcall, "ssh_argv", lambda *a, **k: [sys.executable, "-c", program])
-    return boxcall.call_box(None, {"action": "converge"}, SEEN.append)  # type: ignore[arg-type]
+    shown = on_event or SEEN.append
+    return boxcall.call_box(None, {"action": "converge"}, shown)  # type: ignore[arg-type]
 
 
 SEEN: list[dict[str, Any]] = []  # every event the progress line was shown
@@ -56,6 +63,7 @@ NOT_EVENTS = {
     "nested past json's depth": "[" * 100_000 + "]" * 100_000,
     "an object nested past json's depth": '{"event": ' + "[" * 100_000 + "]" * 100_000 + "}",
     "text": "Welcome to Ubuntu (a motd)",
+    "not UTF-8": "Welcome \udcff\udcfe (a motd in Latin-1)",
 }
 
 
@@ -112,3 +120,54 @@ def test_the_events_kept_are_bounded_and_the_result_after_them_is_read(
     assert call.result == RESULT
     assert len(call.events) == 50
     assert len(SEEN) == 201 and SEEN[-1] == RESULT  # the progress line saw every one
+
+
+def test_an_event_with_a_byte_that_is_not_utf8_is_read_with_a_replacement(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    call = answered(monkeypatch, tmp_path, ['{"event": "note", "message": "\udcff"}'])
+    assert call.events == [{"event": "note", "message": "\ufffd"}]
+    assert call.result["ok"] is False  # and without a result, the call says so
+
+
+def test_stderr_that_is_not_utf8_is_read_with_replacements(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    call = answered(monkeypatch, tmp_path, [], stderr="ssh: warning \udcff\ndied\n")
+    assert call.stderr == "ssh: warning \ufffd\ndied\n"
+    assert call.result["failed"] == "the box program ended without a result: died"
+
+
+def test_a_progress_display_that_fails_never_ends_the_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The box converges whatever the terminal does: its result is still read."""
+    shown: list[dict[str, Any]] = []
+
+    def broken_terminal(event: dict[str, Any]) -> None:
+        shown.append(event)
+        raise OSError("the terminal went away")
+
+    step = {"event": "step", "step": "write-env", "status": "start"}
+    lines = [json.dumps(step), json.dumps(RESULT)]
+    call = answered(monkeypatch, tmp_path, lines, on_event=broken_terminal)
+    assert call.result == RESULT and call.events == [step, RESULT]
+    assert shown == [step]  # shown until the display failed, then no more
+
+
+@pytest.mark.parametrize("service", ["[/]", "gateway[/bold]", "[link=https://x.example]gw[/link]"])
+def test_the_progress_bar_shows_a_boxs_words_as_text_never_as_markup(service: str) -> None:
+    from reconciler.apply.progress import Reporter
+
+    state = "[blink]starting[/blink]"
+    reporter = Reporter("thor", stream=io.StringIO(), bar=True)
+    reporter.on_event(
+        {"event": "wait", "service": service, "state": state, "elapsed": 1, "timeout": 60}
+    )
+    progress = reporter._progress
+    assert progress is not None
+    (task,) = progress.tasks
+    rendered = [progress.columns[i].render(task) for i in (0, 2)]  # type: ignore[union-attr]
+    assert [t.plain for t in rendered] == [f"thor: {service}", state]
+    assert all(not t.spans for t in rendered)  # no style, no link
+    reporter.close()
