@@ -18,6 +18,7 @@ from reconciler.apply import session
 from reconciler.apply.engine import execute, holder, settle
 from reconciler.apply.progress import Reporter
 from reconciler.apply.summary import outcome_lines
+from reconciler.report.values import free_text
 
 
 @operation(is_idempotent=False)
@@ -62,5 +63,7 @@ def verify_mesh(boxes: list[str]) -> Any:
 def _verify_mesh(state: Any, host: Any, boxes: list[str]) -> bool:
     _, left = settle(session.fleet(), boxes)
     reporter = Reporter("mesh")
-    reporter.line("no drift left on " + ", ".join(boxes) if not left else "; ".join(left))
+    # `left` holds the boxes' own error text: scrubbed and cleaned, as every outcome line is
+    said = "; ".join(free_text(line) for line in left)
+    reporter.line("no drift left on " + ", ".join(boxes) if not left else said)
     return not left

@@ -211,10 +211,11 @@ def _env(line: EnvLine) -> str:
 def _carried(c: Carried) -> str:
     label = LABEL.get(c.name, c.name)
     value = phrases.short(c.digest) if c.digest else "empty"
+    said = clean(c.where) if c.where else ""  # the box's own words (a login file's name)
     where = {
-        "env": c.where or ".env",
-        "shell": c.where or "login shell",
-        "env+shell": f"{c.where} + shell",
+        "env": said or ".env",
+        "shell": said or "login shell",
+        "env+shell": f"{said} + shell",
         "unexplained": "not .env (stale?)",
     }.get(c.origin, "")
     return f"{label} {value} {where}".rstrip()

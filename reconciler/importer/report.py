@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from reconciler.compare.drift import DriftReport
 from reconciler.importer.result import EXIT_FOUND, EXIT_OK, Imported
 from reconciler.importer.why import reason
+from reconciler.report.values import free_text
 
 
 def remaining(done: Imported, inventory: str) -> DriftReport:
@@ -34,8 +35,10 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
     for line in done.boxes:
         print(f"  {line}")
     report = remaining(done, inventory)
-    notes = [f"{f.box}: {f.what}" for f in done.findings]
-    errors = [f"{b.box}: {e}" for b in report.boxes for e in b.errors]
+    # Findings, errors and reasons quote the boxes (a gateway's version, a section's error):
+    # scrubbed and cleaned, as the drift report shows the same text.
+    notes = [free_text(f"{f.box}: {f.what}") for f in done.findings]
+    errors = [free_text(f"{b.box}: {e}") for b in report.boxes for e in b.errors]
     if notes or errors or report.drifts:
         print("\nfound while importing:")
         for line in notes + errors:
@@ -43,7 +46,7 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
     if report.drifts:
         print(f"  {len(report.drifts)} differences remain; no desired state removes them:")
         for line in reasons(report, done):
-            print(f"    {line}")
+            print(f"    {free_text(line)}")
     replay = f" --from-snapshot {snapshot}" if snapshot else ""
     print(f"\ndetails and check: reconcile --root {done.output} -i {inventory} drift{replay}")
     return EXIT_FOUND if notes or errors or report.drifts else EXIT_OK

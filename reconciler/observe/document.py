@@ -126,11 +126,15 @@ def transport_fault(reason: str) -> Fault:
 
 
 def collector_failed(returncode: int | None, stderr: str) -> Fault:
-    """The collector ran and failed: its last stderr line (a traceback's exception line), made
-    printable; the collector never writes a secret there."""
+    """The collector ran and failed: its last stderr line (a traceback's exception line),
+    scrubbed. The collector never writes a secret there, but the login shell it runs in may
+    (a `set -x` in ~/.bashrc traces `export HF_TOKEN=...`), and this text is kept in
+    snapshots and shown by `import`."""
+    from reconciler.scrub import scrub_text
+
     lines = [line for line in (stderr or "").strip().splitlines() if line.strip()]
     last = lines[-1] if lines else f"exit {returncode}"
-    return Fault(FaultKind.COLLECTOR_FAILED, printable(last, 300))
+    return Fault(FaultKind.COLLECTOR_FAILED, scrub_text(last, limit=300))
 
 
 def printable(text: str, limit: int) -> str:
