@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from reconciler.observe.transport import Background
@@ -197,11 +198,21 @@ class TooSlow(Exception):
 
 def fetch(client: Any, method: str, url: str, json: Any = None) -> tuple[Any, bytes]:
     """One request through an httpx client (the audit's): the response (headers and status)
-    and at most MAX_BODY + 1 bytes of its body. Raises what httpx raises, or TooSlow."""
+    and at most MAX_BODY + 1 bytes of its body. Raises what httpx raises, or TooSlow.
+
+    The body is read as it came (`iter_raw`) and decoded here, bounded: httpx would decode a
+    Content-Encoding itself with no limit on what it makes, so a 1 KB gzip answer (or `gzip,
+    gzip`) could become gigabytes before MAX_BODY is looked at. Identity is asked for; one
+    layer of gzip or deflate is still read; any other encoding is a body not read (b"")."""
     started = time.monotonic()
-    with client.stream(method, url, json=json) as resp:
+    headers = {"Accept-Encoding": "identity"}
+    with client.stream(method, url, json=json, headers=headers) as resp:
+        decode = _bounded_decoder(resp.headers.get("content-encoding", ""))
+        if decode is None:
+            return resp, b""
         chunks, size = [], 0
-        for chunk in resp.iter_bytes():
+        for raw in resp.iter_raw():
+            chunk = decode(raw, MAX_BODY + 1 - size)
             chunks.append(chunk)
             size += len(chunk)
             if size > MAX_BODY:
@@ -209,6 +220,21 @@ def fetch(client: Any, method: str, url: str, json: Any = None) -> tuple[Any, by
             if time.monotonic() - started > TOTAL_S:
                 raise TooSlow
     return resp, b"".join(chunks)[: MAX_BODY + 1]
+
+
+def _bounded_decoder(encoding: str) -> Callable[[bytes, int], bytes] | None:
+    """(data, at most this many bytes out) -> decoded bytes, for a response's Content-Encoding;
+    None for one not read (several layers, br, zstd, ...)."""
+    kind = encoding.strip().lower()
+    if kind in ("", "identity"):
+        return lambda data, most: data[:most]
+    if kind not in ("gzip", "x-gzip", "deflate"):
+        return None
+    import zlib
+
+    # 47: a gzip or zlib header, whichever it has (deflate is zlib-wrapped, RFC 9110 8.4.1.2)
+    inflate = zlib.decompressobj(47)
+    return lambda data, most: inflate.decompress(data, max(most, 1))
 
 
 def body_json(raw: bytes) -> Any:
