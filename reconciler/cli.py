@@ -60,12 +60,14 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
         text = layer_schema_json()
     if args.output:
-        from pathlib import Path
+        from reconciler.output_file import target_problem, written
 
-        Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+        problem = target_problem("-o", args.output)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return EXIT_ERROR
+        return EXIT_OK if written("-o", args.output, [text]) else EXIT_ERROR
+    sys.stdout.write(text)
     return EXIT_OK
 
 
@@ -137,9 +139,10 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         pieces = [render(run.report, args.format, color=color, width=max(80, width))]
         code = run.report.exit_code
     if args.output:
-        with Path(args.output).open("w", encoding="utf-8") as out:  # as Path.write_text
-            out.writelines(pieces)
-        print(f"wrote {args.output}", file=sys.stderr)
+        from reconciler.output_file import written
+
+        if not written("-o", args.output, pieces):
+            return EXIT_ERROR
     else:
         sys.stdout.writelines(pieces)
     # Metrics, history: after it. A report kept as its parts has only its JSON to give them.

@@ -195,10 +195,6 @@ def write(path: Path, registry: CollectorRegistry) -> None:
 
 def check_target(path: str) -> str | None:
     """Why `--metrics PATH` cannot be written (checked before any box is contacted), or None."""
-    target = Path(path)
-    if target.is_dir():
-        return f"--metrics {path}: is a directory, not a file"
-    parent = target.parent
-    if not parent.is_dir():
-        return f"--metrics {path}: the directory {parent} does not exist"
-    return None
+    from reconciler.output_file import target_problem
+
+    return target_problem("--metrics", path)

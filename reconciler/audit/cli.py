@@ -43,7 +43,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     import shutil
-    from pathlib import Path
 
     from reconciler.audit.run import run_audit
     from reconciler.cli import _boxes, _load, _snapshot_boxes, snapshot_dirs
@@ -79,8 +78,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         text = render(report, args.format, color=on_terminal, width=max(80, width))
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output}", file=sys.stderr)
+        from reconciler.output_file import written
+
+        if not written("-o", args.output, [text]):
+            return EXIT_ERROR
     else:
         sys.stdout.write(text)
     return finish_audit(outs, args, report, observed, report.exit_code)  # after the report

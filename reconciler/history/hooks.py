@@ -49,10 +49,11 @@ class RunOutputs:
 def prepare(args: argparse.Namespace) -> RunOutputs | None:
     """The run's outputs, checked; None (after printing why) when one cannot be used."""
     from reconciler.history.location import HistoryLocationError, history_path
-    from reconciler.metrics import check_target
+    from reconciler.output_file import target_problem
 
-    if args.metrics:
-        problem = check_target(args.metrics)
+    wanted = [("-o", getattr(args, "output", None)), ("--metrics", args.metrics)]
+    for option, path in wanted:
+        problem = target_problem(option, path) if path else None
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return None
