@@ -26,7 +26,14 @@ from reconciler.importer.inventory import copied_inventory
 from reconciler.importer.result import EXIT_ERROR, Imported
 from reconciler.importer.sourced import Finding, Sourced, Tree
 from reconciler.importer.verify import observed_again, replayed
-from reconciler.importer.write import OutputExists, build, check_free, discard, put_in_place
+from reconciler.importer.write import (
+    OutputExists,
+    OutputRefused,
+    build,
+    check_free,
+    discard,
+    put_in_place,
+)
 from reconciler.importer.yaml_out import dump_layer
 from reconciler.observe.observe import BoxObservation
 
@@ -110,10 +117,14 @@ def run_import(args: argparse.Namespace) -> int:
     inv_path = inventory_file(root, getattr(args, "inventory", None))
     output = Path(os.path.abspath(args.output))
     force = bool(getattr(args, "force", False))
+    snapshot = getattr(args, "from_snapshot", None)
+    sources = {"the repository": root, "the inventory": inv_path}
+    if snapshot:
+        sources["the snapshot"] = Path(snapshot)
     try:
-        check_free(output, force)
+        check_free(output, force, sources)
     except OutputExists as exc:
-        print(f"error: {exc}; nothing written", file=sys.stderr)
+        print(f"error: --output {exc}; nothing written", file=sys.stderr)
         return EXIT_ERROR
     inv = _inventory(root, inv_path)
     wanted = list(getattr(args, "boxes", None) or [])
@@ -121,7 +132,6 @@ def run_import(args: argparse.Namespace) -> int:
     if unknown:
         print(f"error: unknown box {unknown[0]!r} (boxes: {', '.join(inv.boxes)})", file=sys.stderr)
         return EXIT_ERROR
-    snapshot = getattr(args, "from_snapshot", None)
     try:
         if snapshot:
             obs = observing.from_snapshot(Path(snapshot), wanted or list(inv.boxes))
@@ -146,8 +156,8 @@ def run_import(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         done = adopt(root, inv_path, inv, obs, output, force, came_from, live=not snapshot)
-    except OutputExists as exc:
-        print(f"error: {exc}; nothing written", file=sys.stderr)
+    except OutputRefused as exc:
+        print(f"error: --output {exc}; nothing written", file=sys.stderr)
         return EXIT_ERROR
     except DesiredStateError as exc:
         for problem in exc.problems:

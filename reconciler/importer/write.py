@@ -14,24 +14,43 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-class OutputExists(Exception):
+class OutputRefused(Exception):
+    """NEWROOT cannot take the new repository; nothing was written there."""
+
+
+class OutputExists(OutputRefused):
     pass
 
 
-def check_free(output: Path, force: bool) -> None:
+def check_free(output: Path, force: bool, sources: Mapping[str, Path] | None = None) -> None:
+    """Refuse an existing `output` unless forced, and, forced or not, an output that is or
+    holds what the import reads (`sources`: the repository, the snapshot): replacing it would
+    delete them (symlinks followed)."""
+    real = Path(os.path.realpath(output))
+    for what, source in (sources or {}).items():
+        held = Path(os.path.realpath(source))
+        if held == real or real in held.parents:
+            raise OutputExists(f"{output} holds {what} {source}: choose a new directory")
     if os.path.lexists(output) and not force:
         raise OutputExists(f"{output} already exists (use --force to replace it)")
 
 
 def build(output: Path, files: Mapping[str, str]) -> Path:
     """Write `files` (relative path -> text) into a new directory beside `output`."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{output.name}.import-", dir=output.parent))
-    os.chmod(building, 0o755)
-    for name, text in files.items():
-        path = building / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{output.name}.import-", dir=output.parent))
+    except OSError as exc:  # a parent that is a file, a place this user cannot write
+        raise OutputRefused(f"{output}: {exc.strerror or exc}") from None
+    try:
+        os.chmod(building, 0o755)
+        for name, text in files.items():
+            path = building / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:  # a full disk
+        discard(building)
+        raise OutputRefused(f"{output}: {exc.strerror or exc}") from None
     return building
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,47 @@ def test_an_existing_output_is_refused_without_force(
     assert code == 0  # written, nothing found
     assert not (out / "mine.txt").exists() and (out / "group_vars" / "all.yaml").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adopted"]
+
+
+def copied_repository(tmp_path: Path) -> Path:
+    """A repository with the lab inventory and the pristine snapshot inside it."""
+    repo = tmp_path / "repo"
+    (repo / "inventory").mkdir(parents=True)
+    (repo / "inventory" / "lab.yaml").write_bytes((REPO / "inventory/lab.yaml").read_bytes())
+    shutil.copytree(REPO / "group_vars", repo / "group_vars")
+    shutil.copytree(PRISTINE, repo / "snapshot")
+    return repo
+
+
+@pytest.mark.parametrize(
+    "output", ["repo", "repo/snapshot", ".", "link-to-repo"], ids=lambda o: o.replace("/", "-")
+)
+def test_an_output_that_is_or_holds_what_is_read_is_refused_even_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    """--force replaces NEWROOT: NEWROOT the repository (or the snapshot, or a directory
+    holding them, or a symlink to one) would delete what the import reads."""
+    repo = copied_repository(tmp_path)
+    (tmp_path / "link-to-repo").symlink_to(repo)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    target = tmp_path / output
+    argv = ["--from-snapshot", str(repo / "snapshot"), "--output", str(target), "--force"]
+    code, text = run_import(capsys, *argv, root=repo)
+    assert code == 1 and f"error: --output {target} holds the " in text
+    assert "choose a new directory; nothing written" in text
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_output_that_cannot_be_made_is_said_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "adopted"
+    code, text = run_import(capsys, "--from-snapshot", str(PRISTINE), "--output", str(out))
+    assert code == 1
+    assert f"error: --output {out}: " in text and "nothing written" in text
+    assert "Traceback" not in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_a_box_the_snapshot_does_not_hold_writes_nothing(
