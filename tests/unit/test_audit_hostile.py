@@ -463,7 +463,9 @@ def gateway_answering(body: bytes | Callable[[], Any], status: int = 200) -> Any
     def handler(request: httpx.Request) -> httpx.Response:
         if callable(body):
             return httpx.Response(status, content=body())
-        return httpx.Response(status, content=body, headers={"X-Lobes-Mesh-Member": "spark"})
+        # A stream, as a real connection's body is (content= would be read already)
+        stream = httpx.ByteStream(body)
+        return httpx.Response(status, stream=stream, headers={"X-Lobes-Mesh-Member": "spark"})
 
     return httpx.Client(transport=httpx.MockTransport(handler))
 
