@@ -187,10 +187,14 @@ def _run_metrics(
 
 
 def write(path: Path, registry: CollectorRegistry) -> None:
-    """Atomically: a temporary file in the same directory, then a rename over `path`."""
-    from prometheus_client import write_to_textfile
+    """Atomically: a temporary file in the same directory, then a rename over `path`, as
+    node_exporter's textfile collector needs (reconciler/output_file.py: never over a device
+    or a symlink, which prometheus_client's own write_to_textfile would replace)."""
+    from prometheus_client import generate_latest
 
-    write_to_textfile(str(path), registry)
+    from reconciler.output_file import write_whole
+
+    write_whole(path, [generate_latest(registry).decode("utf-8")])
 
 
 def check_target(path: str) -> str | None:

@@ -3,9 +3,10 @@ anything runs, then written aside and renamed into place.
 
 Replaced whole or not at all: a reader (a dashboard, node_exporter's textfile collector, a
 browser) never sees half a report, and a write that fails (a full disk) leaves the last one.
-A rename replaces whatever is at the path, so only a regular file, or nothing, is replaced:
-never a directory, a device, a FIFO or a symlink (as root, `-o /dev/null` would have replaced
-the device; a FIFO with no reader blocked the run forever).
+A rename replaces whatever is at the path, so it is only ever done onto a regular file: a
+symlink's target is written (the link stays), and a device or a FIFO (`-o /dev/null`, `-o
+/dev/stdout`, a pipe to another program) is written into, as the shell's `>` does. Before,
+`--metrics /dev/null` run as root replaced the device with a file.
 
 Stdlib only: a drift run imports it before its boxes answer.
 """
@@ -21,31 +22,38 @@ from pathlib import Path
 
 def target_problem(option: str, path: str) -> str | None:
     """Why `option PATH` cannot take the output (said before any box is contacted), or None."""
-    target = Path(path)
     try:
-        mode: int | None = target.lstat().st_mode
+        mode: int | None = Path(path).stat().st_mode  # a symlink: its target
     except FileNotFoundError:
         mode = None
     except OSError as exc:  # a name too long, a loop, a component that is not a directory
         return f"{option} {path}: {exc.strerror or exc}"
     if mode is not None and stat.S_ISDIR(mode):
         return f"{option} {path}: is a directory, not a file"
-    if mode is not None and not stat.S_ISREG(mode):
-        return f"{option} {path}: exists and is not a regular file; nothing replaces it"
-    parent = target.parent
-    if not parent.is_dir():
+    parent = Path(os.path.realpath(path)).parent
+    if mode is None and not parent.is_dir():
         return f"{option} {path}: the directory {parent} does not exist"
     return None
 
 
 def write_whole(path: Path, pieces: Iterable[str]) -> None:
     """The text in a new file beside `path` (mode from the umask, as `open` makes it), then
-    renamed over it. OSError (nothing at `path` changed) when it cannot be."""
-    aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    renamed over it; into it when it is a device or a FIFO. OSError when it cannot be (a
+    regular file at `path` is then as it was)."""
+    real = Path(os.path.realpath(path))  # a symlink's target is what is replaced
+    try:
+        replaced = stat.S_ISREG(real.stat().st_mode)
+    except FileNotFoundError:
+        replaced = True  # a new file
+    if not replaced:  # a device, a FIFO: written into
+        with real.open("w", encoding="utf-8") as out:
+            out.writelines(pieces)
+        return
+    aside = real.with_name(f".{real.name}.{os.getpid()}.tmp")
     try:
         with aside.open("x", encoding="utf-8") as out:  # "x": never through what is there
             out.writelines(pieces)
-        os.replace(aside, path)
+        os.replace(aside, real)
     except BaseException:
         with suppress(OSError):
             aside.unlink(missing_ok=True)

@@ -1,15 +1,17 @@
-"""`-o FILE` and `--metrics FILE`: checked before anything runs, replaced whole or not at all,
-and only ever a regular file (reconciler/output_file.py).
+"""`-o FILE` and `--metrics FILE`: checked before anything runs, a regular file replaced whole
+or not at all, a symlink's target written, a device or a FIFO written into, never replaced
+(reconciler/output_file.py).
 
-A rename replaces whatever is at the path: before these checks, `--metrics` over a device
-replaced the device (as root: /dev/null), `-o` into a FIFO with no reader blocked the run
-forever, and `-o` at a directory or in a missing one ended in a traceback.
+Before: `--metrics` over a device replaced the device (as root: /dev/null), and `-o` at a
+directory, in a missing one or with a name too long ended in a traceback.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,33 +35,60 @@ def run_with(capsys: pytest.CaptureFixture[str], run: str, path: Path) -> tuple[
     return reconcile(capsys, *RUNS[run](str(path)), **root)
 
 
-def not_a_file(tmp_path: Path, kind: str) -> Path:
-    target = tmp_path / kind
-    if kind == "fifo":
-        os.mkfifo(target)
-    elif kind == "symlink":
-        (tmp_path / "elsewhere.txt").write_text("kept\n")
-        target.symlink_to(tmp_path / "elsewhere.txt")
-    elif kind == "directory":
-        target.mkdir()
-    return target
-
-
-@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
 @pytest.mark.parametrize("run", sorted(RUNS))
-def test_only_a_regular_file_is_replaced_and_the_run_never_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], run: str, kind: str
+def test_a_directory_is_refused_and_the_run_never_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run: str
 ) -> None:
-    target = not_a_file(tmp_path, kind)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    target = tmp_path / "out"
+    target.mkdir()
     code, out, err = run_with(capsys, run, target)
     assert (code, out) == (1, "")
-    option = run.split()[1]
-    wanted = "is a directory" if kind == "directory" else "exists and is not a regular file"
-    assert err.startswith(f"error: {option} {target}: {wanted}")
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made or replaced
-    if kind == "symlink":
-        assert target.is_symlink() and (tmp_path / "elsewhere.txt").read_text() == "kept\n"
+    assert err == f"error: {run.split()[1]} {target}: is a directory, not a file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing made beside it
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_a_symlinks_target_is_replaced_and_the_link_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run: str
+) -> None:
+    (tmp_path / "real").mkdir()
+    kept = tmp_path / "real" / "out.txt"
+    kept.write_text("the last one\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(kept)
+    code, _, err = run_with(capsys, run, link)
+    assert code in (0, 2) and "error" not in err
+    assert link.is_symlink() and link.resolve() == kept
+    assert kept.read_text() != "the last one\n" and kept.stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["out.txt"]
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_a_fifo_is_written_into_and_stays_a_fifo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run: str
+) -> None:
+    """As `>` writes into a pipe another program reads (a rename would replace it)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    code, _, err = run_with(capsys, run, fifo)
+    reader.join(30)
+    assert code in (0, 2) and "error" not in err
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert got and len(got[0]) > 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_device_is_written_into_never_replaced(capsys: pytest.CaptureFixture[str]) -> None:
+    before = os.stat("/dev/null")
+    code, _, err = run_with(capsys, "drift -o", Path("/dev/null"))
+    assert code == 2 and err == "wrote /dev/null\n"
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (
+        before.st_ino, before.st_rdev
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
