@@ -7,6 +7,8 @@ import argparse
 import sys
 from typing import Any
 
+from reconciler.arg_types import directory
+
 FORMATS = ("text", "json", "markdown", "html")
 EXIT_ERROR = 1
 
@@ -31,10 +33,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="text", help="report format")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     p.add_argument(
-        "--save-snapshot", metavar="DIR", help="also write the observations (secrets hashed)"
+        "--save-snapshot",
+        type=directory,
+        metavar="DIR",
+        help="also write the observations (secrets hashed)",
     )
     p.add_argument(
-        "--from-snapshot", metavar="DIR", help="judge saved observations (offline, no probes)"
+        "--from-snapshot",
+        type=directory,
+        metavar="DIR",
+        help="judge saved observations (offline, no probes)",
     )
     __import__("reconciler.history.hooks", fromlist=["x"]).add_arguments(p)  # --metrics, ...
     __import__("reconciler.observe.fanout_cli", fromlist=["x"]).add_arguments(p)

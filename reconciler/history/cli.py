@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reconciler.arg_types import directory
+
 EXIT_OK, EXIT_ERROR, EXIT_CHANGED = 0, 1, 2
 
 
@@ -53,6 +55,7 @@ def register(subparsers: Any) -> None:
     d.add_argument(
         "--from-snapshot",
         nargs=2,
+        type=directory,
         metavar=("DIR_A", "DIR_B"),
         help="compare two saved snapshots (--save-snapshot) instead of recorded runs",
     )
