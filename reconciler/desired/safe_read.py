@@ -17,8 +17,9 @@ Symlinks: a layer may be a symlink to a regular file inside the repository (one 
 two boxes, say). A symlink that leaves the repository is refused: a desired-state file is part
 of the repository, and error messages quote values from what they read (a link to
 ~/.ssh/id_ed25519 or /etc/shadow in a cloned repository must not end up in a terminal or a CI
-log). A path the operator names explicitly (`-i /elsewhere/hosts.yaml`) is not a symlink and is
-read where it is.
+log). So is a file reached through a directory symlink that leaves it (`group_vars ->
+/elsewhere`). A path the operator names explicitly (`-i /elsewhere/hosts.yaml`) is not a
+symlink and is read where it is.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def read_regular_as_found(
 
 def _follow(path: Path, within: Path | None) -> str:
     """The path to open: `path` itself, or the regular file its symlink points to."""
+    if within is not None:
+        _no_way_out(path, within)
     try:
         is_link = stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError as exc:
@@ -102,6 +105,28 @@ def _follow(path: Path, within: Path | None) -> str:
         if os.path.commonpath([base, real]) != base:
             raise Unreadable(f"symlink to {pointed!r}, which is outside the repository")
     return real
+
+
+def _no_way_out(path: Path, within: Path) -> None:
+    """A file inside the repository reached through a directory symlink that leaves it
+    (`group_vars -> /elsewhere`) is outside it just the same; the last component's own
+    symlink is _follow's. A path given outside the repository is read where it is."""
+    base = Path(os.path.abspath(within))
+    here = Path(os.path.abspath(path))
+    if base not in here.parents:
+        return
+    real_base = os.path.realpath(base)
+    step = base
+    for part in here.relative_to(base).parts[:-1]:
+        step = step / part
+        if os.path.islink(step):
+            real = os.path.realpath(step)
+            if os.path.commonpath([real_base, real]) != real_base:
+                shown = step.relative_to(base)
+                pointed = os.readlink(step)
+                raise Unreadable(
+                    f"{shown}/ is a symlink to {pointed!r}, which is outside the repository"
+                )
 
 
 def _kind(mode: int) -> str:

@@ -274,6 +274,29 @@ def test_hostile_yaml_is_one_located_error(repo: Path, case_id: str) -> None:
     assert [str(p) for p in caught.value.problems] == expected
 
 
+def test_a_directory_symlink_out_of_the_repo_is_refused_for_every_file_under_it(
+    repo: Path,
+) -> None:
+    """`group_vars -> /elsewhere` in a cloned repository: each layer under it is outside the
+    repository just as a layer's own symlink out would be (its values would be quoted)."""
+    layers = sorted(p.name for p in (repo / "group_vars").glob("*.yaml"))
+    elsewhere = repo.parent / "elsewhere"
+    (repo / "group_vars").rename(elsewhere)
+    (repo / "group_vars").symlink_to(elsewhere)
+    with pytest.raises(DesiredStateError) as caught:
+        load_fleet(repo, "hosts")
+    said = f"group_vars/ is a symlink to {str(elsewhere)!r}, which is outside the repository"
+    assert [str(p) for p in caught.value.problems] == [
+        f"group_vars/{name}:1:1: {said}" for name in layers
+    ]
+
+
+def test_a_directory_symlink_inside_the_repo_is_fine(repo: Path) -> None:
+    (repo / "group_vars").rename(repo / "layers")
+    (repo / "group_vars").symlink_to("layers")
+    assert load_fleet(repo, "hosts").boxes["thor"].lobes.shape == "thor-worker"
+
+
 # -- what is plain YAML still loads ---------------------------------------------------------------
 def test_a_byte_order_mark_an_empty_layer_and_a_symlink_inside_the_repo_are_fine(
     repo: Path,
