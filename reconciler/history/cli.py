@@ -64,8 +64,13 @@ def register(subparsers: Any) -> None:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    # Kept in the store: SQLite holds no integer past 2**63-1 (binding one is an OverflowError).
+    from reconciler.history.store import MAX_INTEGER
+
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_INTEGER:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_INTEGER}, got {text!r}"
+        )
     return int(text)
 
 

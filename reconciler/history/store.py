@@ -10,11 +10,12 @@ changes both for the store (kept in its settings table), 0 meaning no limit of t
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from reconciler.history.record import EntryRow, FindingRow, RunRecord
 DEFAULT_KEEP_RUNS = 1000
 DEFAULT_KEEP_DAYS = 30
 BUSY_TIMEOUT_S = 10.0  # another run writing at the same moment: wait for it, then write
+MAX_INTEGER = 2**63 - 1  # SQLite's largest integer: a larger Python int cannot be bound
 
 
 class HistoryError(Exception):
@@ -35,7 +37,12 @@ class HistoryError(Exception):
 
 class _Damaged(ValueError):
     """A value this store wrote that no longer reads back as it was written (the file was
-    damaged, or edited by hand): `opened` says so as the store's HistoryError, with its path."""
+    damaged, or edited by hand): `opened` says so as the store's HistoryError, with its path.
+    `what`: which value; `expected`: what the store wrote there; `why`: anything more."""
+
+    def __init__(self, what: str, expected: str = "JSON", why: str = "") -> None:
+        more = f" ({why})" if why else ""
+        super().__init__(f"{what} is not the {expected} it stored{more}")
 
 
 def _stored_json(text: str | bytes, what: str) -> Any:
@@ -92,23 +99,23 @@ def opened(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
                 raise HistoryError(f"history: {path} cannot use WAL mode ({mode})")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, fast
             _migrate(conn, path)
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"history: {path} is not a usable store ({exc})") from None
-        restrict(path)
-        try:
+            restrict(path)
             yield conn
+        except sqlite3.ProgrammingError:
+            raise  # this code's own mistake, not the store's
+        except sqlite3.DatabaseError as exc:
+            # Also while in use: a table without the columns this schema has, a page that
+            # no longer reads. The store's error, naming it.
+            raise HistoryError(f"history: {path} is not a usable store ({exc})") from None
         except _Damaged as exc:
-            raise HistoryError(
-                f"history: {path} is damaged: {exc} is not the JSON it stored"
-            ) from None
+            raise HistoryError(f"history: {path} is damaged: {exc}") from None
     finally:
         conn.close()
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    current = int(row[0] or 0)
+    current = _version(conn)
     if current > VERSION:
         raise HistoryError(
             f"history: {path} is at schema version {current}, newer than this reconciler "
@@ -118,7 +125,7 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Re-read under the write lock: another process may have migrated meanwhile.
-            done = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+            done = _version(conn)
             if done < number:
                 for statement in _statements(MIGRATIONS[number - 1]):
                     conn.execute(statement)
@@ -127,6 +134,13 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    # max() of a hand-edited 'abc' is that text (SQLite sorts text after numbers), of '9e999'
+    # an infinite REAL: neither is a version, and the store is then not ours to migrate.
+    found = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    return 0 if found is None else _whole(found, "the schema version")
 
 
 def _statements(script: str) -> list[str]:
@@ -223,11 +237,22 @@ def pack(doc: Any, plain: bool = False) -> Packed:
     return Packed(zlib.compress(data, 1))
 
 
-def _unpack(blob: bytes, what: str) -> Any:
+def _unpack(blob: Any, what: str) -> Any:
+    """An observation as `pack` stored it. Unpacked up to the largest snapshot file: a few MB
+    of zlib can unpack to gigabytes (a crafted or damaged blob), which no observation is."""
+    from reconciler.observe.observe import SNAPSHOT_FILE_LIMIT as cap
+
+    if not isinstance(blob, bytes):
+        raise _Damaged(what)
+    unpacker = zlib.decompressobj()
     try:
-        data = zlib.decompress(blob)
-    except (zlib.error, TypeError):
+        data = unpacker.decompress(blob, cap + 1)
+    except zlib.error:
         raise _Damaged(what) from None
+    if len(data) > cap:
+        raise _Damaged(what, why=f"it unpacks to more than {cap} bytes")
+    if not unpacker.eof:  # cut short (zlib.decompress said so; this object only stops)
+        raise _Damaged(what)
     return _stored_json(data, what)
 
 
@@ -236,11 +261,15 @@ def _unpack(blob: bytes, what: str) -> Any:
 
 def retention(conn: sqlite3.Connection) -> tuple[int, int]:
     """(keep_runs, keep_days) of this store; 0 = no limit of that kind."""
-    values = dict(conn.execute("SELECT name, value FROM settings").fetchall())
     return (
-        int(values.get("keep_runs", DEFAULT_KEEP_RUNS)),
-        int(values.get("keep_days", DEFAULT_KEEP_DAYS)),
+        _setting(conn, "keep_runs", DEFAULT_KEEP_RUNS),
+        _setting(conn, "keep_days", DEFAULT_KEEP_DAYS),
     )
+
+
+def _setting(conn: sqlite3.Connection, name: str, default: int) -> int:
+    row = conn.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
+    return default if row is None else _whole(row[0], f"the {name} setting")
 
 
 def set_retention(conn: sqlite3.Connection, keep_runs: int | None, keep_days: int | None) -> int:
@@ -273,23 +302,92 @@ def _apply_retention(conn: sqlite3.Connection, now: float) -> int:
 
 
 # -- reading -----------------------------------------------------------------------------------
+# Each row is read once into its record, each column checked: SQLite keeps whatever a column is
+# given (text in an INTEGER column, a BLOB anywhere), and a value of another type than the
+# store wrote is its damage, said here with which value it is, not a TypeError wherever the
+# record is used later (a listing's format code, json.dumps of a BLOB).
 
-_RUN_COLUMNS = "id, run_id, command, source, started_at, duration_s, inventory, exit_code, summary"
+_Check = Callable[[Any, str], Any]  # (the value, how the store's error names it) -> the value
 
 
-def _run_info(row: tuple[Any, ...]) -> RunInfo:
-    id_, run_id, command, source, started_at, duration_s, inventory, exit_code, summary = row
-    return RunInfo(
-        id_,
-        run_id,
-        command,
-        source,
-        started_at,
-        duration_s,
-        inventory,
-        exit_code,
-        _stored_json(summary, f"run {id_}'s summary"),
-    )
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise _Damaged(what, "text")
+    return value
+
+
+def _whole(value: Any, what: str) -> int:
+    # An INTEGER column keeps text it cannot convert ('abc'), and '9e999' as an infinite REAL.
+    if type(value) is not int or value < 0:
+        raise _Damaged(what, "whole number")
+    return value
+
+
+def _flag(value: Any, what: str) -> bool:
+    if type(value) is not int or value not in (0, 1):  # the store writes a bool as 0 or 1
+        raise _Damaged(what, "0 or 1")
+    return bool(value)
+
+
+def _opt_flag(value: Any, what: str) -> bool | None:
+    return None if value is None else _flag(value, what)
+
+
+def _opt_text(value: Any, what: str) -> str | None:
+    return None if value is None else _text(value, what)
+
+
+def _seconds(value: Any, what: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise _Damaged(what, "number of seconds")
+    return float(value)
+
+
+def _json_text(value: Any, what: str) -> str:
+    """JSON kept as its text (an entry's value), read back once here: a diff shows it later."""
+    text = _text(value, what)
+    _stored_json(text, what)
+    return text
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    found = _stored_json(_text(value, what), what)
+    if not isinstance(found, dict):
+        raise _Damaged(what, "JSON object")
+    return found
+
+
+def _read(
+    row: Sequence[Any], columns: Sequence[tuple[str, str, _Check]], name: Callable[[str], str]
+) -> list[Any]:
+    """`row`'s values, each checked; `name(word)`: how the error names the column's value."""
+    return [check(v, name(word)) for v, (_, word, check) in zip(row, columns, strict=True)]
+
+
+def _its(owner: str) -> Callable[[str], str]:
+    return lambda word: f"{owner} (its {word})"
+
+
+def _select(columns: Sequence[tuple[str, str, _Check]]) -> str:
+    return ", ".join(column for column, _, _ in columns)
+
+
+_RUN = (
+    ("id", "number", _whole),
+    ("run_id", "run id", _text),
+    ("command", "command", _text),
+    ("source", "source", _text),
+    ("started_at", "start time", _text),
+    ("duration_s", "duration", _seconds),
+    ("inventory", "inventory", _text),
+    ("exit_code", "exit code", _whole),
+    ("summary", "summary", _json_object),
+)
+_RUN_COLUMNS = _select(_RUN)
+
+
+def _run_info(row: Sequence[Any]) -> RunInfo:
+    return RunInfo(*_read(row, _RUN, lambda word: f"run {row[0]}'s {word}"))
 
 
 def runs(
@@ -311,7 +409,9 @@ def runs(
 
 def find_run(conn: sqlite3.Connection, ref: str) -> RunInfo | None:
     """A run by its number in `reconcile history`, or by its run id (or a unique prefix)."""
-    if ref.isdigit():
+    # Digits SQLite cannot hold (or non-ASCII ones, which int() may refuse) are no run number:
+    # such a reference is looked up as a run id only.
+    if ref.isascii() and ref.isdigit() and int(ref) <= MAX_INTEGER:
         row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (int(ref),))
         found = row.fetchone()
         if found is not None:
@@ -329,56 +429,87 @@ def find_run(conn: sqlite3.Connection, ref: str) -> RunInfo | None:
 
 def last_two(conn: sqlite3.Connection) -> list[RunInfo]:
     """The latest run and the one before it of the same command (oldest first)."""
-    latest = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-    if latest is None:
+    row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    if row is None:
         return []
+    latest = _run_info(row)
     before = conn.execute(
         f"SELECT {_RUN_COLUMNS} FROM runs WHERE command = ? AND id < ? ORDER BY id DESC LIMIT 1",
-        (latest[2], latest[0]),
+        (latest.command, latest.id),
     ).fetchone()
-    return [_run_info(r) for r in (before, latest) if r is not None]
+    return [_run_info(before), latest] if before is not None else [latest]
+
+
+_BOX = (
+    ("box", "name", _text),
+    ("reachable", "reachable flag", _flag),
+    ("observation", "observation", _text),
+    ("entries", "entry count", _whole),
+    ("causes", "cause count", _whole),
+    ("errors", "error count", _whole),
+    ("verdict", "verdict", _opt_text),
+)
 
 
 def boxes_of(conn: sqlite3.Connection, run: int) -> list[BoxInfo]:
-    rows = conn.execute(
-        "SELECT box, reachable, observation, entries, causes, errors, verdict FROM boxes"
-        " WHERE run = ? ORDER BY rowid",
-        (run,),
-    )
-    return [BoxInfo(r[0], bool(r[1]), *r[2:]) for r in rows.fetchall()]
+    rows = conn.execute(f"SELECT {_select(_BOX)} FROM boxes WHERE run = ? ORDER BY rowid", (run,))
+    return [
+        BoxInfo(*_read(r, _BOX, _its(f"run {run}'s box {_box_name(r[0], n)}")))
+        for n, r in enumerate(rows.fetchall(), 1)
+    ]
+
+
+def _box_name(box: Any, number: int) -> str:
+    return repr(box) if isinstance(box, str) else str(number)  # its name, while it has one
+
+
+_ENTRY = (
+    ("box", "box", _text),
+    ("kind", "kind", _text),
+    ("subject", "subject", _text),
+    ("path", "path", _text),
+    ("cause", "cause", _text),
+    ("symptom", "symptom flag", _flag),
+    ("action", "action", _text),
+    ("desired", "desired value", _json_text),
+    ("observed", "observed value", _json_text),
+    ("secret", "secret flag", _flag),
+    ("changed", "changed flag", _opt_flag),
+)
 
 
 def entries_of(conn: sqlite3.Connection, run: int) -> list[EntryRow]:
     rows = conn.execute(
-        "SELECT box, kind, subject, path, cause, symptom, action, desired, observed, secret,"
-        " changed FROM entries WHERE run = ? ORDER BY rowid",
-        (run,),
+        f"SELECT {_select(_ENTRY)} FROM entries WHERE run = ? ORDER BY rowid", (run,)
     )
-    found = [
-        EntryRow(
-            r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], bool(r[9]), _opt_bool(r[10])
-        )
-        for r in rows.fetchall()
+    return [
+        EntryRow(*_read(r, _ENTRY, _its(f"run {run}'s entry {n}")))
+        for n, r in enumerate(rows.fetchall(), 1)
     ]
-    for number, e in enumerate(found, 1):  # read back once here: a diff shows them later
-        _stored_json(e.desired, f"run {run}'s entry {number} (its desired value)")
-        _stored_json(e.observed, f"run {run}'s entry {number} (its observed value)")
-    return found
+
+
+_FINDING = (
+    ("box", "box", _text),
+    ("code", "code", _text),
+    ("severity", "severity", _text),
+    ("message", "message", _text),
+)
 
 
 def findings_of(conn: sqlite3.Connection, run: int) -> list[FindingRow]:
     rows = conn.execute(
-        "SELECT box, code, severity, message FROM findings WHERE run = ? ORDER BY rowid", (run,)
+        f"SELECT {_select(_FINDING)} FROM findings WHERE run = ? ORDER BY rowid", (run,)
     )
-    return [FindingRow(*r) for r in rows.fetchall()]
+    return [
+        FindingRow(*_read(r, _FINDING, _its(f"run {run}'s finding {n}")))
+        for n, r in enumerate(rows.fetchall(), 1)
+    ]
 
 
 def observations_of(conn: sqlite3.Connection, run: int) -> dict[str, Any]:
     rows = conn.execute("SELECT box, document FROM observations WHERE run = ? ORDER BY box", (run,))
-    return {
-        box: _unpack(blob, f"run {run}'s observation of {box!r}") for box, blob in rows.fetchall()
-    }
-
-
-def _opt_bool(value: Any) -> bool | None:
-    return None if value is None else bool(value)
+    found: dict[str, Any] = {}
+    for n, (box, blob) in enumerate(rows.fetchall(), 1):
+        name = _text(box, f"run {run}'s observation {n} (its box name)")
+        found[name] = _unpack(blob, f"run {run}'s observation of {name!r}")
+    return found

@@ -248,26 +248,85 @@ def test_a_file_that_is_not_a_store_is_an_error(
     assert not (tmp_path / "none.db").exists()  # listing creates no store
 
 
-# A value the store wrote that no longer reads back (bit rot, a hand edit): the command says
-# which, naming the store, and exits 1; the drift page, which only adds a trend, goes without.
+# A value the store wrote that no longer reads back (bit rot, a hand edit), or one of another
+# type than it wrote (SQLite keeps whatever a column is given): the command says which, naming
+# the store, exits 1 and writes nothing; the drift page, which only adds a trend, goes without.
 DAMAGE = {
     "a run's summary": (
         "UPDATE runs SET summary = '{\"causes\": ' WHERE id = 1",
         ["history"],
-        "run 1's summary",
+        "run 1's summary is not the JSON it stored",
     ),
     "an observation": (
         "UPDATE observations SET document = X'00ff' WHERE run = 2 AND box = 'thor'",
         ["diff"],
-        "run 2's observation of 'thor'",
+        "run 2's observation of 'thor' is not the JSON it stored",
     ),
     "an entry's value": (
         "UPDATE entries SET desired = '[' || desired WHERE rowid = (SELECT min(rowid)"
         " FROM entries WHERE run = 1 AND secret = 0)",
         ["diff", "1", "2"],
-        "run 1's entry 1 (its desired value)",
+        "run 1's entry 1 (its desired value) is not the JSON it stored",
+    ),
+    "a retention setting that is text": (
+        "INSERT INTO settings VALUES ('keep_runs', 'abc')",
+        ["history", "--days", "5"],
+        "the keep_runs setting is not the whole number it stored",
+    ),
+    "a retention setting past any integer": (
+        "INSERT INTO settings VALUES ('keep_days', '9e999')",  # INTEGER affinity: an inf REAL
+        ["history", "--keep", "5"],
+        "the keep_days setting is not the whole number it stored",
+    ),
+    "a schema version that is text": (
+        "UPDATE schema_version SET version = 'abc'",
+        ["history"],
+        "the schema version is not the whole number it stored",
+    ),
+    "a schema version past any integer": (
+        "UPDATE schema_version SET version = '9e999'",
+        ["diff"],
+        "the schema version is not the whole number it stored",
+    ),
+    "a run's duration": (
+        "UPDATE runs SET duration_s = 'x' WHERE id = 1",
+        ["history"],
+        "run 1's duration is not the number of seconds it stored",
+    ),
+    "a run's duration, listed as JSON": (
+        "UPDATE runs SET duration_s = 'x' WHERE id = 2",
+        ["history", "--format", "json"],
+        "run 2's duration is not the number of seconds it stored",
+    ),
+    "a run's summary of another shape": (
+        "UPDATE runs SET summary = '[1,2]' WHERE id = 2",
+        ["history"],
+        "run 2's summary is not the JSON object it stored",
+    ),
+    "a box's count": (
+        "UPDATE boxes SET entries = 'x' WHERE run = 1 AND box = 'thor'",
+        ["history", "thor"],
+        "run 1's box 'thor' (its entry count) is not the whole number it stored",
+    ),
+    "a run's start time as a BLOB": (
+        "UPDATE runs SET started_at = X'ff' WHERE id = 1",
+        ["history"],
+        "run 1's start time is not the text it stored",
+    ),
+    "a run id as a BLOB": (
+        "UPDATE runs SET run_id = X'00ff' WHERE id = 2",
+        ["history", "--format", "json"],
+        "run 2's run id is not the text it stored",
     ),
 }
+
+
+def dump(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGE))
@@ -280,9 +339,114 @@ def test_a_damaged_value_in_the_store_is_said_not_a_traceback(
     drift_replay(capsys, db)
     with sqlite3.connect(db) as conn:
         assert conn.execute(damage).rowcount == 1
+    conn.close()
+    before = dump(db)
     code, out, err = reconcile(capsys, *command, "--history", str(db))
     assert (code, out) == (1, "")
-    assert err == f"error: history: {db} is damaged: {what} is not the JSON it stored\n"
+    assert err == f"error: history: {db} is damaged: {what}\n"
+    assert dump(db) == before  # --keep/--days too: their change is rolled back
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "INSERT INTO settings VALUES ('keep_runs', 'abc')",
+        "INSERT INTO settings VALUES ('keep_days', '9e999')",
+        "UPDATE schema_version SET version = 'abc'",
+    ],
+)
+def test_a_run_recorded_into_a_damaged_store_is_a_warning_and_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(damage)
+    conn.close()
+    before = dump(db)
+    code, _, err = reconcile(
+        capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(db)
+    )
+    assert code == 2  # the report's exit code: the store's trouble is a warning
+    assert err.startswith(f"warning: the run was not recorded in the history: history: {db} is")
+    assert "is damaged: " in err and "Traceback" not in err
+    assert dump(db) == before
+
+
+def test_an_observation_that_unpacks_past_any_snapshot_file_is_damaged_not_unpacked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A few hundred KB of zlib can unpack to gigabytes: an observation is unpacked up to the
+    largest snapshot file, no further (tracemalloc: Python's peak stays near that bound)."""
+    import tracemalloc
+    import zlib
+
+    from reconciler.observe.observe import SNAPSHOT_FILE_LIMIT
+
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    drift_replay(capsys, db)
+    packer, block = zlib.compressobj(1), b" " * (1 << 20)
+    bomb = b"".join(packer.compress(block) for _ in range(8 * SNAPSHOT_FILE_LIMIT >> 20))
+    bomb += packer.flush()  # 128 MiB of spaces, in about 1 MB
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE observations SET document = ? WHERE run = 2 AND box = 'thor'", (bomb,))
+    conn.close()
+    del bomb
+    tracemalloc.start()
+    try:
+        code, out, err = reconcile(capsys, "diff", "1", "2", "--history", str(db))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * SNAPSHOT_FILE_LIMIT  # unpacked whole, it was 8 times that and more
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: history: {db} is damaged: run 2's observation of 'thor' is not the JSON it "
+        f"stored (it unpacks to more than {SNAPSHOT_FILE_LIMIT} bytes)\n"
+    )
+
+
+def test_a_store_whose_tables_are_not_this_schemas_is_said_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    with sqlite3.connect(db) as conn:  # at this version, with a runs table of its own
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (?)", (VERSION,))
+        conn.execute("CREATE TABLE runs (started TEXT, what TEXT)")
+    conn.close()
+    code, out, err = reconcile(capsys, "history", "--history", str(db))
+    assert (code, out) == (1, "")
+    assert err == f"error: history: {db} is not a usable store (no such column: id)\n"
+
+
+def test_a_retention_too_large_for_the_store_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    huge = "99999999999999999999999"
+    for option in ("--keep", "--days"):
+        with pytest.raises(SystemExit) as exited:
+            reconcile(capsys, "history", "--history", str(db), option, huge)
+        assert exited.value.code == 1  # a usage error
+        err = capsys.readouterr().err
+        assert f"expected a whole number from 0 to {2**63 - 1}, got '{huge}'" in err
+    code, _, err = reconcile(capsys, "history", "--history", str(db), "--keep", str(2**63 - 1))
+    assert (code, err) == (0, "retention set; 0 runs removed\n")  # the largest is kept
+
+
+@pytest.mark.parametrize("ref", ["99999999999999999999999", "\u00b2"])  # past SQLite; a "digit"
+def test_a_run_number_that_is_no_run_number_is_no_single_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ref: str
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    drift_replay(capsys, db)
+    code, out, err = reconcile(capsys, "diff", ref, "1", "--history", str(db))
+    assert (code, out) == (1, "")
+    assert err == f"error: no single run {ref!r} in {db} (a number or a run id)\n"
 
 
 def test_the_drift_page_goes_without_its_trend_when_the_store_is_damaged(
