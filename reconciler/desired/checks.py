@@ -5,7 +5,6 @@ Each check returns (yaml path, message) pairs; the loader turns paths into file:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 
 from reconciler.desired import roles
@@ -17,6 +16,7 @@ from reconciler.desired.models import (
     SecretRef,
     TaggedImage,
 )
+from reconciler.desired.near import nearest
 from reconciler.desired.problems import PathKey
 from reconciler.desired.refs import is_digest_ref, looks_like_image_ref
 from reconciler.desired.secret_names import is_secret_name
@@ -71,8 +71,8 @@ _NO_CONTRACT = _NoContract()
 
 
 def _hint(word: str, options: list[str]) -> str:
-    near = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return f"; did you mean {near[0]!r}?" if near else ""
+    near = nearest(word, options)
+    return f"; did you mean {near!r}?" if near else ""
 
 
 def _image_problem(box: BoxSpec, image: str) -> str | None:

@@ -13,11 +13,11 @@ pydantic's own text (`input_value=...`) is never printed.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from reconciler.desired.near import nearest
 from reconciler.desired.problems import Location, PathKey, Problem, dotted
 from reconciler.desired.secret_names import is_secret_name
 
@@ -83,7 +83,8 @@ def holds_secret(path: PathKey, patterns: tuple[str, ...] = ()) -> bool:
 
 
 def _nearest(word: str, options: list[str]) -> list[str]:
-    return difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    near = nearest(word, options)
+    return [near] if near else []
 
 
 def _drop_union_noise(located: list[tuple[PathKey, Any]]) -> list[tuple[PathKey, Any]]:

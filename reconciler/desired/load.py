@@ -6,7 +6,6 @@ all; any problem raises DesiredStateError and the caller writes nothing.
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from reconciler.desired.fleet import DerivedEnvs, Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
+from reconciler.desired.near import hint_budget, nearest
 from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
 from reconciler.desired.refs import is_digest_ref
 from reconciler.desired.secret_names import union_layers
@@ -52,7 +52,7 @@ def load_fleet(
     """`facts`: a saved snapshot's facts/, read instead of the overlays the inventory names."""
     # Each box's layers, merged data and model are kept to the end: the collector's older
     # passes would walk them again and again for no garbage (reconciler/gc_pause.py).
-    with young_only():
+    with young_only(), hint_budget():
         return _load_fleet(root, inventory, facts)
 
 
@@ -148,17 +148,19 @@ def _validate(model: Any, data: Any, positions: dict[PathKey, Location]) -> Any:
 
 
 def _ordered_groups(inv: InventorySpec, box: InventoryBox) -> list[str]:
-    return [g for g in inv.group_order if g in box.groups]
+    mine = set(box.groups)  # sets: a file naming thousands of groups stays linear
+    return [g for g in inv.group_order if g in mine]
 
 
 def _group_membership(inv: InventorySpec, doc: SourceDoc) -> list[Problem]:
     problems = []
+    known = set(inv.group_order)
     for name, box in inv.boxes.items():
         for index, group in enumerate(box.groups):
-            if group not in inv.group_order:
+            if group not in known:
                 path = ("boxes", name, "groups", index)
-                near = difflib.get_close_matches(group, list(inv.group_order), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else ""
+                near = nearest(group, inv.group_order)
+                hint = f"; did you mean {near!r}?" if near else ""
                 problems.append(
                     Problem(
                         doc.positions.get(path, doc.positions[()]),
@@ -177,8 +179,8 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         display = _display(root, path)
         if path.stem not in known:
-            near = difflib.get_close_matches(path.stem, known, n=1)
-            hint = f"; did you mean {near[0]}.yaml?" if near else ""
+            near = nearest(path.stem, known)
+            hint = f"; did you mean {near}.yaml?" if near else ""
             problems.append(
                 Problem(
                     Location(display, 1, 1), "", f"no box or group is named {path.stem!r}{hint}"
