@@ -152,9 +152,10 @@ def failing_hand_root(tmp_path: Path) -> Path:
     root.mkdir()
     shutil.copytree(ROOT / "group_vars", root / "group_vars")
     (root / "inventory").mkdir()
-    (root / ".lab").symlink_to(ROOT / ".lab")
-    inv = (ROOT / "inventory" / "lab.yaml").read_text().splitlines()
-    inv = [line for line in inv if not line.startswith("box_overlay:")]
+    # The lab's own files (its digests, its ssh key) named where they are: a directory
+    # symlink out of the repository would be refused like any way out (desired/safe_read.py).
+    inv = (ROOT / "inventory" / "lab.yaml").read_text().replace(" .lab/", f" {ROOT}/.lab/")
+    inv = [line for line in inv.splitlines() if not line.startswith("box_overlay:")]
     inv.append("box_overlay: overlay/{box}.yaml")
     (root / "inventory" / "lab.yaml").write_text("\n".join(inv) + "\n")
     (root / "overlay").mkdir()
