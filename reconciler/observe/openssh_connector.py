@@ -9,7 +9,6 @@ reuses one connection, and nothing differs between what `reconcile` observes and
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +19,12 @@ from pyinfra.connectors.util import (
     CommandOutput,
     execute_command_with_sudo_retry,
     make_unix_command_for_host,
-    run_local_process,
 )
 from typing_extensions import Unpack
 
+from reconciler.observe.bounded_process import run_bounded
 from reconciler.observe.transport import Target, UnsafeTarget, ssh_argv
+from reconciler.scrub import scrub_text
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
@@ -66,9 +66,9 @@ class OpenSSHConnector(BaseConnector):
             argv = ssh_argv(self._target(), "true")
         except UnsafeTarget as exc:  # a user or host that ssh would read as an option
             raise ConnectError(str(exc)) from None
-        code, output = run_local_process(shlex.join(argv), timeout=20)
+        code, output = run_bounded(argv, timeout=20)
         if code != 0:
-            raise ConnectError(output.stderr or f"ssh exited {code}")
+            raise ConnectError(_last_line(output, f"ssh exited {code}"))
 
     def run_shell_command(
         self,
@@ -84,9 +84,8 @@ class OpenSSHConnector(BaseConnector):
 
         def execute() -> tuple[int, CommandOutput]:
             unix = make_unix_command_for_host(self.state, self.host, command, **arguments)
-            line = shlex.join(ssh_argv(self._target(), unix.get_raw_value()))
-            return run_local_process(
-                line,
+            return run_bounded(
+                ssh_argv(self._target(), unix.get_raw_value()),
                 stdin=stdin,
                 timeout=timeout,
                 print_output=print_output,
@@ -114,7 +113,7 @@ class OpenSSHConnector(BaseConnector):
             StringCommand("cat", ">", QuoteString(remote_filename)), _stdin=text, **arguments
         )
         if not ok:
-            raise OSError(output.stderr)
+            raise OSError(_last_line(output, "the command failed"))
         return ok
 
     def get_file(
@@ -130,7 +129,14 @@ class OpenSSHConnector(BaseConnector):
             StringCommand("cat", QuoteString(remote_filename)), **arguments
         )
         if not ok:
-            raise OSError(output.stderr)
+            raise OSError(_last_line(output, "the command failed"))
         with get_file_io(filename_or_io, "wb") as file_io:
             file_io.write(output.stdout.encode() + b"\n")
         return ok
+
+
+def _last_line(output: CommandOutput, otherwise: str) -> str:
+    """What a failure says: the last line ssh or the box wrote on stderr, scrubbed (it may
+    quote anything, a secret included, and pyinfra shows it), as transport.py says it."""
+    lines = [line for line in output.stderr_lines if line.strip()]
+    return scrub_text(lines[-1]) if lines else otherwise

@@ -109,7 +109,7 @@ def test_the_pyinfra_connector_refuses_before_running_anything(
 
     ran: list[str] = []
     monkeypatch.setattr(
-        openssh_connector, "run_local_process", lambda line, **kw: ran.append(line) or (0, None)
+        openssh_connector, "run_bounded", lambda argv, **kw: ran.append(" ".join(argv)) or (0, None)
     )
     connector = openssh_connector.OpenSSHConnector.__new__(openssh_connector.OpenSSHConnector)
     connector.host = SimpleNamespace(name="thor", data={"ssh_user": HOSTILE, "ssh_port": 22})  # type: ignore[assignment]
