@@ -111,18 +111,18 @@ def _no_way_out(path: Path, within: Path) -> None:
     """A file inside the repository reached through a directory symlink that leaves it
     (`group_vars -> /elsewhere`) is outside it just the same; the last component's own
     symlink is _follow's. A path given outside the repository is read where it is."""
-    base = Path(os.path.abspath(within))
-    here = Path(os.path.abspath(path))
-    if base not in here.parents:
+    # Strings, not Paths: a cold load of 1,000 boxes asks this for 2,006 files (~60 ms as Paths).
+    base = os.path.abspath(within)
+    here = os.path.abspath(path)
+    if not here.startswith(base + os.sep):
         return
-    real_base = os.path.realpath(base)
     step = base
-    for part in here.relative_to(base).parts[:-1]:
-        step = step / part
+    for part in here[len(base) + 1 :].split(os.sep)[:-1]:
+        step = f"{step}{os.sep}{part}"
         if os.path.islink(step):
-            real = os.path.realpath(step)
-            if os.path.commonpath([real_base, real]) != real_base:
-                shown = step.relative_to(base)
+            real_base = os.path.realpath(base)
+            if os.path.commonpath([real_base, os.path.realpath(step)]) != real_base:
+                shown = step[len(base) + 1 :]
                 pointed = os.readlink(step)
                 raise Unreadable(
                     f"{shown}/ is a symlink to {pointed!r}, which is outside the repository"
