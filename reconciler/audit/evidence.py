@@ -37,6 +37,7 @@ from reconciler.observe.document import (
     SecretValue,
 )
 from reconciler.observe.observe import BoxObservation
+from reconciler.scrub import scrub_text
 
 API_KEYS = ("GATEWAY_API_KEY", "CULTURE_VLLM_API_KEY")  # lobes: the first non-blank wins
 MESH_KEY = "LOBES_MESH_KEY"
@@ -482,7 +483,9 @@ def _shell(box: BoxSpec, doc: Observed) -> tuple[ShellExport, ...]:
         secret = any(fnmatch.fnmatchcase(name, p) for p in box.secret_patterns)
         if secret and (name in interpolated or name in AUDITED_KEYS):
             digest = export.value if isinstance(export.value, SecretValue) else None
-            out.append(ShellExport(name, export.source, digest))
+            # the box's text (a login file's line): scrubbed as any free text from a box
+            source = scrub_text(export.source) if export.source else None
+            out.append(ShellExport(name, source, digest))
     return tuple(out)
 
 

@@ -19,6 +19,7 @@ from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
 from reconciler.compare.values import Flags, parse_argv
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, Service
+from reconciler.scrub import scrub_text
 
 
 def compare_shell(
@@ -60,7 +61,8 @@ def compare_shell(
             env_line.value if env_line else None,
             export.value,
             r.action,
-            source=export.source or "login shell",
+            # the box's text (a login file's line): scrubbed as any free text from a box
+            source=scrub_text(export.source) if export.source else "login shell",
             note="; ".join(parts),
         )
 

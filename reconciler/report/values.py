@@ -52,7 +52,7 @@ def guarded(report: DriftReport) -> DriftReport:
 
 def guarded_box(box: BoxResult) -> BoxResult:
     """One box of `guarded`: itself when it has nothing to mask."""
-    drifts = [_guard(drift) if _secret_path(drift.path) else drift for drift in box.drifts]
+    drifts = [_guard(drift) if secret_path(drift.path) else drift for drift in box.drifts]
     changed = any(new is not old for new, old in zip(drifts, box.drifts, strict=True))
     return dataclasses.replace(box, drifts=tuple(drifts)) if changed else box
 
@@ -60,8 +60,9 @@ def guarded_box(box: BoxResult) -> BoxResult:
 # Remembered (bounded): a fleet's drifts share a few paths, asked about by every box's report,
 # a replay's workers each asking for their own boxes.
 @functools.lru_cache(maxsize=4096)
-def _secret_path(path: str) -> bool:
-    # "HF_TOKEN", "env.HF_TOKEN", "--hf-token": the variable or flag a value belongs to
+def secret_path(path: str) -> bool:
+    """Whether a value under this path is a secret: "HF_TOKEN", "env.HF_TOKEN", "--hf-token",
+    the variable or flag it belongs to."""
     last = path.rsplit(".", 1)[-1]
     return is_secret_name(last.lstrip("-").replace("-", "_").upper() if last[:1] == "-" else last)
 

@@ -29,8 +29,8 @@ def shown_safely(text: str) -> None:
     assert TOKEN not in text
 
 
-def test_the_audit_text_report_cleans_a_login_files_name() -> None:
-    from reconciler.audit.report_text import render_text
+def test_the_audit_reports_scrub_and_clean_a_login_files_line() -> None:
+    from reconciler.audit.cli import render
     from reconciler.audit.run import audit_report
     from reconciler.observe.observe import BoxObservation, load_snapshot
 
@@ -38,13 +38,13 @@ def test_the_audit_text_report_cleans_a_login_files_name() -> None:
     obs = found["thor"]
     collected = copy.deepcopy(obs.collected)
     exports = collected["login_shell"]["exports"]
-    exports["GATEWAY_API_KEY"]["source"] = "~/.bashrc:6" + CONTROL
+    exports["GATEWAY_API_KEY"]["source"] = f"~/.bashrc:6 export HF_TOKEN={TOKEN}{CONTROL}"
     found["thor"] = BoxObservation("thor", collected, None, obs.controller, complete=False)
     report = audit_report(fleet({"thor": "open"}), ["thor"], found, index["run_id"])
-    assert report.row_of("thor").carried["GATEWAY_API_KEY"].where == "~/.bashrc:6" + CONTROL
-    text = render_text(report)
-    shown_safely(text)
-    assert "~/.bashrc:6" in text  # still said, as text
+    for fmt in ("text", "json", "markdown"):  # (the html page: test_html_report)
+        said = render(report, fmt)
+        shown_safely(said)
+        assert "~/.bashrc:6" in said  # still said, as text
 
 
 def hostile_docker_error(tmp_path: Path, fixture: Path, box: str) -> Path:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,57 @@ def test_restarts_and_images_are_said_in_words_and_a_recreate_once() -> None:
         "spark: model-gear-gateway restarted at 2026-12-01T03:00:00Z",
     )
     assert not diff.appeared and diff.changed
+
+
+# -- a snapshot carrying secrets in clear (edited, or from an older collector) ---------------------
+CANARY = "hf_CANARYx7Qm2Lp9Zr4Tn8Vb3Kd6Wf1Hs5Jy0"
+
+
+def secrets_in_clear(docs: dict[str, Any]) -> None:
+    """Where the collector would have hashed a value, or free text quotes one: thor's gateway
+    key in clear, a lane's lower-case hf_token, a .env line, a login export and its source,
+    secret flags on a command line, and an error quoting a Bearer header."""
+    thor = docs["thor"]["collected"]
+    container(docs["thor"], "gateway")["env"]["GATEWAY_API_KEY"] = CANARY
+    container(docs["thor"], "vllm-embed")["env"]["hf_token"] = CANARY
+    thor["envfile"][0]["value"] = CANARY  # HF_TOKEN=
+    export = thor["login_shell"]["exports"]["GATEWAY_API_KEY"]
+    export["value"] = CANARY
+    export["source"] = f"~/.bashrc:6 export GATEWAY_API_KEY={CANARY}"
+    container(docs["thor"], "vllm-worker")["cmd"] += [f"--api-key={CANARY}", "--hf-token", CANARY]
+    thor["docker"]["error"] = f"Invalid header value b'Bearer {CANARY}\\r\\n'"
+
+
+def test_diff_masks_secrets_a_snapshot_carries_in_clear(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edited = edited_snapshot(tmp_path, "clear", secrets_in_clear)
+    index = json.loads((edited / "index.json").read_text())
+    index.pop("sha256", None)  # edited: no digest vouches for the files
+    (edited / "index.json").write_text(json.dumps(index))
+    for fmt in ("text", "json"):
+        code, out, err = reconcile(
+            capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(edited), "--format", fmt
+        )
+        assert code == 2, err  # it did find the changes
+        assert CANARY not in out + err
+        assert "***" in out
+    code, out, err = reconcile(capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(edited))
+    assert "login_shell.exports[GATEWAY_API_KEY].source: ~/.bashrc:6 -> ~/.bashrc:6 export " in out
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html"])
+def test_a_login_exports_source_is_scrubbed_in_the_drift_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    def source_quoting_a_key(docs: dict[str, Any]) -> None:  # the value itself stays hashed
+        export = docs["thor"]["collected"]["login_shell"]["exports"]["GATEWAY_API_KEY"]
+        export["source"] = f"~/.bashrc:6 export GATEWAY_API_KEY={CANARY}"
+
+    edited = edited_snapshot(tmp_path, "source", source_quoting_a_key)
+    index = json.loads((edited / "index.json").read_text())
+    index.pop("sha256", None)
+    (edited / "index.json").write_text(json.dumps(index))
+    code, out, err = reconcile(capsys, "drift", "--from-snapshot", str(edited), "--format", fmt)
+    assert code == 2 and CANARY not in out + err
+    assert "~/.bashrc:6 export GATEWAY_API_KEY=***" in out.replace("\\", "")  # still said
