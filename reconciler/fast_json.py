@@ -79,6 +79,15 @@ def _same_float(number: float) -> bool:
     return c_json.encode(number) == float.__repr__(number).encode("ascii")
 
 
+def loads_bytes(data: bytes) -> Any:
+    """`json.loads` of UTF-8 bytes, with every fault a ValueError: not UTF-8, not JSON, and
+    nesting past json's depth (a RecursionError from json itself)."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
+
+
 def decode_written(data: bytes) -> Any:
     """A JSON document this tool wrote (no key repeated: msgspec, like json without a hook,
     keeps the last of two) -> the values `json.loads(data.decode())` gives, or ValueError.

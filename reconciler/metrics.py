@@ -195,10 +195,3 @@ def write(path: Path, registry: CollectorRegistry) -> None:
     from reconciler.output_file import write_whole
 
     write_whole(path, [generate_latest(registry).decode("utf-8")])
-
-
-def check_target(path: str) -> str | None:
-    """Why `--metrics PATH` cannot be written (checked before any box is contacted), or None."""
-    from reconciler.output_file import target_problem
-
-    return target_problem("--metrics", path)

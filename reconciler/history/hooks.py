@@ -215,19 +215,14 @@ def _decoded(data: bytes, many: bool) -> tuple[Any, bool]:
     and whether msgspec read it: for `many` it does wherever it gives json's values
     (fast_json.decode_written; like json.loads without a hook, it keeps the last of a
     repeated key)."""
-    import json
+    from reconciler.fast_json import decode_written, loads_bytes
 
     if many:  # msgspec checks the UTF-8 itself: a file that is not goes to json, which refuses it
-        from reconciler.fast_json import decode_written
-
         try:
             return decode_written(data), True
         except ValueError:
             pass  # json's own reading, and its fault
-    try:
-        return json.loads(data.decode("utf-8")), False
-    except RecursionError:
-        raise ValueError("nested too deeply to parse") from None
+    return loads_bytes(data), False
 
 
 def _write_metrics(path: Path, registry: Any) -> bool:

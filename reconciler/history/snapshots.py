@@ -8,7 +8,6 @@ desired state loads here; otherwise only the observations are compared, and stde
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,13 +51,10 @@ def _index_boxes(directory: Path) -> list[str] | None:
 
 def _box_file(directory: Path, box: str) -> Any:
     """A box's file as json reads it, within the replay's bound (size, depth): ValueError."""
+    from reconciler.fast_json import loads_bytes
     from reconciler.observe.observe import snapshot_box_bytes
 
-    data = snapshot_box_bytes(directory, box)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise ValueError("nested too deeply to parse") from None
+    return loads_bytes(snapshot_box_bytes(directory, box))
 
 
 def _reason(exc: BaseException) -> str:

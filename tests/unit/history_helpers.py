@@ -34,6 +34,21 @@ def edited_snapshot(tmp_path: Path, name: str, edit: Callable[[dict[str, Any]], 
     return target
 
 
+def unvouched(snapshot: Path) -> None:
+    """The snapshot's index without its files' digests: an edited file is then read as any
+    file is (with every check), not refused as altered."""
+    index = json.loads((snapshot / "index.json").read_text())
+    index.pop("sha256", None)
+    (snapshot / "index.json").write_text(json.dumps(index))
+
+
+def undated(report: str) -> dict[str, Any]:
+    """A JSON report without its `generated_at`: two runs may straddle a second."""
+    doc: dict[str, Any] = json.loads(report)
+    doc.pop("generated_at")
+    return doc
+
+
 def container(doc: dict[str, Any], service: str) -> dict[str, Any]:
     return next(c for c in doc["collected"]["docker"]["containers"] if c["service"] == service)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.observe.document import collector_failed
+from tests.unit.history_helpers import unvouched
 from tests.unit.test_audit_snapshots import FIXTURES, fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,9 +54,7 @@ def hostile_docker_error(tmp_path: Path, fixture: Path, box: str) -> Path:
     doc = json.loads((snapshot / f"{box}.json").read_text())
     doc["collected"]["docker"]["error"] = f"docker ps failed: HF_TOKEN={TOKEN}{CONTROL}"
     (snapshot / f"{box}.json").write_text(json.dumps(doc))
-    index = json.loads((snapshot / "index.json").read_text())
-    index.pop("sha256", None)  # the file was edited: no digest vouches for it
-    (snapshot / "index.json").write_text(json.dumps(index))
+    unvouched(snapshot)  # the file was edited: no digest vouches for it
     return snapshot
 
 

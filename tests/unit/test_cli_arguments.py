@@ -5,14 +5,13 @@ relative one is the working directory's, not --root's (reconciler/arg_types.py).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from reconciler import cli
-from tests.unit.history_helpers import INCIDENTS, SNAPSHOT
+from tests.unit.history_helpers import INCIDENTS, SNAPSHOT, undated
 
 EMPTY = {
     "drift --from-snapshot": ["drift", "--from-snapshot", ""],
@@ -51,12 +50,6 @@ def test_a_usage_error_exits_1_never_2_which_says_drift(
         cli.main(argv)
     assert exit_.value.code == 1
     assert "usage: reconcile" in capsys.readouterr().err
-
-
-def undated(report: str) -> dict[str, object]:
-    doc: dict[str, object] = json.loads(report)
-    doc.pop("generated_at")
-    return doc
 
 
 def test_a_relative_snapshot_is_the_working_directorys_also_with_its_facts(

@@ -20,6 +20,7 @@ from tests.unit.history_helpers import (
     edited_snapshot,
     reconcile,
     recreate_worker_and_drop_shell_key,
+    unvouched,
 )
 
 HMAC = re.compile(r"hmac:[0-9a-f]{64}")
@@ -191,9 +192,7 @@ def test_diff_masks_secrets_a_snapshot_carries_in_clear(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     edited = edited_snapshot(tmp_path, "clear", secrets_in_clear)
-    index = json.loads((edited / "index.json").read_text())
-    index.pop("sha256", None)  # edited: no digest vouches for the files
-    (edited / "index.json").write_text(json.dumps(index))
+    unvouched(edited)
     for fmt in ("text", "json"):
         code, out, err = reconcile(
             capsys, "diff", "--from-snapshot", str(SNAPSHOT), str(edited), "--format", fmt
@@ -214,9 +213,7 @@ def test_a_login_exports_source_is_scrubbed_in_the_drift_report(
         export["source"] = f"~/.bashrc:6 export GATEWAY_API_KEY={CANARY}"
 
     edited = edited_snapshot(tmp_path, "source", source_quoting_a_key)
-    index = json.loads((edited / "index.json").read_text())
-    index.pop("sha256", None)
-    (edited / "index.json").write_text(json.dumps(index))
+    unvouched(edited)
     code, out, err = reconcile(capsys, "drift", "--from-snapshot", str(edited), "--format", fmt)
     assert code == 2 and CANARY not in out + err
     assert "~/.bashrc:6 export GATEWAY_API_KEY=***" in out.replace("\\", "")  # still said

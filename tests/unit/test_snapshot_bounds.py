@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.observe.observe import SNAPSHOT_FILE_LIMIT
-from tests.unit.history_helpers import SNAPSHOT, reconcile
+from tests.unit.history_helpers import SNAPSHOT, reconcile, undated
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HOSTILE: dict[str, Callable[[], bytes]] = {
@@ -33,12 +33,6 @@ def copied(tmp_path: Path) -> Path:
     target = tmp_path / "snapshot"
     shutil.copytree(SNAPSHOT, target)
     return target
-
-
-def undated(report: str) -> dict[str, object]:
-    doc: dict[str, object] = json.loads(report)
-    doc.pop("generated_at")
-    return doc
 
 
 def stored_observations(db: Path) -> dict[str, object]:
