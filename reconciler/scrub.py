@@ -11,8 +11,9 @@ through here:
 - `scrub_text(text)` cleans any free text: every secret value this process knows is masked,
   anything after `Bearer`/`Authorization`/`X-Api-Key`/`--api-key` is dropped, so is anything
   after a line break (a header line smuggled in by CR/LF), `NAME=value` of a secret-named
-  variable keeps only its name, long random-looking runs (keys, tokens) become `***`, control
-  characters go and the text is cut to one short line.
+  variable keeps only its name, so does a secret-named flag (`--hf-token=x`, `--password x`),
+  a URL's password (`http://user:pw@host`) becomes `***`, long random-looking runs (keys,
+  tokens) become `***`, control characters go and the text is cut to one short line.
 
 The box programs (observe/remote/collector.py, apply/remote/converge.py) cannot import this
 module (they are shipped alone, stdlib only); each carries a short copy of `scrub_text`, kept in
@@ -55,6 +56,15 @@ _ASSIGNMENTS = (
     r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
     r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
 )
+# A command-line flag whose last word names a credential (`--hf-token`, `--token`,
+# `--client-secret`, `--db-password`), then its value after `=` or blanks. Only the last word:
+# `--max-num-batched-tokens` and `--tokenizer` hold no secret, and `--api-key` is cut above.
+_SECRET_FLAG = (
+    r"(?<![\w-])(--?(?:[A-Za-z0-9]+-)*(?i:token|secret|password|passwd|credentials?|key))"
+    r"(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
+)
+# A URL's userinfo password (`scheme://user:password@host`): the user name stays, it says whose.
+_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
 # What the reports themselves say of a secret (`GATEWAY_API_KEY: set (digest …)`, `: empty`):
 # words, never a value, so there is nothing to mask.
 _STATE_WORDS = frozenset({"set", "empty", "absent", "unset", "missing", "commented", MASK})
@@ -89,6 +99,8 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
         out = out[: cut.start()].rstrip() + (" " + REDACTED if rest.strip() else "")
     for assignment in _ASSIGNMENTS:
         out = re.sub(assignment, _mask_assignment, out)
+    out = re.sub(_SECRET_FLAG, _mask_flag, out)
+    out = re.sub(_USERINFO, rf"\1:{MASK}@", out)
     out = re.sub(_RUN, _mask_run(out), out)
     out = "".join(c if c.isprintable() else "?" for c in out)
     out = " ".join(out.split())
@@ -102,6 +114,13 @@ def _mask_assignment(match: re.Match[str]) -> str:
     if ":" in sep and len(value) < _SHORTEST:
         return match.group(0)  # `GATEWAY_API_KEY: a secret's value…` is prose, not a key
     return f"{name}{sep}{MASK}"
+
+
+def _mask_flag(match: re.Match[str]) -> str:
+    flag, sep, value = match.groups()
+    if value in _STATE_WORDS or value.startswith("-"):
+        return match.group(0)  # `--token -v`: the flag had no value, the next one is a flag
+    return f"{flag}{sep}{MASK}"
 
 
 def _mask_run(text: str) -> Callable[[re.Match[str]], str]:

@@ -296,6 +296,11 @@ def test_ssh_errors_pass_through_readable():
             "token",
         ),
         ("key q1W2e3R4t5Y6u7I8o9P0a1S2d3F4g5H6/j7K8+l9Z0x1C2v3B4n5M6== end", "q1W2e3", "end"),
+        # free text no secret name marks: a URL's password, a credential flag's value
+        ("GET http://lobes:hunter2@10.77.0.11:8000/v1/models gave 401", "hunter2", "lobes:***@"),
+        ("vllm serve m --hf-token=hf_sh0rt --port 8000", "hf_sh0rt", "--hf-token=*** --port"),
+        ("login --password 'pass word' failed", "pass word", "--password *** failed"),
+        ("git --token hunter2 -v", "hunter2", "--token *** -v"),
     ],
 )
 def test_scrub_text_drops_what_can_hold_a_secret(text, gone, kept):
@@ -317,6 +322,11 @@ def test_scrub_text_drops_what_can_hold_a_secret(text, gone, kept):
         "the gateway's GATEWAY_API_KEY: empty (.env and login shell agree)",
         "with the key from secret:gateway_api_key (digest 7d4425…): GET /v1/models 200",
         "malformed: env.GATEWAY_API_KEY: a secret's value in clear text (expected a hashed secret)",
+        # flags whose last word is not a credential's, a URL without a password, a flag
+        # with no value
+        "vllm serve m --max-num-batched-tokens 8192 --tokenizer meta/x --ssl-keyfile /k.pem",
+        "GET http://10.77.0.11:8000/v1/models and ssh://deploy@10.77.0.4 refused",
+        "usage: --token -v given twice",
     ],
 )
 def test_scrub_text_keeps_what_an_operator_needs(text):
@@ -336,6 +346,10 @@ def test_a_secret_this_process_holds_is_masked_in_any_text():
         f"first line\n{KEY}",
         "ssh: connect to host 10.77.0.4 port 22: No route to host",
         "key q1W2e3R4t5Y6u7I8o9P0a1S2d3F4g5H6/j7K8+l9Z0x1C2v3B4n5M6== end",
+        f"GET http://lobes:{KEY}@10.77.0.11:8000/v1/models gave 401",
+        f"vllm serve m --hf-token={KEY} --port 8000",
+        f"git --token {KEY} -v",
+        "vllm serve m --max-num-batched-tokens 8192 --tokenizer meta/x",
     ],
 )
 def test_the_box_copies_scrub_like_the_controller(text):

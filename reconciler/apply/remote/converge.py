@@ -269,6 +269,14 @@ _ASSIGNMENTS = tuple(
     for sep in ("=", ":")
 )
 
+# A flag whose last word names a credential (`--hf-token x`, `--password=x`), and a URL's
+# password (`http://user:pw@host`).
+_SECRET_FLAG = re.compile(
+    r"(?<![\w-])(--?(?:[A-Za-z0-9]+-)*(?i:token|secret|password|passwd|credentials?|key))"
+    r"(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
+)
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@")
+
 
 def floor_secret(name):
     return any(fnmatch.fnmatchcase(str(name).upper(), p) for p in FLOOR)
@@ -291,8 +299,14 @@ def scrub(text, secrets=()):
         name, sep, _ = match.groups()
         return name + sep + "***" if floor_secret(name) else match.group(0)
 
+    def flag(match):
+        name, sep, value = match.groups()
+        return match.group(0) if value.startswith("-") else name + sep + "***"
+
     for pattern in _ASSIGNMENTS:
         text = pattern.sub(assignment, text)
+    text = _SECRET_FLAG.sub(flag, text)
+    text = _USERINFO.sub(r"\1:***@", text)
     return _CONTROL.sub(" ", text)[:500]
 
 

@@ -165,6 +165,13 @@ _ASSIGNMENTS = (
     r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
     r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
 )
+# A flag whose last word names a credential (`--hf-token x`, `--password=x`), and a URL's
+# password (`http://user:pw@host`).
+_SECRET_FLAG = (
+    r"(?<![\w-])(--?(?:[A-Za-z0-9]+-)*(?i:token|secret|password|passwd|credentials?|key))"
+    r"(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
+)
+_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
 _STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
 _RUN = (
@@ -271,8 +278,16 @@ def scrub_text(text, secrets=()):
         mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
         return "***" if mixed else token
 
+    def flag(match):
+        name, sep, value = match.groups()
+        if value in _STATE_WORDS or value.startswith("-"):
+            return match.group(0)
+        return name + sep + "***"
+
     for pattern in _ASSIGNMENTS:
         out = re.sub(pattern, assignment, out)
+    out = re.sub(_SECRET_FLAG, flag, out)
+    out = re.sub(_USERINFO, r"\1:***@", out)
     out = re.sub(_RUN, run, out)
     out = " ".join("".join(c if c.isprintable() else "?" for c in out).split())
     return out if len(out) <= 300 else out[:299] + "\u2026"
