@@ -47,7 +47,9 @@ class VerdictFields(_Doc):
 class ApiKeyIntent(_Doc):
     secret: str | None = Field(description="the desired secret's name (gateway.api_key)")
     source: str | None = Field(description="where the box holds it, e.g. ~/.lobes/.secrets.env")
-    status: str | None = Field(description="ok | file-missing | key-missing | not-sent")
+    status: str | None = Field(
+        description="ok | file-missing | file-unreadable | key-missing | not-sent"
+    )
     digest: Secret | None
     one_per_box: bool = Field(description="true: each box has its own value (box_file source)")
 

@@ -58,7 +58,7 @@ class Intent:
     api_key_secret: str | None
     api_key_where: str | None  # "~/.lobes/.secrets.env GATEWAY_API_KEY" / "$FLEET_KEY"
     api_key: SecretValue | None  # the desired key's digest, read from its source on the box
-    api_key_status: str | None  # ok | file-missing | key-missing | not-sent | None
+    api_key_status: str | None  # ok, file-missing, file-unreadable, key-missing, not-sent
     api_key_shared: bool  # one value for every box naming the secret (a controller variable)
     mesh: bool
     mesh_key_secret: str | None

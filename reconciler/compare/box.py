@@ -67,6 +67,12 @@ def observation_errors(
         (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
     )
     errors += [BoxError(part, name, error) for part, name, error in sections if error]
+    # A file the collector found but could not read (a FIFO `.env`, a directory, a symlink to
+    # /dev/zero, not UTF-8): the parts that read it are missing or partial, and a converge
+    # would meet the same file.
+    errors += [
+        BoxError(Part.BOX_FILE, f"file {name}", why) for name, why in doc.file_errors.items()
+    ]
     gateway = doc.gateway
     for name, probe in (
         ("health", gateway.health),

@@ -100,6 +100,7 @@ class Part(StrEnum):
     GATEWAY_PROBE = "gateway-probe"  # a loopback probe of the gateway got no answer
     CONNECTION = "connection"  # reached only through an existing SSH connection
     SECRET_SOURCE = "secret-source"  # a box_file secret's file or key is missing
+    BOX_FILE = "box-file"  # a file on the box is there but could not be read (a FIFO, ...)
 
 
 class BoxError(str):

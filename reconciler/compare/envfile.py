@@ -21,6 +21,7 @@ def compare_envfile(
     """`observed`: doc.envfile_by_key(), if the caller has it already."""
     env_rule, mode_rule = rule("envfile.key"), rule("envfile.mode")
     if doc.envfile is None:
+        unread = doc.file_errors.get(".env")  # there, but not read: the box's error says why
         yield Drift(
             exp.name,
             env_rule.kind,
@@ -29,7 +30,9 @@ def compare_envfile(
             "present",
             None,
             env_rule.action,
-            note="the deployment has no .env",
+            note=f"the deployment's .env could not be read: {unread}"
+            if unread
+            else "the deployment has no .env",
         )
         return
     observed = doc.envfile_by_key() if observed is None else observed

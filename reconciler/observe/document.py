@@ -590,7 +590,9 @@ class EnvLine:
     line: int
 
 
-SourceStatus = Literal["ok", "file-missing", "key-missing", "not-sent"]
+# file-unreadable: the file is there but is not one the collector reads (a FIFO, a directory,
+# over its size limit, not UTF-8); the answer's `file_errors` says which.
+SourceStatus = Literal["ok", "file-missing", "file-unreadable", "key-missing", "not-sent"]
 
 
 @document()
@@ -841,6 +843,10 @@ class Observed:
     current_env_keys: tuple[str, ...]
     audit: AuditSection | None  # only when the payload asked for it
     timings_ms: Mapping[str, int]
+    # A box file the collector found but could not read (a FIFO, a device, a directory, over
+    # its size limit, not UTF-8, unreadable), as the box names it (`.env`, `~/.docker/...`) ->
+    # why: each one an error of the box. Absent from older answers: none then.
+    file_errors: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def containers(self) -> tuple[Container, ...]:
@@ -926,7 +932,13 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         current_env_keys=_names(_or(get(doc, "current_env_keys", ""), []), "current_env_keys"),
         audit=None if audit is None else _audit(r, audit, "audit"),
         timings_ms=_mapping(_or(get(doc, "timings_ms", ""), {}), "timings_ms", _int),
+        file_errors=_file_errors(get(doc, "file_errors", "", required=False)),
     )
+
+
+def _file_errors(raw: Any) -> dict[str, str]:
+    """`file_errors`: file -> why it could not be read (none when absent: an older answer)."""
+    return _mapping(_or(raw, {}), "file_errors", _text)
 
 
 def _deploy_dir_exists(r: _Reader, doc: Mapping[str, Any]) -> bool:
@@ -1010,7 +1022,13 @@ def _envfile(raw: Any, path: str) -> tuple[EnvLine, ...]:
     return tuple(out)
 
 
-_SOURCE_STATUSES: tuple[SourceStatus, ...] = ("ok", "file-missing", "key-missing", "not-sent")
+_SOURCE_STATUSES: tuple[SourceStatus, ...] = (
+    "ok",
+    "file-missing",
+    "file-unreadable",
+    "key-missing",
+    "not-sent",
+)
 
 
 def _secret_source(raw: Any, path: str) -> SecretSource:

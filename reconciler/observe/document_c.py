@@ -49,6 +49,7 @@ from reconciler.observe.document import (
     Service,
     _audit,
     _Bad,
+    _file_errors,
     _file_fact,
     _gateway,
     _int,
@@ -178,6 +179,7 @@ class _Collected(Struct, forbid_unknown_fields=True, gc=False):
     current_env_keys: Any = None
     audit: Any = None
     timings_ms: Any = None
+    file_errors: Any = None
 
 
 class _SnapshotFile(Struct, forbid_unknown_fields=True, gc=False):
@@ -261,6 +263,7 @@ def _observed(doc: _Collected) -> Observed:
         current_env_keys=_names(_or(doc.current_env_keys, []), "current_env_keys"),
         audit=None if doc.audit is None else _audit(r, doc.audit, "audit"),
         timings_ms=_mapping(_or(doc.timings_ms, {}), "timings_ms", _int),
+        file_errors=_file_errors(doc.file_errors),
     )
 
 

@@ -338,6 +338,73 @@ def _known_reason(exc):
     return None
 
 
+# -- a box file ---------------------------------------------------------------------------------
+# Every file of the box this program reads goes through `read_file`: the box is not trusted to
+# keep them regular. A `.env` that was a FIFO blocked the run for ever (open waits for a writer,
+# read for data), one that was a symlink to /dev/zero filled the memory, and a directory or bytes
+# that are not UTF-8 raised out of the run: the whole observation was lost. Opened O_NONBLOCK (a
+# FIFO opens at once, then is refused by its type), typed by fstat on the open file (nothing can
+# be swapped in between), and read up to its limit and one byte more (a file that grows while
+# it is read is over the limit, never held whole).
+FILE_LIMIT = 4 * 1024 * 1024  # a lab box's .env and compose file are ~75 and ~150 KB
+SMALL_FILE_LIMIT = 1024 * 1024  # ~/.docker's JSON, /proc/meminfo: a few KB
+# What fstat says a file is, by its type bits (a symlink is followed, or refused by O_NOFOLLOW).
+_FILE_KINDS = {
+    0o010000: "fifo", 0o020000: "character device", 0o040000: "directory",
+    0o060000: "block device", 0o140000: "socket",
+}  # fmt: skip
+
+
+class BoxFileError(OSError):
+    """A box file that is there but is not one this program reads: not a regular file, over its
+    limit, or not UTF-8. Its text is the reason, as the answer's `file_errors` gives it."""
+
+
+def read_file(path, limit=FILE_LIMIT, follow=True):
+    """(bytes, os.stat_result) of the regular file at `path`, at most `limit` bytes; symlinks
+    followed unless `follow` is false. FileNotFoundError when there is none, BoxFileError when it
+    is not a regular file or is over the limit, any other OSError as the system raised it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not _isreg(info):
+            kind = _FILE_KINDS.get(info.st_mode & 0o170000, "unknown type")
+            raise BoxFileError("not a regular file (%s)" % kind)
+        chunks, size = [], 0
+        while size <= limit:
+            # The size fstat gave and a byte more (at least 64 KB: /proc says 0): a file is
+            # two reads, the second seeing its end.
+            want = min(limit + 1 - size, max(info.st_size + 1 - size, 65536))
+            data = os.read(fd, want)
+            if not data:
+                break
+            chunks.append(data)
+            size += len(data)
+        if size > limit:
+            raise BoxFileError("over %d bytes" % limit)
+        return b"".join(chunks), info
+    finally:
+        os.close(fd)
+
+
+def read_text_file(path, limit=FILE_LIMIT):
+    """The text of the regular file at `path`, as open(path, encoding="utf-8").read() gives it
+    (universal newlines), within `limit` bytes; BoxFileError when it is not UTF-8."""
+    data, _ = read_file(path, limit)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BoxFileError("not UTF-8") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def problem_text(exc):
+    """Why a box file could not be read, in a few words (`not a regular file (fifo)`,
+    `permission denied (EACCES)`)."""
+    return str(exc) if isinstance(exc, BoxFileError) else _reason(exc)
+
+
 def _hmac_states(key):
     """HMAC-SHA256 (RFC 2104) of `key`, as its two started hashes: each value then costs two
     copies and two short updates (hmac.new went through OpenSSL, ~0.4 ms a value here)."""
@@ -367,6 +434,7 @@ class Run:
         self.home = os.path.expanduser("~")
         self.deploy = os.path.expanduser(payload["directory"])
         self.errors = []
+        self.file_errors = {}  # type: dict  # a box file as shown -> why it could not be read
         self.timeout = float(payload.get("timeout_s", 10))
         self._once = {}  # type: dict
         self._lock = _thread.allocate_lock()
@@ -384,6 +452,30 @@ class Run:
         value = fn(*args)
         with self._lock:
             return self._once.setdefault(key, value)
+
+    # -- box files -----------------------------------------------------------------------
+    def box_file(self, path, shown, limit=FILE_LIMIT):
+        """(text, None) of the box file at `path` (read_text_file); (None, None) when there is
+        none; (None, why) when it is there but cannot be read, which is then this box's own
+        problem, named `shown` in the answer's `file_errors`: one odd file costs the parts
+        that read it, never the observation."""
+        try:
+            return read_text_file(path, limit), None
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, self.file_problem(shown, exc)
+
+    def box_text(self, path, shown, limit=FILE_LIMIT):
+        """The text of the box file at `path`, None when there is none or it cannot be read."""
+        return self.box_file(path, shown, limit)[0]
+
+    def file_problem(self, shown, exc):
+        """Record why the box file `shown` could not be read (`exc`); the reason."""
+        why = problem_text(exc)
+        with self._lock:
+            self.file_errors.setdefault(shown, why)
+        return why
 
     # -- secrets -------------------------------------------------------------------------
     def is_secret(self, name):
@@ -461,6 +553,8 @@ class Run:
             return 127, "", str(exc)
         except TimeoutError:
             return 124, "", "timed out after %ss" % limit
+        except OverLimit as exc:  # killed: the part that ran it fails with this line
+            return -9, "", str(exc)
 
     def scrubbed_env(self):
         return {"PATH": SCRUBBED_PATH, "HOME": self.home}
@@ -478,13 +572,22 @@ class Run:
 # not found raises FileNotFoundError with subprocess's text. Where this process cannot hold
 # on to its own directory, subprocess itself runs the command.
 _SPAWNING = _thread.allocate_lock()
+# What a child may print: a login profile printing a gigabyte was held whole. compose's render
+# of a lab box is ~200 KB and `docker inspect` of its containers ~100 KB; `bash -x` traces a
+# login (bash-completion, conda, nvm) in a few MB. Past its limit the child is killed and the
+# part that ran it fails saying so.
+OUTPUT_LIMIT = 32 * 1024 * 1024
+TRACE_LIMIT = 16 * 1024 * 1024
 
 
-def spawned(argv, env, cwd, timeout, stdin_text=None):
+class OverLimit(Exception):
+    """A child printed more than its limit on a stream (it was killed)."""
+
+
+def spawned(argv, env, cwd, timeout, stdin_text=None, limits=(OUTPUT_LIMIT, TRACE_LIMIT)):
     """(returncode, stdout, stderr); TimeoutError once `timeout` s have passed (the child
-    killed, as subprocess.run kills it)."""
-    import select
-
+    killed, as subprocess.run kills it); OverLimit once stdout or stderr passes its byte
+    limit in `limits` (killed too)."""
     program = _which(argv[0], env)
     environ = os.environ if env is None else env
     out_r, out_w = os.pipe()
@@ -503,7 +606,7 @@ def spawned(argv, env, cwd, timeout, stdin_text=None):
         if not pid:  # not started (an error, or subprocess is to run it)
             _close(out_r, err_r, in_w)
     if pid is False:
-        return _subprocess_run(argv, env, cwd, timeout, stdin_text)
+        return _subprocess_run(argv, env, cwd, timeout, stdin_text, limits)
     deadline = time.monotonic() + timeout
     if in_w is not None:
         try:  # noqa: SIM105 - contextlib is not imported for this
@@ -511,29 +614,47 @@ def spawned(argv, env, cwd, timeout, stdin_text=None):
         except OSError:
             pass  # the child is gone: its status says why
         os.close(in_w)
-    chunks = {out_r: [], err_r: []}  # type: dict
-    poller = select.poll()
-    for fd in chunks:
-        poller.register(fd, select.POLLIN)
-    open_fds = set(chunks)
     try:
-        while open_fds:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _kill(pid)
-                raise TimeoutError("timed out")
-            for fd, _ in poller.poll(left * 1000):
-                data = os.read(fd, 65536)
-                if data:
-                    chunks[fd].append(data)
-                else:
-                    poller.unregister(fd)
-                    open_fds.discard(fd)
-        code = _wait(pid, deadline)
+        return _output(pid, argv[0], (out_r, err_r), limits, deadline)
     finally:
         os.close(out_r)
         os.close(err_r)
-    return code, _text(b"".join(chunks[out_r])), _text(b"".join(chunks[err_r]))
+
+
+def _output(pid, name, fds, limits, deadline):
+    """(returncode, stdout, stderr) of the child `pid`, read from its pipes `fds` (stdout,
+    stderr) until both close and it ends; each pipe read to its limit in `limits` at most."""
+    import select
+
+    chunks = {fd: [] for fd in fds}  # type: dict
+    room = {fds[0]: limits[0], fds[1]: limits[1]}
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    open_fds = set(fds)
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            _kill(pid)
+            raise TimeoutError("timed out")
+        for fd, _ in poller.poll(left * 1000):
+            data = os.read(fd, 65536)
+            if not data:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+                continue
+            room[fd] -= len(data)
+            if room[fd] < 0:
+                _kill(pid)
+                stream = "stdout" if fd == fds[0] else "stderr"
+                limit = limits[fds.index(fd)]
+                raise OverLimit(
+                    "%s printed over %d bytes on %s (stopped)"
+                    % (os.path.basename(name), limit, stream)
+                )
+            chunks[fd].append(data)
+    code = _wait(pid, deadline)
+    return code, _text(b"".join(chunks[fds[0]])), _text(b"".join(chunks[fds[1]]))
 
 
 def _spawn_in(cwd, program, argv, environ, actions):
@@ -561,17 +682,32 @@ def _close(*fds):
             os.close(fd)
 
 
-def _subprocess_run(argv, env, cwd, timeout, stdin_text):
+def _subprocess_run(argv, env, cwd, timeout, stdin_text, limits):
+    """spawned's child started by subprocess (which can enter `cwd` for it), its output read
+    within the same limits."""
     import subprocess
 
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(
+        argv, stdin=None if stdin_text is None else pipe, stdout=pipe, stderr=pipe, env=env,
+        cwd=cwd, bufsize=0,
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    code = -9  # what the child is if reading it fails: killed (_output killed and reaped it)
     try:
-        proc = subprocess.run(
-            argv, input=stdin_text, capture_output=True, text=True, env=env, timeout=timeout,
-            cwd=cwd,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise TimeoutError("timed out") from None
-    return proc.returncode, proc.stdout, proc.stderr
+        if proc.stdin is not None:  # unbuffered: the write is the child's pipe's, as spawned's
+            try:  # noqa: SIM105 - as spawned writes it
+                proc.stdin.write(stdin_text.encode(_TEXT_ENCODING))  # small: never fills the pipe
+            except OSError:
+                pass  # the child is gone: its status says why
+            proc.stdin.close()
+        fds = (proc.stdout.fileno(), proc.stderr.fileno())  # type: ignore[union-attr]
+        code, out, err = _output(proc.pid, argv[0], fds, limits, deadline)
+        return code, out, err
+    finally:
+        proc.returncode = code  # reaped here: subprocess must not wait for it again
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
 
 
 def _which(name, env):
@@ -617,7 +753,9 @@ _TEXT_ENCODING = _text_encoding()
 
 
 def _text(data):
-    return data.decode(_TEXT_ENCODING).replace("\r\n", "\n").replace("\r", "\n")
+    # A byte the encoding refuses is replaced, not raised: one login variable holding Latin-1
+    # bytes would otherwise cost the whole login part.
+    return data.decode(_TEXT_ENCODING, "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 # -- .env ------------------------------------------------------------------------------------
@@ -716,10 +854,9 @@ def file_facts(run, names):
             info = os.stat(path)
             digest = known.get(path, info)
             if digest is None:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-                    digest = sha256(data).digest()
-                    known.put(path, os.fstat(handle.fileno()), digest, len(data))
+                data, opened = read_file(path)
+                digest = sha256(data).digest()
+                known.put(path, opened, digest, len(data))
                 size = len(data)
             else:
                 size = info.st_size
@@ -732,8 +869,8 @@ def file_facts(run, names):
             }
         except FileNotFoundError:
             out[name] = {"exists": False}
-        except OSError as exc:
-            out[name] = {"exists": False, "error": exception_text(exc)}
+        except OSError as exc:  # a FIFO, a device, a directory, over the limit, unreadable
+            out[name] = {"exists": False, "error": run.file_problem(name, exc)}
     known.save()
     return out
 
@@ -764,17 +901,10 @@ class StatDigests:
         if self.path is None:
             return {}
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            data, info = read_file(self.path, 1 << 20, follow=False)
+            found = json_loads(data) if _private_file(info) else None
+        except (OSError, ValueError):  # the tool's own store: anything odd is a miss
             return {}
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not _private_file(info):
-                return {}
-            try:
-                found = json_loads(handle.read(1 << 20))
-            except (OSError, ValueError):
-                return {}
         return found if isinstance(found, dict) else {}
 
     def get(self, path, info):
@@ -830,16 +960,14 @@ def _private_file(info):
     return _isreg(info) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+def deployed_env(run):
+    """The deployment's `.env` text, read once a run; None without one, or when it cannot be
+    read (then the box's problem, in `file_errors`)."""
+    return run.once("deployed_env", run.box_text, os.path.join(run.deploy, ".env"), ".env")
 
 
 def envfile_fact(run):
-    text = read_text(os.path.join(run.deploy, ".env"))
+    text = deployed_env(run)
     if text is None:
         return None, {}
     entries = parse_dotenv(text)
@@ -865,12 +993,14 @@ def secret_sources(run, sent=None):
     for name, src in sorted(run.p.get("box_secrets", {}).items()):
         path = os.path.expanduser(src["path"])
         if path not in cache:
-            text = read_text(path)
+            text, problem = run.box_file(path, src["path"])
             cache[path] = (
-                None if text is None else {e["key"]: e["value"] for e in parse_dotenv(text)}
+                problem if text is None else {e["key"]: e["value"] for e in parse_dotenv(text)}
             )
         found = cache[path]
-        if found is None:
+        if isinstance(found, str):  # there, but not a file to read: file_errors says why
+            shown[name] = {"status": "file-unreadable", "path": src["path"]}
+        elif found is None:
             shown[name] = {"status": "file-missing", "path": src["path"]}
         elif src["key"] not in found or found[src["key"]] == "":
             shown[name] = {"status": "key-missing", "path": src["path"]}
@@ -1033,8 +1163,7 @@ def _text_digest(text):
 
 
 def _file_digest(path):
-    with open(path, "rb") as handle:
-        return sha256(handle.read()).digest()
+    return sha256(read_file(path)[0]).digest()
 
 
 def shadow_project(run, tmpdir, desired_env_text, name="project"):
@@ -1090,7 +1219,10 @@ def compose_cached(run, project, env, args):
             digest.update(name.encode() + b"\0")
             try:
                 digest.update(project.digest(name))
-            except OSError:
+            except FileNotFoundError:  # gone since the listing
+                digest.update(b"-")
+            except OSError as exc:  # a FIFO, a device, over the limit: the box's problem
+                run.file_problem(name, exc)
                 digest.update(b"-")
     for plugin in COMPOSE_PLUGINS:
         try:
@@ -1100,11 +1232,11 @@ def compose_cached(run, project, env, args):
             pass
     cache_dir = run.once("cache_dir", _cache_dir)
     path = os.path.join(cache_dir or "/nonexistent", digest.hexdigest() + ".json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            os.utime(path)
-            return 0, handle.read(), ""
-    except OSError:
+    try:  # the tool's own private cache: anything odd there is a miss
+        data, _ = read_file(path, OUTPUT_LIMIT)
+        os.utime(path)
+        return 0, data.decode("utf-8"), ""
+    except (OSError, UnicodeDecodeError):
         pass
     code, out, err = run.run(compose_argv(run, project.path()) + list(args), env=env)
     if code == 0 and cache_dir:
@@ -1267,6 +1399,26 @@ def _assigned_at(text, start):
     return text[at:end] if text[after : after + 1] == "=" else None
 
 
+# What the login shell prints just before `env -0`: a profile's banner comes before it on the
+# same stdout (and a `.bash_logout`'s words after), and only what follows it is the environment.
+ENV_MARK = "fleet-reconciler-env"
+
+
+def env_entries(out):
+    """The variables of `env -0`'s output in `out`: the NAME=value items after the last
+    ENV_MARK (no variable's item can be it: each has its `=`), each NAME a shell identifier;
+    anything else (a banner, a logout's words) is not the environment, and is left out."""
+    items = out.split("\0")
+    if ENV_MARK in items:
+        items = items[len(items) - items[::-1].index(ENV_MARK) :]
+    env = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if eq and name.isidentifier() and name.isascii():  # [A-Za-z_][A-Za-z0-9_]*
+            env[name] = value
+    return env
+
+
 def login_shell(run):
     """The environment the deploy user's interactive login shell builds (what an operator's
     `docker compose` sees), with the file:line that last assigned each variable."""
@@ -1280,15 +1432,12 @@ def login_shell(run):
         "PS4": "+" + TRACE_SEP + "${BASH_SOURCE}" + TRACE_SEP + "${LINENO}" + TRACE_SEP,
     }
     code, out, err = run.run(
-        ["bash", "-l", "-i", "-x", "-c", "env -0"], env=base, timeout=run.timeout, stdin_text=""
-    )
+        ["bash", "-l", "-i", "-x", "-c", "printf '\\0%s\\0' " + ENV_MARK + "; env -0"],
+        env=base, timeout=run.timeout, stdin_text="",
+    )  # fmt: skip
     if code != 0 and not out:
         return {"error": _last_line(err) or "bash exited %d" % code}, {}
-    env = {}
-    for item in out.split("\0"):
-        if "=" in item:
-            name, _, value = item.partition("=")
-            env[name] = value
+    env = env_entries(out)
     origins = {}
     for line in err.splitlines():
         if TRACE_SEP not in line:
@@ -1311,28 +1460,34 @@ def login_shell(run):
 
 
 # -- docker ------------------------------------------------------------------------------------
-def docker_socket(home):
+def docker_socket(run):
     """The Engine socket the docker CLI would use here: DOCKER_HOST, else the current context
     of ~/.docker/config.json, else the default. None when it is not a unix socket."""
     host = os.environ.get("DOCKER_HOST")
     if not host:
-        try:
-            with open(os.path.join(home, ".docker", "config.json")) as handle:
-                context = json_loads(handle.read()).get("currentContext")
-        except (OSError, ValueError):
-            context = None
-        if context and context != "default":
-            meta = os.path.join(
-                home, ".docker", "contexts", "meta",
-                sha256(context.encode()).hexdigest(), "meta.json",
-            )  # fmt: skip
+        config = _docker_json(run, os.path.join(".docker", "config.json"))
+        context = config.get("currentContext") if isinstance(config, dict) else None
+        if isinstance(context, str) and context and context != "default":
+            name = sha256(context.encode()).hexdigest()
+            meta = _docker_json(run, os.path.join(".docker", "contexts", "meta", name, "meta.json"))
             try:
-                with open(meta) as handle:
-                    host = json_loads(handle.read())["Endpoints"]["docker"]["Host"]
-            except (OSError, ValueError, KeyError):
+                host = meta["Endpoints"]["docker"]["Host"]
+            except (TypeError, KeyError):
+                return None
+            if not isinstance(host, str):
                 return None
     host = host or "unix:///var/run/docker.sock"
     return host[len("unix://") :] if host.startswith("unix://") else None
+
+
+def _docker_json(run, relative):
+    """~/RELATIVE as JSON; None when it is absent, not JSON, or not a file to read (then the
+    box's problem, named ~/RELATIVE)."""
+    text = run.box_text(os.path.join(run.home, relative), "~/" + relative, SMALL_FILE_LIMIT)
+    try:
+        return json_loads(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 # -- HTTP/1.1 ----------------------------------------------------------------------------------
@@ -1405,11 +1560,17 @@ class URLError(OSError):
 
 
 class Connection:
-    """One HTTP/1.1 connection; `ask` sends a request and reads its answer whole."""
+    """One HTTP/1.1 connection; `ask` sends a request and reads its answer whole.
 
-    def __init__(self, connect, host):
-        self.connect, self.host = connect, host
-        self.sock, self.buf = None, b""
+    `budget`: the seconds one request may take from its start to its answer's end (None: no
+    bound but each socket operation's timeout). A socket's timeout bounds each read only, and
+    a peer dripping a byte a second answered within every one of them for as long as it liked;
+    with a budget, each read waits at most what is left of it, then the request fails as
+    timed out. The connection's socket must then take `settimeout`."""
+
+    def __init__(self, connect, host, budget=None):
+        self.connect, self.host, self.budget = connect, host, budget
+        self.sock, self.buf, self.deadline = None, b"", None
 
     def close(self):
         if self.sock is not None:
@@ -1432,8 +1593,11 @@ class Connection:
         if body is not None:
             request += b"Content-Length: %d\r\n" % len(body)
         request += b"\r\n" + (body or b"")
+        if self.budget is not None:
+            self.deadline = time.monotonic() + self.budget
         if self.sock is None:
             self.sock = self.connect()
+        self._time_left()
         self.sock.sendall(request)
         while True:
             status, version = self._status()
@@ -1445,7 +1609,18 @@ class Connection:
         content = self._body(method, status, version, got, limit)
         return status, got, content
 
+    def _time_left(self):
+        """The next socket operation bounded by what is left of the request's budget; past
+        it, a timeout (as the socket's own timeout says it)."""
+        if self.deadline is None:
+            return
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self.sock.settimeout(left)  # type: ignore[union-attr]
+
     def _fill(self):
+        self._time_left()
         data = self.sock.recv(65536)  # type: ignore[union-attr]
         self.buf += data
         return bool(data)
@@ -1589,7 +1764,7 @@ def unix_connection(path, timeout):
             raise
         return sock
 
-    return Connection(connect, "localhost")
+    return Connection(connect, "localhost", timeout)  # each request within the timeout
 
 
 def tcp_connect(host, port, timeout):
@@ -1634,8 +1809,9 @@ def _split_url(url):
 def http_ask(url, timeout, method="GET", headers=(), body=None, limit=262144):
     """(status, headers, body) of one request as urllib sends it (Connection: close, its
     User-Agent; at most `limit` bytes of a 2xx body, 65536 of another one, as the probes
-    read them); a failure to connect is a URLError, as urllib raised it. None when urllib
-    itself must answer: a redirect to follow, or a proxy the environment names."""
+    read them); a failure to connect is a URLError, as urllib raised it; a timeout once the
+    request has taken `timeout` s in all. None when urllib itself must answer: a redirect to
+    follow, or a proxy the environment names."""
     if any(name.lower() == "http_proxy" for name in os.environ):
         return None
     host, port, netloc, path = _split_url(url)
@@ -1649,7 +1825,7 @@ def http_ask(url, timeout, method="GET", headers=(), body=None, limit=262144):
         except OSError as exc:
             raise URLError(exc) from None
 
-    conn = Connection(connect, netloc)
+    conn = Connection(connect, netloc, timeout)  # the request as a whole within the timeout
     try:
         status, got, content = conn.ask(method, path, sent, body, limit, 65536)
     finally:
@@ -1677,7 +1853,7 @@ def quote(text):
 def engine_inspect(run):
     """`docker ps` + `docker inspect` + `docker image inspect` through the Engine API on one
     unix-socket connection: the same JSON, without starting the docker CLI three times."""
-    path = docker_socket(run.home)
+    path = docker_socket(run)
     if path is None:
         return None
     conn = unix_connection(path, run.timeout)
@@ -1774,9 +1950,9 @@ def containers(run):
 
 
 # -- host and probes ----------------------------------------------------------------------------
-def meminfo():
+def meminfo(run):
     out = {}
-    text = read_text("/proc/meminfo") or ""
+    text = run.box_text("/proc/meminfo", "/proc/meminfo", SMALL_FILE_LIMIT) or ""
     for line in text.splitlines():
         name, _, rest = line.partition(":")
         if name in ("MemTotal", "MemAvailable", "MemFree", "Cached", "SwapTotal"):
@@ -1803,13 +1979,66 @@ def _urllib_get(url, timeout, headers, started):
 
     request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with within(timeout).open(request, timeout=timeout) as resp:
             body = resp.read(262144)
             return {"status": resp.status, "body": _json(body), "ms": _ms(started)}
     except urllib.error.HTTPError as exc:
         return {"status": exc.code, "body": _json(exc.read(65536)), "ms": _ms(started)}
     except Exception as exc:  # a probe failure is a result, not a crash
         return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
+
+
+def within(timeout):
+    """urllib's opener (urlopen's: the environment's proxies, redirects followed), whose
+    requests each end within `timeout` s from now, every redirect and the body's reads
+    included: urllib's timeout bounds each socket operation only, and a gateway dripping a
+    byte a second kept a probe alive for ever. Each connection it opens has its socket's reads
+    bounded by what is left (`_bounded`); past it they fail as timed out."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+
+    def connection(http_class):
+        def connect(conn):
+            http_class.connect(conn)
+            conn.sock.__class__ = _bounded(type(conn.sock), deadline)
+
+        return type(http_class.__name__, (http_class,), {"connect": connect})
+
+    class BoundedOpen:  # before urllib's handler: its connections are bounded ones
+        def do_open(self, http_class, req, **kwargs):
+            return super().do_open(connection(http_class), req, **kwargs)  # type: ignore[misc]
+
+    handlers = [type("HTTPHandler", (BoundedOpen, urllib.request.HTTPHandler), {})]
+    if hasattr(urllib.request, "HTTPSHandler"):  # a redirect to https (urllib has ssl)
+        handlers.append(type("HTTPSHandler", (BoundedOpen, urllib.request.HTTPSHandler), {}))
+    return urllib.request.build_opener(*handlers)
+
+
+def _bounded(socket_class, deadline):
+    """A subclass of `socket_class` (a socket's, or ssl's over it) of the same layout, whose
+    reads each wait at most until `deadline`: the class of a connected socket is switched to
+    it, so that http.client's reader (socket.makefile) goes through it, TLS or not."""
+
+    def bounded(read):
+        def call(self, *args):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            self.settimeout(min(left, self.gettimeout() or left))
+            return read(self, *args)
+
+        return call
+
+    return type(
+        socket_class.__name__,
+        (socket_class,),
+        {
+            "__slots__": (),
+            "recv": bounded(socket_class.recv),
+            "recv_into": bounded(socket_class.recv_into),
+        },
+    )
 
 
 def _ms(started):
@@ -1873,11 +2102,15 @@ _AUDIT_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Re
 def audit_section(run, secret_values):
     spec = run.p["audit"]
     keys, active = audit_envfile_keys(run, spec.get("env_keys") or [])
-    return {
+    section = {
         "envfile_keys": keys,
         "probes": audit_probes(run, spec, secret_values, active),
         "host_network": audit_host_network(run),
     }
+    problem = run.file_errors.get(".env")
+    if problem:  # its keys read as "no-file": the audit's own warning says why
+        section["error"] = "file .env: %s" % problem
+    return section
 
 
 def audit_envfile_keys(run, names):
@@ -1886,7 +2119,7 @@ def audit_envfile_keys(run, names):
     it). Returns the states (digests only) and the active values, for the keyed probe."""
     import re  # the audit only
 
-    text = read_text(os.path.join(run.deploy, ".env"))
+    text = deployed_env(run)
     active, commented = {}, {}
     for number, raw in enumerate((text or "").splitlines(), 1):
         found = env_assignment(raw)
@@ -1949,7 +2182,7 @@ def _urllib_post(url, data, hdrs, timeout):
 
     request = urllib.request.Request(url, data=data, headers=hdrs, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with within(timeout).open(request, timeout=timeout) as resp:
             status, got, content = resp.status, resp.headers, resp.read(65536)
     except urllib.error.HTTPError as exc:
         status, got, content = exc.code, exc.headers, exc.read(65536)
@@ -2053,7 +2286,7 @@ def collect(payload, sent=None):
         task("gateway", gateway_probes, run),
         task("login", login_shell, run),
     ]
-    doc["meminfo"] = meminfo()
+    doc["meminfo"] = meminfo(run)
     names = list(
         dict.fromkeys([".env"] + list(run.p["compose_files"]) + list(run.p.get("extra_files", [])))
     )
@@ -2066,7 +2299,10 @@ def collect(payload, sent=None):
     doc["secret_sources"], secret_values = secret_sources(run, sent)
     if payload.get("audit"):
         threads.append(task("audit", audit_section, run, secret_values))
-    current_text = read_text(os.path.join(run.deploy, ".env"))
+    current_text = deployed_env(run)  # read once, with envfile_fact
+    # A render starts from the box's own .env: one that is there but cannot be read (a FIFO,
+    # a directory, not UTF-8) would be rendered as if it were empty. Not rendered, said why.
+    unread = run.file_errors.get(".env")
 
     workspace = Workspace()  # a temp directory only if a render misses the cache
     bases = {}  # render name -> the basis of the .env it renders
@@ -2076,15 +2312,16 @@ def collect(payload, sent=None):
             desired_text = desired_envfile(run, current_text, secret_values)
             project = Shadow(run, workspace, desired_text)
             scrubbed = run.scrubbed_env()
-            threads += [
-                task("render", render, run, project, scrubbed),
-                task("variables", variables, run, project, scrubbed),
-            ]
+            if unread:
+                results["render"] = {"error": "not rendered: file .env: %s" % unread}
+            else:
+                threads.append(task("render", render, run, project, scrubbed))
+            threads.append(task("variables", variables, run, project, scrubbed))
             # A snapshot replayed against another desired state (an import adopting this
             # box's own .env) needs compose's render of the .env on the box too, and each
             # render's basis. Asked for by `drift --save-snapshot` only, and the second render
             # made only when the two differ (else one serves both): a live drift never pays.
-            if run.p.get("render_current"):
+            if run.p.get("render_current") and not unread:
                 bases["render"] = bases["render_login"] = env_basis(run, desired_text)
                 basis = env_basis(run, current_text)
                 if basis is not None and basis != bases["render"]:
@@ -2098,7 +2335,7 @@ def collect(payload, sent=None):
             doc["login_shell"] = login
         else:
             doc["login_shell"] = login
-        if doc["deploy_dir_exists"] and login_env:
+        if doc["deploy_dir_exists"] and login_env and not unread:
             # Compose under the operator's shell: the same files and .env, the shell's variables.
             threads.append(task("render_login", render, run, project, login_env))
             if own is not None:
@@ -2124,6 +2361,9 @@ def collect(payload, sent=None):
     doc["current_env_keys"] = sorted(current)
     if payload.get("audit"):
         doc["audit"] = results.get("audit")
+    # Every box file that is there but could not be read, each the box's own error; read
+    # last: the renders' threads read files too.
+    doc["file_errors"] = dict(sorted(run.file_errors.items()))
     timings["total"] = int((time.monotonic() - started) * 1000)
     timings["cpu"] = _cpu_ms()  # what one observation costs the box (this program + children)
     doc["timings_ms"] = timings
