@@ -31,57 +31,32 @@ from reconciler.drift_inputs import expectations
 from reconciler.observe.document import Observed, parse_collected
 from reconciler.plan import plan_box
 from tests.unit.conftest import load_box_program
+from tests.unit.converge_helpers import COMPOSE, base_payload, deployment, fake_docker
 
 ROOT = Path(__file__).resolve().parents[2]
 converge = load_box_program("box_converge_boundaries", "reconciler/apply/remote/converge.py")
 
 SECRET = "s3cret-gateway-key-0123456789"
 ENV = f"GATEWAY_API_KEY={SECRET}\nWORKER_MAX_MODEL_LEN=262144\n"
-COMPOSE = "services:\n  gateway:\n    image: lobes/gateway\n"
 SID = "20261130T120000Z"
 
 
 # -- a deployment in a temp home -------------------------------------------------------------------
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    deploy = home / ".lobes"
-    deploy.mkdir(parents=True)
-    (deploy / ".env").write_text(ENV)
-    (deploy / ".env").chmod(0o600)
-    (deploy / "docker-compose.yml").write_text(COMPOSE)
-    (deploy / "docker-compose.yml").chmod(0o644)
+    home = deployment(tmp_path, monkeypatch, ENV)
     (home / ".bashrc").write_text("# the user's own\n")
-    monkeypatch.setenv("HOME", str(home))
     return home
 
 
 @pytest.fixture
 def commands(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """Every command the box program runs (docker, compose): none really runs, each answers
-    as an engine with no containers would."""
-    ran: list[list[str]] = []
-
-    def run(self: Any, argv: list[str], timeout: int = 120) -> tuple[int, str, str]:
-        ran.append(list(argv))
-        return 0, "", ""
-
-    monkeypatch.setattr(converge.Box, "run", run)
-    return ran
+    """Every command the box program runs (docker, compose): none really runs."""
+    return fake_docker(monkeypatch, converge)
 
 
 def payload(action: str = "rollback", **more: Any) -> dict[str, Any]:
-    return {
-        "action": action,
-        "holder": "alice@ctl pid 1 (reconcile rollback)",
-        "directory": "~/.lobes",
-        "project": "lobes",
-        "compose_files": ["docker-compose.yml"],
-        "lane_specs": [{"service": "vllm-worker", "timeout_s": 900, "util": 0.45}],
-        "gateway": {"timeout_s": 120},
-        "memory": {"floor_gib": 4.0, "drop_caches": True},
-        **more,
-    }
+    return {**base_payload(action, "alice@ctl pid 1 (reconcile rollback)"), **more}
 
 
 def make_box(p: dict[str, Any] | None = None) -> Any:

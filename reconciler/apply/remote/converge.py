@@ -14,6 +14,10 @@ events that cannot be written are dropped, the work (or its rollback) completes.
 
 Compose always runs as `env -i PATH=... HOME=$HOME docker compose ...` in the deployment
 directory, so nothing in the deploy user's environment can change what it renders.
+
+Every file of the box is read through one bounded reader (read_regular): a regular file of at
+most READ_LIMIT bytes, or a refusal naming it. A managed file that is anything else (a FIFO, a
+device, a directory, a link to one) stops a converge under the lock before anything changes.
 """
 # Runs under the box's python3 (>= 3.8): %-formatting and list concatenation stay.
 
@@ -22,6 +26,8 @@ import errno
 import fcntl
 import fnmatch
 import hashlib
+import http.client
+import io
 import json
 import os
 import re
@@ -32,8 +38,7 @@ import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 
 SCRUBBED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FLEET_DIR = ".fleet"
@@ -384,7 +389,10 @@ class Box:
         return os.path.join(self.deploy, name)
 
     def managed_files(self):
+        # The files a converge may write: `.env`, the compose chain, and any compose file the
+        # plan restores (snapshotted like the rest, so a rollback undoes that write too).
         names = [".env"] + list(self.p["compose_files"])
+        names += [item["name"] for item in self.p.get("restore") or []]
         for entry in sorted(os.listdir(self.deploy)):
             if entry.startswith("docker-compose") and entry.endswith((".yml", ".yaml")):
                 names.append(entry)
@@ -397,11 +405,10 @@ def last_line(text):
 
 
 def sha256_file(path):
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except FileNotFoundError:
-        return None
+    """The sha256 of a managed file's bytes (a symlink's target's, as the collector digests
+    them), None when there is none; refused as read_regular refuses."""
+    data = read_managed(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def now_iso():
@@ -433,15 +440,21 @@ def fsync_dir(path):
         os.close(dfd)
 
 
+def temp_name(path):
+    """A fresh temporary name beside `path`, of the shape sweep_temp_files removes."""
+    return "%s.fleet-tmp-%s" % (path, os.urandom(6).hex())
+
+
 def atomic_write(path, data, mode):
     """Same directory, fsync, rename: a reader sees the old file or the new one, never half.
 
     The temporary file is created 0600 and exclusively (O_EXCL|O_NOFOLLOW: a planted file or
     symlink of that name is never written through), gets its final mode only once complete, and
-    is removed on any failure: no partial copy of a secrets file stays behind."""
+    is removed on any failure: no partial copy of a secrets file stays behind. A symlink at
+    `path` is replaced (the rename swaps the directory entry), never written through."""
     directory = os.path.dirname(path) or "."
     while True:
-        tmp = "%s.fleet-tmp-%s" % (path, os.urandom(6).hex())
+        tmp = temp_name(path)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             break
@@ -466,42 +479,186 @@ def atomic_write(path, data, mode):
     fsync_dir(directory)
 
 
+def atomic_symlink(path, link):
+    """Make `path` the symlink `link`, atomically: made under a temporary name, then renamed
+    over whatever is at `path` (a rollback puts back a link that apply replaced)."""
+    while True:
+        tmp = temp_name(path)
+        try:
+            os.symlink(link, tmp)
+            break
+        except FileExistsError:
+            continue
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(os.path.dirname(path))
+
+
 _TEMP_NAME = re.compile(r"\.fleet-tmp-[0-9a-f]+\Z")
 
 
 def sweep_temp_files(box):
     """Remove the temporary files a killed run left (SIGKILL skips every `finally`). Called
-    under the lock: no write of ours is in flight, so any such file is a leftover."""
-    for directory in (box.deploy, known_good_dir(box)):
-        try:
-            names = os.listdir(directory)
-        except OSError:
+    under the lock: no write of ours is in flight, so any such file is a leftover.
+
+    Through directory fds: `.fleet` and `known-good` are opened O_NOFOLLOW, so a known-good
+    that is a symlink to elsewhere is not swept (its matching names are not ours), and each
+    name is removed from the directory that was listed, never from a path resolved again."""
+    deploy = open_dir(box.deploy)
+    fleet = open_dir(FLEET_DIR, deploy) if deploy is not None else None
+    good = open_dir("known-good", fleet) if fleet is not None else None
+    try:
+        for dfd in (deploy, good):
+            if dfd is not None:
+                sweep_dir(dfd)
+    finally:
+        for dfd in (deploy, fleet, good):
+            if dfd is not None:
+                os.close(dfd)
+
+
+def open_dir(name, parent=None):
+    """A directory's fd, None when there is none. `name` below the fd `parent` is opened
+    O_NOFOLLOW: a directory of ours is never a symlink. (The deployment directory itself may
+    be one: the operator chose it.)"""
+    flags = os.O_RDONLY | os.O_DIRECTORY
+    if parent is not None:
+        flags |= os.O_NOFOLLOW
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except OSError:
+        return None
+
+
+def sweep_dir(dfd):
+    for name in os.listdir(dfd):
+        if not _TEMP_NAME.search(name):
             continue
-        for name in names:
-            path = os.path.join(directory, name)
-            if _TEMP_NAME.search(name) and stat.S_ISREG(os.lstat(path).st_mode):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+        with contextlib.suppress(OSError):
+            mode = os.lstat(name, dir_fd=dfd).st_mode
+            # A leftover temp file, or a temp symlink of atomic_symlink: unlinking a symlink
+            # removes the link only.
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                os.unlink(name, dir_fd=dfd)
 
 
-def read_regular(path, limit=64 << 20):
-    """The bytes of a regular file, never through a symlink (it could lead out of the dir)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+# -- reading box files: one bounded reader ---------------------------------------------------------
+READ_LIMIT = 64 << 20  # the most a box file may hold: what a snapshot copies, a rollback restores
+HOLDER_LIMIT = 64 << 10  # the lock file's record
+_KINDS = (
+    (stat.S_ISFIFO, "fifo"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISLNK, "symlink"),
+)
+
+
+def shown(path):
+    """`path` as the operator knows it: `~/.lobes/.env`, not the home's absolute path."""
+    home = os.path.expanduser("~").rstrip("/") + "/"
+    return "~/" + path[len(home) :] if path.startswith(home) else path
+
+
+def size_text(limit):
+    return "%d MiB" % (limit >> 20) if limit % (1 << 20) == 0 else "%d bytes" % limit
+
+
+def check_regular(path, st, limit=None, via_link=False):
+    """Refuse, naming `path`, unless `st` is a regular file (of at most `limit` bytes)."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "unknown type")
+        raise Failed(
+            "%s is not a regular file (%s%s)"
+            % (shown(path), "symlink to a " if via_link else "", kind)
+        )
+    if limit is not None and st.st_size > limit:
+        raise too_large(path, limit)
+
+
+def too_large(path, limit):
+    return Failed(
+        "%s is larger than %s, the most a converge reads" % (shown(path), size_text(limit))
+    )
+
+
+def read_regular(path, limit=READ_LIMIT, follow=False):
+    """(bytes, mode) of a regular file of at most `limit` bytes: the one way this program reads
+    a box file. Anything else is refused by name, never read: a FIFO would block (the open
+    waiting for a writer, the read for data) with the lock held; a device like /dev/zero never
+    ends. So: stat first (a device is not even opened), open O_NONBLOCK (a FIFO swapped in
+    meanwhile opens at once and is then refused) and O_NOCTTY, fstat what was opened, and read
+    at most limit + 1 bytes (a file that grew past the limit is refused, never held whole).
+
+    `follow`: a managed file may be a symlink, and its target is read; a file of ours (a
+    snapshot copy, meta.json, the lock) never is (lstat, O_NOFOLLOW)."""
+    via_link = follow and os.path.islink(path)
+    check_regular(path, os.stat(path) if follow else os.lstat(path), limit, via_link)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Failed("%s is not a regular file" % os.path.basename(path))
-        if st.st_size > limit:
-            raise Failed("%s is larger than %d bytes" % (os.path.basename(path), limit))
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+        check_regular(path, st, limit, via_link)
+        data = read_at_most(fd, limit + 1)
     finally:
         os.close(fd)
+    if len(data) > limit:  # it grew since the fstat: still refused, never held whole
+        raise too_large(path, limit)
+    return data, stat.S_IMODE(st.st_mode)
+
+
+def read_at_most(fd, count):
+    chunks = []
+    while count > 0:
+        chunk = os.read(fd, min(count, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_managed(path):
+    """The bytes of a managed file (a symlink's target's), None when there is none."""
+    try:
+        return read_regular(path, follow=True)[0]
+    except FileNotFoundError:
+        return None
+
+
+def managed_state(path):
+    """What is at a managed path, refused unless a converge can snapshot and restore it
+    exactly: None when nothing is, else (link, stat of the file): `link` the symlink's text
+    when the path is a symlink (to a regular file), else None. A FIFO, a device, a socket, a
+    directory, a link to one or to nothing, or a file over READ_LIMIT is refused by name."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    link = None
+    if stat.S_ISLNK(st.st_mode):
+        link = os.readlink(path)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise Failed(
+                "%s is a symlink that leads to no file (%s)" % (shown(path), exc.strerror)
+            ) from None
+    check_regular(path, st, READ_LIMIT, link is not None)
+    return link, st
+
+
+def check_managed_files(box):
+    """Every file a converge may write is a regular file (or a symlink to one) within
+    READ_LIMIT, or absent: checked under the lock before anything changes, so that what the
+    snapshot copies, a rollback can restore, and no read of one can hang or fill memory."""
+    for name in box.managed_files():
+        managed_state(box.path(name))
 
 
 # -- lock ----------------------------------------------------------------------------------------
@@ -515,14 +672,29 @@ class Lock:
 
     def holder(self):
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                return json.loads(handle.read() or "{}")
-        except (OSError, ValueError):
+            data, _ = read_regular(self.path, HOLDER_LIMIT)
+            found = json.loads(data.decode("utf-8") or "{}")
+        except (OSError, ValueError, Failed):
             return {}
+        return found if isinstance(found, dict) else {}
+
+    def open_fd(self, flags):
+        """The lock file's fd, refused unless it is a regular file: O_NONBLOCK, so a FIFO in
+        its place does not block this open (nor, refused, anything after it); lstat before
+        (anything else is not even opened) and fstat after (what was opened)."""
+        with contextlib.suppress(FileNotFoundError):
+            check_regular(self.path, os.lstat(self.path))
+        fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o600)
+        try:
+            check_regular(self.path, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def acquire(self, holder):
         private_dir(self.fleet)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = self.open_fd(os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -565,7 +737,7 @@ class Lock:
         if not os.path.lexists(self.fleet) or not os.path.lexists(self.path):
             return False
         own_dir(self.fleet)
-        fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
+        fd = self.open_fd(os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return False
@@ -703,11 +875,9 @@ def secret_values(box):
     for name, src in sorted((box.p.get("box_secrets") or {}).items()):
         path = os.path.expanduser(src["path"])
         if path not in cache:
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    cache[path] = {k: v for k, (v, _) in parse_env(handle.read()).items()}
-            except FileNotFoundError:
-                cache[path] = None
+            data = read_managed(path)  # a FIFO or a device here is refused, never read
+            text = None if data is None else data.decode("utf-8")
+            cache[path] = None if text is None else {k: v for k, (v, _) in parse_env(text).items()}
         found = cache[path]
         if found is not None and found.get(src["key"]):
             values[name] = found[src["key"]]
@@ -767,10 +937,10 @@ def write_env(box, keys, desired):
     """Write the managed `keys` whose value differs; every other line stays byte for byte."""
     path = box.path(".env")
     try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8")
+        data, mode = read_regular(path, follow=True)
     except FileNotFoundError:
-        text = ""
+        data, mode = b"", None
+    text = data.decode("utf-8")
     current = parse_env(text)
     lines = text.splitlines(True)
     changed, removed = [], set()
@@ -792,10 +962,27 @@ def write_env(box, keys, desired):
             lines.append("%s=%s\n" % (key, quote(want)))
     if removed:
         lines = [line for index, line in enumerate(lines) if index not in removed]
-    mode_ok = os.path.exists(path) and (os.stat(path).st_mode & 0o777) == 0o600
-    if changed or not mode_ok:
-        atomic_write(path, "".join(lines).encode("utf-8"), 0o600)
+    if changed or mode != 0o600:
+        write_managed(box, ".env", "".join(lines).encode("utf-8"), 0o600)
     return changed
+
+
+def write_managed(box, name, data, mode):
+    """Write a managed file of the deployment.
+
+    A managed path that is a symlink is REPLACED by a regular file with the new bytes; its
+    target is left exactly as it was. Apply writes only inside the deployment directory, never
+    through a link to wherever it points (a shared file, another tool's, one outside the home);
+    the snapshot recorded the link's text, so a rollback puts the link itself back, pointing at
+    that untouched target: the state before, exactly."""
+    path = box.path(name)
+    if os.path.islink(path):
+        emit(
+            "note",
+            message="%s was a symlink: now a regular file, its target left as it was (a "
+            "rollback restores the link)" % shown(path),
+        )
+    atomic_write(path, data, mode)
 
 
 # -- snapshots -----------------------------------------------------------------------------------
@@ -834,16 +1021,7 @@ def take_snapshot(box, meta):
     try:
         files = {}  # type: dict
         for name in box.managed_files():
-            src = box.path(name)
-            if not os.path.isfile(src):
-                files[name] = None  # did not exist: a rollback removes it again
-                continue
-            # One read gives the copy and its digest, so the digest is of what was copied.
-            with open(src, "rb") as handle:
-                data = handle.read()
-            mode = os.stat(src).st_mode & 0o777
-            atomic_write(os.path.join(tmp, name), data, 0o600)
-            files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "mode": mode}
+            files[name] = snapshot_file(box.path(name), os.path.join(tmp, name))
         found = containers(box)
         # The running config of every service: a rollback proves it restored these exactly.
         atomic_write(os.path.join(tmp, "containers.json"), json.dumps(found).encode(), 0o600)
@@ -865,6 +1043,26 @@ def take_snapshot(box, meta):
         raise
     fsync_dir(root)
     return sid, meta
+
+
+def snapshot_file(src, copy):
+    """One managed file into a snapshot, read as check_managed_files allowed it (the same
+    reader and limit a restore uses, so every copy taken can be restored). A regular file:
+    {sha256, mode} and its copy. A symlink: {symlink: its text, sha256 and mode of its
+    target, for the record} and no copy: apply never writes the target (write_managed), so a
+    rollback restores the link itself. None when absent: a rollback removes it again."""
+    state = managed_state(src)
+    if state is None:
+        return None
+    link = state[0]
+    # One read gives the copy and its digest, so the digest is of what was copied.
+    data, mode = read_regular(src, follow=link is not None)
+    entry = {"sha256": hashlib.sha256(data).hexdigest(), "mode": mode}
+    if link is None:
+        atomic_write(copy, data, 0o600)
+    else:
+        entry["symlink"] = link
+    return entry
 
 
 def write_meta(directory, meta):
@@ -964,11 +1162,17 @@ def snapshot_files(meta, sid):
             not isinstance(info, dict)
             or not (isinstance(info.get("sha256"), str) and SHA256.match(info["sha256"]))
             or not (_is_int(info.get("mode")) and 0 <= info["mode"] <= 0o777)
+            or not _link_text(info.get("symlink", ""))
         ):
             raise Failed(
                 "snapshot %s: the metadata of %s is damaged; nothing was restored" % (sid, name)
             )
     return files
+
+
+def _link_text(link):
+    """A symlink's text as a snapshot records it ("" when the file was no symlink)."""
+    return isinstance(link, str) and len(link) <= 4096 and "\0" not in link
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -991,6 +1195,8 @@ def find_copy(box, name, sha):
     sha256 was checked, never a file read a second time."""
     good = known_good_dir(box)
     if sha is None:
+        if os.path.islink(good):  # its meta.json would vouch for bytes from elsewhere
+            return None
         try:
             data, _ = read_regular(os.path.join(good, "meta.json"), META_LIMIT)
             sha = (json.loads(data.decode("utf-8")).get("files") or {}).get(name)
@@ -1024,10 +1230,13 @@ def restore_files(box, files):
     restored = []
     for name, data in copies.items():
         target = box.path(name)
-        if sha256_file(target) == hashlib.sha256(data).hexdigest():
+        try:
+            current, mode = read_regular(target, follow=True)
+        except FileNotFoundError:
+            current, mode = None, 0o644
+        if current == data:
             continue
-        mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o644
-        atomic_write(target, data, mode)
+        write_managed(box, name, data, mode)
         restored.append(name)
     return restored
 
@@ -1140,28 +1349,110 @@ def recreate(box, service, lane):
     emit("step", step="recreate", subject=service, status="done")
 
 
-def http_status(url, timeout=3.0):
+REQUEST_S = 3.0  # one gateway request, start to end
+BODY_LIMIT = 262144
+
+
+class DeadlineSocket:
+    """A connected socket whose every send and receive gets only what is left of ONE deadline.
+    A socket timeout bounds each receive, never the request: a gateway that drips a byte a
+    second would keep a request alive for as long as it liked."""
+
+    def __init__(self, sock, deadline):
+        self.sock, self.deadline = sock, deadline
+
+    def arm(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole answer before the deadline")
+        self.sock.settimeout(left)
+
+    def sendall(self, data):
+        self.arm()
+        self.sock.sendall(data)
+
+    def recv_into(self, buffer):
+        self.arm()
+        return self.sock.recv_into(buffer)
+
+    def makefile(self, mode="rb"):
+        # What http.client.HTTPResponse reads the status line, the headers and the body from.
+        return io.BufferedReader(DeadlineReader(self))
+
+
+class DeadlineReader(io.RawIOBase):
+    """The raw stream under the buffered reader: each read is one receive under the deadline."""
+
+    def __init__(self, conn):
+        super().__init__()
+        self.conn = conn
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        return self.conn.recv_into(buffer)
+
+
+def http_get(url, deadline):
+    """(status, at most BODY_LIMIT bytes of the body) of `GET url`, all of it by `deadline`
+    (connect, request, status line, headers, body), or TimeoutError. Plain HTTP to the
+    loopback, no proxy; http.client reads the answer (Content-Length, chunked, or to close)."""
+    parts = urllib.parse.urlsplit(url)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("no time left for the request")
+    with socket.create_connection((parts.hostname, parts.port or 80), timeout=left) as raw:
+        conn = DeadlineSocket(raw, deadline)
+        request = (
+            "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n"
+            "Accept-Encoding: identity\r\nConnection: close\r\n\r\n"
+            % (parts.path or "/", parts.netloc)
+        )
+        conn.sendall(request.encode("ascii"))
+        resp = http.client.HTTPResponse(conn, method="GET")  # type: ignore[arg-type]
+        try:
+            resp.begin()
+            if not 200 <= resp.status < 300:
+                return resp.status, b""  # the status is the answer (401: keyed); no body read
+            return resp.status, resp.read(BODY_LIMIT)
+        finally:
+            resp.close()
+
+
+def http_status(url, timeout=REQUEST_S):
+    """(status, JSON body) of a GET on the gateway; (None, None) when it gave no whole answer
+    within `timeout` seconds in all, and for an error status (status, None)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read(262144).decode() or "null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except Exception:  # a gateway still booting: not an answer yet
+        status, body = http_get(url, time.monotonic() + timeout)
+    except Exception:  # a gateway still booting, or too slow: not an answer yet
+        return None, None
+    if not 200 <= status < 300:
+        return status, None
+    try:
+        return status, json.loads(body.decode() or "null")
+    except ValueError:
         return None, None
 
 
-def gateway_problems(box):
-    """/health version, /capabilities against the lanes, auth posture: what is still wrong."""
+def gateway_problems(box, deadline=None):
+    """/health version, /capabilities against the lanes, auth posture: what is still wrong.
+    Each request gets REQUEST_S, and never more than is left until `deadline`."""
     v = box.p["verify"]
     base = "http://127.0.0.1:%d" % v["port"]
+
+    def ask(path):
+        left = REQUEST_S if deadline is None else min(REQUEST_S, deadline - time.monotonic())
+        return http_status(base + path, left)
+
     problems = []
-    status, health = http_status(base + "/health")
+    status, health = ask("/health")
     if status != 200 or not isinstance(health, dict) or health.get("version") != v["version"]:
         problems.append(
             "/health version %r, want %s"
             % ((health or {}).get("version") if isinstance(health, dict) else status, v["version"])
         )
-    status, caps = http_status(base + "/capabilities")
+    status, caps = ask("/capabilities")
     caps = caps if isinstance(caps, dict) else {}
     for role, window in sorted(v["windows"].items()):
         got = (caps.get(role) or {}).get("context")
@@ -1171,22 +1462,26 @@ def gateway_problems(box):
         if (caps.get(role) or {}).get("feasible"):
             problems.append("/capabilities %s is feasible, want infeasible" % role)
     want = 401 if v["auth"] == "keyed" else 200
-    status, _ = http_status(base + "/v1/models")
+    status, _ = ask("/v1/models")
     if status != want:
         problems.append("GET /v1/models without a key gave %s, want %s" % (status, want))
     return problems
 
 
 def verify_gateway(box, timeout):
+    """The gateway's answers as the desired state says, within `timeout` seconds in all: every
+    request gets only what is left of it, so a gateway that drips its answers cannot keep a
+    converge (and its lock) past it."""
     deadline = time.monotonic() + timeout
     while True:
-        problems = gateway_problems(box)
+        problems = gateway_problems(box, deadline)
         if not problems:
             emit("step", step="verify-gateway", subject=GATEWAY, status="done")
             return
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise Failed("gateway verification failed: " + "; ".join(problems))
-        time.sleep(1.0)
+        time.sleep(min(1.0, left))
 
 
 # -- converge ------------------------------------------------------------------------------------
@@ -1220,6 +1515,9 @@ def converge(box, lock):
     # hold, stops here with nothing touched.
     desired = desired_values(box)
     stale = lock.acquire(p["holder"])
+    # Under the lock, before the sweep, the snapshot or any write: a managed file that is not
+    # a regular file within READ_LIMIT is this box's named refusal, with nothing changed.
+    check_managed_files(box)
     sweep_temp_files(box)
     if stale.get("pid"):
         emit(
@@ -1288,8 +1586,9 @@ def converge(box, lock):
 
 # -- rollback ------------------------------------------------------------------------------------
 def restore_snapshot_files(box, sid):
-    """The snapshot's files back byte for byte, all or nothing: every name and every copy is
-    checked (plain name, regular file, recorded sha256) before the first file is replaced."""
+    """The snapshot's files back as they were, all or nothing: every name and every copy is
+    checked (plain name, regular file, recorded sha256) before the first file is replaced. A
+    path that was a symlink comes back as that symlink (apply replaced it, see write_managed)."""
     meta = read_meta(box, sid)
     src = snapshot_path(box, sid)
     files = snapshot_files(meta, sid)
@@ -1298,8 +1597,8 @@ def restore_snapshot_files(box, sid):
         target = box.path(name)
         if os.path.isdir(target) and not os.path.islink(target):
             raise Failed("cannot restore %s: it is a directory now; nothing was restored" % name)
-        if info is None:
-            continue
+        if info is None or info.get("symlink"):
+            continue  # removed, or a link put back: no copy to check
         try:
             data, _ = read_regular(os.path.join(src, name))
         except (OSError, Failed):
@@ -1311,24 +1610,43 @@ def restore_snapshot_files(box, sid):
             )
         mode = 0o600 if name == ".env" else info["mode"]  # a rollback never widens .env
         copies[name] = (data, mode)
-    restored = []
-    for name, info in sorted(files.items()):
-        target = box.path(name)
-        if info is None:
-            if os.path.lexists(target):
-                os.unlink(target)
-                restored.append(name)
-            continue
-        data, mode = copies[name]
-        if (
-            not os.path.islink(target)
-            and sha256_file(target) == info["sha256"]
-            and (os.stat(target).st_mode & 0o777) == mode
-        ):
-            continue
-        atomic_write(target, data, mode)
-        restored.append(name)
+    restored = [
+        name
+        for name, info in sorted(files.items())
+        if restore_file(box.path(name), info, copies.get(name))
+    ]
     return meta, restored
+
+
+def restore_file(target, info, copy):
+    """Put one path back as the snapshot recorded it; True when that changed anything."""
+    if info is None:  # did not exist
+        if not os.path.lexists(target):
+            return False
+        os.unlink(target)
+        return True
+    link = info.get("symlink")
+    if link:
+        if os.path.islink(target) and os.readlink(target) == link:
+            return False
+        atomic_symlink(target, link)
+        return True
+    data, mode = copy
+    if holds(target, data, mode):
+        return False
+    atomic_write(target, data, mode)
+    return True
+
+
+def holds(path, data, mode):
+    """True when `path` is a regular file (not a symlink) with these bytes and this mode;
+    anything the reader refuses (a FIFO, a device, a file over the limit) does not, and is
+    replaced: read through the one reader, a rollback never hangs on what is there now."""
+    try:
+        have, have_mode = read_regular(path)
+    except (OSError, Failed):
+        return False
+    return have_mode == mode and have == data
 
 
 def service_names(value):
@@ -1385,9 +1703,8 @@ def mark_good(box, sid):
     root = private_dir(known_good_dir(box))
     manifest = {}
     for name in box.p["compose_files"]:
-        if os.path.isfile(box.path(name)):
-            with open(box.path(name), "rb") as handle:
-                data = handle.read()
+        data = read_managed(box.path(name))
+        if data is not None:
             atomic_write(os.path.join(root, name), data, 0o600)
             manifest[name] = hashlib.sha256(data).hexdigest()
     write_meta(root, {"snapshot": sid, "files": manifest, "at": now_iso()})
