@@ -56,15 +56,19 @@ _ASSIGNMENTS = (
     r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
     r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
 )
-# A command-line flag whose last word names a credential (`--hf-token`, `--token`,
-# `--client-secret`, `--db-password`), then its value after `=` or blanks. Only the last word:
-# `--max-num-batched-tokens` and `--tokenizer` hold no secret, and `--api-key` is cut above.
-_SECRET_FLAG = (
-    r"(?<![\w-])(--?(?:[A-Za-z0-9]+-)*(?i:token|secret|password|passwd|credentials?|key))"
-    r"(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
+# A command-line flag whose last word names a credential (`--hf-token`, `--hf_token`,
+# `--token`, `--client-secret`, `--db-password`), then its value: after `=` or blanks (quoted, or
+# up to the next blank), or the next item of a printed argument list (`'--token', 'x'`). Only
+# the last word: `--max-num-batched-tokens` and `--tokenizer` hold no secret, and `--api-key`
+# is cut above.
+_FLAG_NAME = (
+    r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
 )
-# A URL's userinfo password (`scheme://user:password@host`): the user name stays, it says whose.
-_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
+_SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+_SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
+# A URL's password (`scheme://user:password@host`), up to the authority's last `@` as URL
+# parsers read it (`/`, `?`, `#` end the authority): the user name stays, it says whose.
+_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
 # What the reports themselves say of a secret (`GATEWAY_API_KEY: set (digest …)`, `: empty`):
 # words, never a value, so there is nothing to mask.
 _STATE_WORDS = frozenset({"set", "empty", "absent", "unset", "missing", "commented", MASK})
@@ -100,6 +104,7 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
     for assignment in _ASSIGNMENTS:
         out = re.sub(assignment, _mask_assignment, out)
     out = re.sub(_SECRET_FLAG, _mask_flag, out)
+    out = re.sub(_SECRET_ITEM, _mask_item, out)
     out = re.sub(_USERINFO, rf"\1:{MASK}@", out)
     out = re.sub(_RUN, _mask_run(out), out)
     out = "".join(c if c.isprintable() else "?" for c in out)
@@ -121,6 +126,13 @@ def _mask_flag(match: re.Match[str]) -> str:
     if value in _STATE_WORDS or value.startswith("-"):
         return match.group(0)  # `--token -v`: the flag had no value, the next one is a flag
     return f"{flag}{sep}{MASK}"
+
+
+def _mask_item(match: re.Match[str]) -> str:
+    flag, sep, quote, value = match.groups()
+    if value in _STATE_WORDS or value.startswith("-"):
+        return match.group(0)
+    return f"{flag}{sep}{quote}{MASK}{quote}"
 
 
 def _mask_run(text: str) -> Callable[[re.Match[str]], str]:

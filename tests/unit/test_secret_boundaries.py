@@ -301,6 +301,10 @@ def test_ssh_errors_pass_through_readable():
         ("vllm serve m --hf-token=hf_sh0rt --port 8000", "hf_sh0rt", "--hf-token=*** --port"),
         ("login --password 'pass word' failed", "pass word", "--password *** failed"),
         ("git --token hunter2 -v", "hunter2", "--token *** -v"),
+        ("GET http://u:p@ssw0rd@10.77.0.11/ 401", "ssw0rd", "http://u:***@10.77.0.11/"),
+        ("app --db-password=p,ss2 exited", "ss2", "--db-password=*** exited"),
+        ("Command '['app', '--password', 'hunter2']' failed", "hunter2", "'--password', '***'"),
+        ('argv ["--hf_token", "hf abc"] refused', "hf abc", '["--hf_token", "***"]'),
     ],
 )
 def test_scrub_text_drops_what_can_hold_a_secret(text, gone, kept):
@@ -327,6 +331,8 @@ def test_scrub_text_drops_what_can_hold_a_secret(text, gone, kept):
         "vllm serve m --max-num-batched-tokens 8192 --tokenizer meta/x --ssl-keyfile /k.pem",
         "GET http://10.77.0.11:8000/v1/models and ssh://deploy@10.77.0.4 refused",
         "usage: --token -v given twice",
+        "GET http://10.77.0.11:8000/v1/models@latest gave 404",  # an @ after the authority
+        "the gateway's --token: set",
     ],
 )
 def test_scrub_text_keeps_what_an_operator_needs(text):
@@ -355,6 +361,22 @@ def test_a_secret_this_process_holds_is_masked_in_any_text():
 def test_the_box_copies_scrub_like_the_controller(text):
     assert _collector().scrub_text(text) == scrub_text(text)
     assert KEY not in _converge().scrub(text)  # converge's messages: names, not key-shaped runs
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GET http://lobes:hunter2@10.77.0.11:8000/v1/models gave 401",
+        "GET http://u:p@ssw0rd@10.77.0.11/ and http://10.77.0.11:8000/a@b",
+        "vllm serve m --hf-token=hf_sh0rt --hf_token x --password 'pass word' --token -v",
+        "Command '['app', '--client-secret', 'pass word', '--token', '-v']' failed",
+        "--db-password=p,ss2 --token set --max-num-batched-tokens 8192 --tokenizer meta/x",
+    ],
+)
+def test_the_three_scrubbers_mask_flags_and_url_passwords_alike(text):
+    # Short texts with no key-shaped run: the box copies must give the controller's text.
+    assert _collector().scrub_text(text) == scrub_text(text) == _converge().scrub(text)
+    assert "hunter2" not in scrub_text(text) and "pass word" not in scrub_text(text)
 
 
 def test_converge_masks_a_floor_named_value_sent_as_plain_text():

@@ -274,13 +274,16 @@ _ASSIGNMENTS = tuple(
     for sep in ("=", ":")
 )
 
-# A flag whose last word names a credential (`--hf-token x`, `--password=x`), and a URL's
-# password (`http://user:pw@host`).
-_SECRET_FLAG = re.compile(
-    r"(?<![\w-])(--?(?:[A-Za-z0-9]+-)*(?i:token|secret|password|passwd|credentials?|key))"
-    r"(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
+# A flag whose last word names a credential (`--hf-token x`, `--password=x`, `'--token', 'x'`
+# in a printed list), and a URL's password (`http://user:pw@host`).
+_FLAG_NAME = (
+    r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
 )
-_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@")
+_SECRET_FLAG = re.compile(_FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)")
+_SECRET_ITEM = re.compile(_FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3")
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@")
+# What a message says of a secret rather than its value (`--token set`): nothing to mask.
+_STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
 
 
 def floor_secret(name):
@@ -305,12 +308,20 @@ def scrub(text, secrets=()):
         return name + sep + "***" if floor_secret(name) else match.group(0)
 
     def flag(match):
-        name, sep, value = match.groups()
-        return match.group(0) if value.startswith("-") else name + sep + "***"
+        groups = match.groups()
+        if len(groups) == 4:  # a printed list's next item: `'--token', 'x'`
+            name, sep, quote, value = groups
+            sep, end = sep + quote, quote
+        else:
+            (name, sep, value), end = groups, ""
+        if value in _STATE_WORDS or value.startswith("-"):
+            return match.group(0)
+        return name + sep + "***" + end
 
     for pattern in _ASSIGNMENTS:
         text = pattern.sub(assignment, text)
     text = _SECRET_FLAG.sub(flag, text)
+    text = _SECRET_ITEM.sub(flag, text)
     text = _USERINFO.sub(r"\1:***@", text)
     return _CONTROL.sub(" ", text)[:500]
 

@@ -165,13 +165,14 @@ _ASSIGNMENTS = (
     r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
     r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
 )
-# A flag whose last word names a credential (`--hf-token x`, `--password=x`), and a URL's
-# password (`http://user:pw@host`).
-_SECRET_FLAG = (
-    r"(?<![\w-])(--?(?:[A-Za-z0-9]+-)*(?i:token|secret|password|passwd|credentials?|key))"
-    r"(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
+# A flag whose last word names a credential (`--hf-token x`, `--password=x`, `'--token', 'x'`
+# in a printed list), and a URL's password (`http://user:pw@host`).
+_FLAG_NAME = (
+    r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
 )
-_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
+_SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+_SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
+_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
 _STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
 _RUN = (
@@ -279,14 +280,20 @@ def scrub_text(text, secrets=()):
         return "***" if mixed else token
 
     def flag(match):
-        name, sep, value = match.groups()
+        groups = match.groups()
+        if len(groups) == 4:  # a printed list's next item: `'--token', 'x'`
+            name, sep, quote, value = groups
+            sep, end = sep + quote, quote
+        else:
+            (name, sep, value), end = groups, ""
         if value in _STATE_WORDS or value.startswith("-"):
             return match.group(0)
-        return name + sep + "***"
+        return name + sep + "***" + end
 
     for pattern in _ASSIGNMENTS:
         out = re.sub(pattern, assignment, out)
     out = re.sub(_SECRET_FLAG, flag, out)
+    out = re.sub(_SECRET_ITEM, flag, out)
     out = re.sub(_USERINFO, r"\1:***@", out)
     out = re.sub(_RUN, run, out)
     out = " ".join("".join(c if c.isprintable() else "?" for c in out).split())
