@@ -103,7 +103,7 @@ def test_a_probe_reads_an_answer_as_urllib_does(name: str) -> None:
     try:
         url = f"http://127.0.0.1:{server.port}/health"
         raw = collector.http_get(url, 2)
-        old = collector._urllib_get(url, 2, None, 0)
+        old = collector._urllib_get(url, 2, None, time.monotonic())
     finally:
         server.close()
     for answer in (raw, old):

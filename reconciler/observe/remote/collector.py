@@ -349,16 +349,19 @@ def _known_reason(exc):
 # Every file of the box this program reads goes through `read_file`: the box is not trusted to
 # keep them regular. A `.env` that was a FIFO blocked the run for ever (open waits for a writer,
 # read for data), one that was a symlink to /dev/zero filled the memory, and a directory or bytes
-# that are not UTF-8 raised out of the run: the whole observation was lost. Opened O_NONBLOCK (a
-# FIFO opens at once, then is refused by its type), typed by fstat on the open file (nothing can
-# be swapped in between), and read up to its limit and one byte more (a file that grows while
-# it is read is over the limit, never held whole).
+# that are not UTF-8 raised out of the run: the whole observation was lost. Typed by stat first,
+# so that a device, a FIFO or a directory is never even opened (opening a tty could make it this
+# process's controlling terminal; a serial or tape device acts on its open); then opened
+# O_NONBLOCK | O_NOCTTY (a FIFO swapped in meanwhile opens at once, a tty is not taken) and
+# typed again by fstat on the open file (what is read is what was checked), and read up to its
+# limit and one byte more (a file that grows while it is read is over the limit, never held
+# whole).
 FILE_LIMIT = 4 * 1024 * 1024  # a lab box's .env and compose file are ~75 and ~150 KB
 SMALL_FILE_LIMIT = 1024 * 1024  # ~/.docker's JSON, /proc/meminfo: a few KB
-# What fstat says a file is, by its type bits (a symlink is followed, or refused by O_NOFOLLOW).
+# What stat says a file is, by its type bits (a symlink is followed, or refused unfollowed).
 _FILE_KINDS = {
     0o010000: "fifo", 0o020000: "character device", 0o040000: "directory",
-    0o060000: "block device", 0o140000: "socket",
+    0o060000: "block device", 0o120000: "symlink", 0o140000: "socket",
 }  # fmt: skip
 
 
@@ -371,13 +374,11 @@ def read_file(path, limit=FILE_LIMIT, follow=True):
     """(bytes, os.stat_result) of the regular file at `path`, at most `limit` bytes; symlinks
     followed unless `follow` is false. FileNotFoundError when there is none, BoxFileError when it
     is not a regular file or is over the limit, any other OSError as the system raised it."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    _regular(os.stat(path) if follow else os.lstat(path))  # anything else is never opened
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
-        info = os.fstat(fd)
-        if not _isreg(info):
-            kind = _FILE_KINDS.get(info.st_mode & 0o170000, "unknown type")
-            raise BoxFileError("not a regular file (%s)" % kind)
+        info = _regular(os.fstat(fd))  # what was opened: it may have been swapped since
         chunks, size = [], 0
         while size <= limit:
             # The size fstat gave and a byte more (at least 64 KB: /proc says 0): a file is
@@ -395,6 +396,14 @@ def read_file(path, limit=FILE_LIMIT, follow=True):
         os.close(fd)
 
 
+def _regular(info):
+    """`info` (an os.stat_result) if it is a regular file's, else BoxFileError naming its type."""
+    if not _isreg(info):
+        kind = _FILE_KINDS.get(info.st_mode & 0o170000, "unknown type")
+        raise BoxFileError("not a regular file (%s)" % kind)
+    return info
+
+
 def read_text_file(path, limit=FILE_LIMIT):
     """The text of the regular file at `path`, as open(path, encoding="utf-8").read() gives it
     (universal newlines), within `limit` bytes; BoxFileError when it is not UTF-8."""
@@ -410,6 +419,35 @@ def problem_text(exc):
     """Why a box file could not be read, in a few words (`not a regular file (fifo)`,
     `permission denied (EACCES)`)."""
     return str(exc) if isinstance(exc, BoxFileError) else _reason(exc)
+
+
+def shown_name(name):
+    r"""A file's name as the answer gives it (a key of `file_errors` or `files`). The controller
+    takes only a name that str.isprintable() accepts and refuses the WHOLE answer for one it
+    does not (`_name` in reconciler/observe/document.py), and a name in the deployment directory
+    is whatever its owner made it: each character the controller would refuse is written as a
+    Python string literal writes it (an ASCII control character `\x1b`, another character
+    `\u0085` or `\u2028`), a byte of a name that is not UTF-8 (os.listdir's surrogate escape)
+    as `\xe9`, and a backslash as `\\`: two names are never shown alike, and an escape never
+    reads as the name's own text."""
+    if name.isprintable() and "\\" not in name:
+        return name
+    out = []
+    for char in name:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif char.isprintable():
+            out.append(char)
+        elif 0xDC80 <= code <= 0xDCFF:  # the byte os.fsdecode could not decode
+            out.append("\\x%02x" % (code - 0xDC00))
+        elif code < 0x80:
+            out.append("\\x%02x" % code)
+        elif code < 0x10000:
+            out.append("\\u%04x" % code)
+        else:
+            out.append("\\U%08x" % code)
+    return "".join(out)
 
 
 def _hmac_states(key):
@@ -477,11 +515,12 @@ class Run:
         """The text of the box file at `path`, None when there is none or it cannot be read."""
         return self.box_file(path, shown, limit)[0]
 
-    def file_problem(self, shown, exc):
-        """Record why the box file `shown` could not be read (`exc`); the reason."""
+    def file_problem(self, name, exc):
+        """Record why the box file `name` could not be read (`exc`), under the name the answer
+        may carry (`shown_name`); the reason."""
         why = problem_text(exc)
         with self._lock:
-            self.file_errors.setdefault(shown, why)
+            self.file_errors.setdefault(shown_name(name), why)
         return why
 
     # -- secrets -------------------------------------------------------------------------
@@ -853,12 +892,15 @@ def _comment_at(text):
 
 
 def file_facts(run, names):
+    """Each file's facts, by the name the answer gives it (`shown_name`); a file that is there but
+    cannot be read (a symlink to nothing among them) is the box's problem, in `file_errors`."""
     known = StatDigests(run.once("cache_dir", _cache_dir))
     out = {}
     for name in names:
         path = os.path.join(run.deploy, name)
+        shown = shown_name(name)
         try:
-            info = os.stat(path)
+            info = _followed(path)
             digest = known.get(path, info)
             if digest is None:
                 data, opened = read_file(path)
@@ -868,18 +910,33 @@ def file_facts(run, names):
             else:
                 size = info.st_size
             run.remember(("file", name), digest)  # the render cache keys on it too
-            out[name] = {
+            out[shown] = {
                 "exists": True,
                 "sha256": digest.hex(),
                 "mode": oct(info.st_mode & 0o777),
                 "size": size,
             }
         except FileNotFoundError:
-            out[name] = {"exists": False}
+            out[shown] = {"exists": False}
         except OSError as exc:  # a FIFO, a device, a directory, over the limit, unreadable
-            out[name] = {"exists": False, "error": run.file_problem(name, exc)}
+            out[shown] = {"exists": False, "error": run.file_problem(name, exc)}
     known.save()
     return out
+
+
+DANGLING = "a symlink that leads to no file"
+
+
+def _followed(path):
+    """os.stat(path); a symlink that leads to no file is a BoxFileError, not FileNotFoundError:
+    the converger refuses to snapshot one (check_managed_files: "... is a symlink that leads to
+    no file"), so the box's problem is named before a plan is made, not when a converge starts."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise BoxFileError(DANGLING) from None
+        raise
 
 
 SETTLED_NS = 2 * 10**9  # a file changed this recently is hashed again next run too
@@ -1135,7 +1192,11 @@ class Shadow:
         box's compose file and .env are 150 and 75 KB); file_facts hashed the files first."""
         if name == ".env":  # the desired text: ~75 KB on a lab box, keyed by three renders
             return self.run.once(("shadow", self.name), _text_digest, self.text)
-        return self.run.once(("file", name), _file_digest, os.path.join(self.run.deploy, name))
+        return self.run.once(("file", name), _file_digest, self.path_of(name))
+
+    def path_of(self, name):
+        """Where the entry `name` is read from (the real deployment's)."""
+        return os.path.join(self.run.deploy, name)
 
     def path(self):
         with self.lock:
@@ -1159,7 +1220,10 @@ class Existing:
         return sorted(os.listdir(self.where))
 
     def digest(self, name):
-        return _file_digest(os.path.join(self.where, name))
+        return _file_digest(self.path_of(name))
+
+    def path_of(self, name):
+        return os.path.join(self.where, name)
 
     def path(self):
         return self.where
@@ -1221,16 +1285,24 @@ def compose_cached(run, project, env, args):
     # override more, and the override's settings were missing from what it compared.
     argv_inputs = [args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]]
     digest.update(json_dumps(argv_inputs).encode())
+    # The files this render reads are the box's problem when they cannot be read: its `.env`
+    # and the `-f` chain (keyed whatever they are named). Every other `.env*`, `docker-compose*`
+    # and `.secrets.env*` entry is keyed only in case a compose file reads it (an `env_file:`):
+    # one that cannot be read (a `.envs/` directory, a root-owned `.env.bak`) is keyed by its
+    # state, so a change to it still misses the cache, and is no one's error (compose never
+    # fails on it).
+    reads = set([".env"] + list(run.p["compose_files"]))
     for name in project.names():
-        if name.startswith(("docker-compose", ".env", ".secrets.env")):
-            digest.update(name.encode() + b"\0")
+        if name in reads or name.startswith(("docker-compose", ".env", ".secrets.env")):
+            digest.update(os.fsencode(name) + b"\0")  # a name not UTF-8 is its bytes
             try:
                 digest.update(project.digest(name))
             except FileNotFoundError:  # gone since the listing
                 digest.update(b"-")
-            except OSError as exc:  # a FIFO, a device, over the limit: the box's problem
-                run.file_problem(name, exc)
-                digest.update(b"-")
+            except OSError as exc:  # a FIFO, a device, over the limit, unreadable
+                if name in reads:  # the box's problem: this render could not be made
+                    run.file_problem(name, exc)
+                digest.update(_entry_state(project.path_of(name)))
     for plugin in COMPOSE_PLUGINS:
         try:
             info = os.stat(os.path.expanduser(plugin))
@@ -1256,6 +1328,20 @@ def compose_cached(run, project, env, args):
         except OSError:
             pass  # a cache that cannot be written only costs time
     return code, out, err
+
+
+def _entry_state(path):
+    """What the render cache keys on for an entry it could not read: its type, identity, size
+    and times (lstat's when a symlink leads to nothing), or the error that stat gives."""
+    try:
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            info = os.lstat(path)
+    except OSError as exc:
+        return ("?%s" % exc.errno).encode()
+    stamp = [info.st_mode] + _stamp(info)
+    return ("!" + ":".join(str(n) for n in stamp)).encode()
 
 
 def _cache_dir():
@@ -1488,12 +1574,14 @@ def docker_socket(run):
 
 
 def _docker_json(run, relative):
-    """~/RELATIVE as JSON; None when it is absent, not JSON, or not a file to read (then the
-    box's problem, named ~/RELATIVE)."""
-    text = run.box_text(os.path.join(run.home, relative), "~/" + relative, SMALL_FILE_LIMIT)
+    """~/RELATIVE as JSON; None when it is absent, not JSON, or not a file to read. Read through
+    the one reader (a FIFO or a device is never held), but a file that cannot be read is as
+    if absent, no error of the box: the docker CLI and compose only warn about one (a
+    config.json root left 0600 by `sudo docker login` is common) and go on with the defaults."""
     try:
-        return json_loads(text) if text is not None else None
-    except ValueError:
+        text = read_text_file(os.path.join(run.home, relative), SMALL_FILE_LIMIT)
+        return json_loads(text)
+    except (OSError, ValueError):
         return None
 
 
@@ -1971,7 +2059,7 @@ def http_get(url, timeout, headers=None):
     started = time.monotonic()
     try:
         answer = http_ask(url, timeout, "GET", sorted((headers or {}).items()))
-        if answer is None:
+        if answer is None:  # urllib goes on within what is left of the one timeout
             return _urllib_get(url, timeout, headers, started)
     except Exception as exc:  # a probe failure is a result, not a crash
         return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
@@ -1980,13 +2068,15 @@ def http_get(url, timeout, headers=None):
 
 
 def _urllib_get(url, timeout, headers, started):
-    """http_get through urllib: a redirect to follow, a proxy to go through."""
+    """http_get through urllib: a redirect to follow, a proxy to go through; the whole probe,
+    begun at `started` (its first request included), ends within `timeout` s."""
     import urllib.error
     import urllib.request
 
     request = urllib.request.Request(url, headers=headers or {})
     try:
-        with within(timeout).open(request, timeout=timeout) as resp:
+        left = _left(started, timeout)
+        with within(left).open(request, timeout=left) as resp:
             body = resp.read(262144)
             return {"status": resp.status, "body": _json(body), "ms": _ms(started)}
     except urllib.error.HTTPError as exc:
@@ -2046,6 +2136,15 @@ def _bounded(socket_class, deadline):
             "recv_into": bounded(socket_class.recv_into),
         },
     )
+
+
+def _left(started, timeout):
+    """What is left of `timeout` s from `started`: a probe that hands its request over to urllib
+    (a redirect to follow) has one deadline, not one for each part; none left: timed out."""
+    left = timeout - (time.monotonic() - started)
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
 
 
 def _ms(started):
@@ -2165,8 +2264,8 @@ def http_post_json(url, body, timeout, headers=None):
     started = time.monotonic()
     try:
         answer = http_ask(url, timeout, "POST", list(hdrs.items()), data, 65536)
-        if answer is None:
-            answer = _urllib_post(url, data, hdrs, timeout)
+        if answer is None:  # urllib goes on within what is left of the one timeout
+            answer = _urllib_post(url, data, hdrs, timeout, started)
     except Exception as exc:  # a probe failure is a result, not a crash
         return {"status": None, "error": exception_text(exc), "ms": _ms(started)}
     status, got, content = answer
@@ -2181,15 +2280,17 @@ def http_post_json(url, body, timeout, headers=None):
     return out
 
 
-def _urllib_post(url, data, hdrs, timeout):
+def _urllib_post(url, data, hdrs, timeout, started=None):
     """http_post_json's request through urllib (a redirect, a proxy): (status, headers as
-    name -> first value, body)."""
+    name -> first value, body); the whole probe, begun at `started` (now if None), ends
+    within `timeout` s."""
     import urllib.error
     import urllib.request
 
+    left = _left(time.monotonic() if started is None else started, timeout)
     request = urllib.request.Request(url, data=data, headers=hdrs, method="POST")
     try:
-        with within(timeout).open(request, timeout=timeout) as resp:
+        with within(left).open(request, timeout=left) as resp:
             status, got, content = resp.status, resp.headers, resp.read(65536)
     except urllib.error.HTTPError as exc:
         status, got, content = exc.code, exc.headers, exc.read(65536)
