@@ -196,6 +196,11 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("keep", _set("keep", 0)),
     ("verify port", _set("verify.port", 70000)),
     ("fingerprint container id", _set("fingerprint.containers.vllm-worker", "../x")),
+    ("fingerprint file path",
+     lambda p: p["fingerprint"]["files"].update({"docker-compose/../../x.yml": None})),
+    ("fingerprint file with LF",
+     lambda p: p["fingerprint"]["files"].update({"docker-compose\n.yml": None})),
+    ("fingerprint file not compose", lambda p: p["fingerprint"]["files"].update({"a b.yml": None})),
 ]  # fmt: skip
 
 
@@ -219,6 +224,15 @@ def test_a_bad_value_is_refused_by_the_controller_and_by_the_box(home, name, cha
         converge.validate_payload(bad, str(home))
     for message in (str(controller.value), str(box.value)):
         assert SECRET not in message and "EVIL" not in message  # a value is never echoed
+
+
+def test_a_plan_observed_beside_a_stray_compose_copy_passes_both_checks(home):
+    """The collector observes every docker-compose*.yml of the directory, so the plan's
+    fingerprint names a `docker-compose copy.yml`: refused by both checks, every converge of
+    that box was. A name of the listing (no `/`, no control character) is only digested."""
+    stray = _bad(lambda p: p["fingerprint"]["files"].update({"docker-compose copy.yml": "b" * 64}))
+    check(stray)
+    converge.validate_payload(stray, str(home))
 
 
 def test_the_box_refuses_a_path_outside_its_own_home(home):
@@ -323,8 +337,10 @@ def test_the_box_refuses_a_snapshot_it_does_not_have(home, commands, monkeypatch
 
 # -- rollback: names inside the deployment dir, copies checked, all or nothing ---------------------
 @pytest.mark.parametrize(
-    "name", ["../../.bashrc", "../.bashrc", "/tmp/evil.yml", "sub/x.yml", "..", "meta.json", ""]
-)
+    "name",
+    ["../../.bashrc", "../.bashrc", "/tmp/evil.yml", "sub/x.yml", "..", "meta.json", "",
+     "docker-compose/../../.bashrc.yml", "docker-compose\n.yml"],
+)  # fmt: skip
 def test_a_crafted_file_name_in_the_metadata_refuses_the_whole_rollback(home, commands, name):
     sid = snapshot(home)
     (home / ".lobes" / ".env").write_text("CHANGED=1\n")
@@ -350,6 +366,25 @@ def test_a_crafted_file_name_in_the_metadata_refuses_the_whole_rollback(home, co
     meta = json.loads((snap_dir(home, sid) / "meta.json").read_text())
     assert meta["status"] == "rollback-failed"
     assert "not a plain name" in meta["rollback"]["failed"]
+
+
+def test_a_stray_compose_copy_an_older_snapshot_lists_is_left_as_it_is(home, commands):
+    """A snapshot taken before the snapshot kept to plain names lists `docker-compose copy.yml`
+    (and has its copy): the rollback refused the whole snapshot for that name. No converge
+    wrote it, so there is nothing to put back: the rest is restored, the stray left as it is."""
+    deploy = home / ".lobes"
+    stray = deploy / "docker-compose copy.yml"
+    stray.write_text(COMPOSE)
+    sid = snapshot(home)
+    (snap_dir(home, sid) / stray.name).write_text(COMPOSE)  # what the older snapshot copied
+    entry = {"sha256": converge.sha256_file(str(stray)), "mode": 0o644}
+    edit_meta(home, sid, lambda m: m["files"].update({stray.name: entry}))
+    (deploy / ".env").write_text("CHANGED=1\n")
+    stray.write_text("services: {edited: {}}\n")  # the operator's since
+    result = converge.rollback(make_box(), sid, reason="test")
+    assert result["ok"] is True and result["files"] == [".env"], result
+    assert (deploy / ".env").read_text() == ENV
+    assert stray.read_text() == "services: {edited: {}}\n"
 
 
 def test_a_truncated_copy_never_replaces_env(home, commands):

@@ -7,9 +7,14 @@ gateway, on real files in a temp home posing as the deploy user's, docker faked:
   exit 1, and the controller shows it as that box's failure;
 - what a snapshot copies, a rollback can restore (one reader, one cap), and a managed path that
   was a symlink comes back from a rollback as that symlink;
-- the temp-file sweep never follows a symlinked `known-good` out of the deployment;
+- a snapshot that saw a link, then a file (or the other way round), looks again: it never
+  records a link over a file's bytes; a stray `docker-compose copy.yml` is not snapshotted, so
+  the rollback of a failed converge beside one restores exactly;
+- the temp-file sweep and an unpinned restore never follow a symlinked `known-good` out of the
+  deployment (the restore reads through the one fd it checked);
 - a gateway that drips its answer a byte at a time cannot keep a request, or the verification
-  as a whole, past its deadline.
+  as a whole, past its deadline; one that redirects to itself (`/health` -> `/health/`) is
+  followed within that deadline, a redirect elsewhere is its status.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -40,6 +45,7 @@ from reconciler.apply.summary import outcome_lines
 from reconciler.desired.load import load_fleet
 from reconciler.drift import run_drift_on
 from reconciler.drift_inputs import drift_inputs
+from tests.unit.box_program_opens import opens
 from tests.unit.conftest import load_box_program
 from tests.unit.converge_helpers import COMPOSE, base_payload, deployment, fake_docker
 
@@ -340,16 +346,32 @@ def test_the_reader_reads_at_most_its_cap(tmp_path):
         converge.read_regular(str(tmp_path / "big"), follow=True)
 
 
+# Every other open of the program, and why it is no read of a box file past the reader.
+OPENS_ALLOWED = {
+    # Directories, opened to fsync them or to walk below them without following links.
+    ("fsync_dir", 'os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)'),
+    ("open_dir", "os.open(name, flags, dir_fd=parent)"),
+    # A new temporary file of its own (O_EXCL, O_NOFOLLOW), written, never read.
+    ("atomic_write", "os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)"),
+    # The lock file: non-blocking, not followed, typed by fstat before it is used.
+    (
+        "Lock.open_fd",
+        "os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o600)",
+    ),
+    # The kernel's files.
+    ("meminfo", 'open("/proc/meminfo", encoding="utf-8")'),
+    ("drop_caches", 'open("/proc/sys/vm/drop_caches", "w")'),
+}
+
+
 def test_every_box_file_read_goes_through_the_one_reader():
-    """No `open(` of a box file outside the reader: /proc/meminfo and the drop_caches switch
-    are the kernel's, the rest is read_regular."""
-    source = PROGRAM.read_text()
-    opens = [line.strip() for line in source.splitlines() if "open(" in line]
-    plain = [line for line in opens if line.startswith("with open(")]
-    assert plain == [
-        'with open("/proc/meminfo", encoding="utf-8") as handle:',
-        'with open("/proc/sys/vm/drop_caches", "w") as handle:',
+    """Any use of an opener (`open`, `os.open`, `io.open`, `.read_text`...) anywhere in the
+    program: only read_regular's own and the allowed list."""
+    found = opens(PROGRAM.read_text(encoding="utf-8"))
+    assert [s for where, s in found if where == "read_regular"] == [
+        "os.open(path, flags, dir_fd=dir_fd)"
     ]
+    assert {(where, s) for where, s in found if where != "read_regular"} == OPENS_ALLOWED
 
 
 # -- snapshot and rollback agree -------------------------------------------------------------------
@@ -647,3 +669,258 @@ def test_a_gateway_that_answers_is_verified(monkeypatch):
         server.shutdown()
         server.server_close()
     assert json.loads(out.getvalue().splitlines()[-1])["status"] == "done"
+
+
+# -- a stray compose file beside the managed ones --------------------------------------------------
+def sha(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def test_a_failed_converge_beside_a_stray_compose_copy_is_rolled_back_exactly(home):
+    """A `docker-compose copy.yml` (a file manager's copy) was copied into every snapshot, whose
+    rollback then refused its name: the failed converge's own rollback too, leaving the new
+    .env in place. Now the snapshot keeps to plain names (a converge writes no other), the
+    plan's fingerprint may name the stray (the collector observes it), and the failed converge
+    is rolled back to the byte, the stray untouched. The program as it ships, through main()."""
+    deploy = home / ".lobes"
+    stray = "services: {copy: {image: busybox}}\n"
+    (deploy / "docker-compose copy.yml").write_text(stray)
+    before = entries(home)
+    files = {
+        ".env": sha(ENV),
+        "docker-compose.yml": sha(COMPOSE),
+        "docker-compose copy.yml": sha(stray),
+    }
+    p = payload(
+        fingerprint={"files": files, "containers": None},
+        # After the .env write, a restore with no stored copy fails the converge.
+        restore=[{"name": "docker-compose.gpu.yml", "sha256": "0" * 64}],
+    )
+    code, events, _ = run_box(home, p)
+    result = events[-1]
+    assert code == 1 and result["ok"] is False, events
+    assert result["failed"].startswith("cannot restore docker-compose.gpu.yml"), result
+    assert result["rollback"]["ok"] is True and result["rollback"]["files"] == [".env"], result
+    after = entries(home)
+    ours = [k for k in after if k.startswith(".lobes/.fleet")]
+    assert {k: v[0] for k, v in after.items() if k not in ours} == {
+        k: v[0] for k, v in before.items()
+    }  # nothing else made, nothing removed
+    assert (deploy / ".env").read_text() == ENV
+    assert stat.S_IMODE((deploy / ".env").stat().st_mode) == 0o600
+    assert (deploy / "docker-compose copy.yml").read_text() == stray
+    (sid,) = [p.name for p in snaps(home).iterdir()]
+    meta = json.loads((snaps(home) / sid / "meta.json").read_text())
+    assert sorted(meta["files"]) == [".env", "docker-compose.gpu.yml", "docker-compose.yml"]
+    assert meta["status"] == "rolled-back"
+
+
+# -- the snapshot looks again when the path changes under it ---------------------------------------
+def swapping(monkeypatch: pytest.MonkeyPatch, swap: Any) -> None:
+    """managed_state, with `swap(path, state)` run right after it looked: what an editor saving
+    by rename, or another tool, does between the snapshot's look and its read."""
+    real = converge.managed_state
+
+    def racy(path: str) -> Any:
+        state = real(path)
+        if path.endswith("/.env"):
+            swap(path, state)
+        return state
+
+    monkeypatch.setattr(converge, "managed_state", racy)
+
+
+def replace(path: str, make: Any) -> None:
+    tmp = path + ".new"
+    make(tmp)
+    os.replace(tmp, path)
+
+
+EDITED = "OPERATOR=edited\n"
+
+
+def test_a_link_replaced_by_a_file_while_snapshotted_is_copied_not_recorded_as_the_link(
+    home, commands, monkeypatch
+):
+    """The snapshot saw a link, then the path became a regular file (an editor's save by
+    rename): it recorded the old link text with no copy, and a rollback put the link back,
+    the edited bytes lost. Now the link is looked at again after the read: changed, the
+    snapshot looks again and keeps a copy of the file."""
+    (home / "shared.env").write_text(ENV)
+    env = home / ".lobes" / ".env"
+    symlink(env, "../shared.env")
+
+    def to_file(path: str, state: Any) -> None:
+        if state and state[0] and env.is_symlink():  # once: the snapshot's first look
+            replace(path, lambda tmp: Path(tmp).write_text(EDITED))
+
+    swapping(monkeypatch, to_file)
+    sid = snapshot()
+    meta = json.loads((snaps(home) / sid / "meta.json").read_text())
+    assert meta["files"][".env"] == {"sha256": sha(EDITED), "mode": meta["files"][".env"]["mode"]}
+    assert (snaps(home) / sid / ".env").read_text() == EDITED
+    env.write_text("A=what a converge wrote\n")
+    assert converge.rollback(box(), sid, reason="test")["ok"] is True
+    assert not env.is_symlink() and env.read_text() == EDITED
+    assert (home / "shared.env").read_text() == ENV
+
+
+def test_a_file_replaced_by_a_link_while_snapshotted_is_recorded_as_the_link(
+    home, commands, monkeypatch
+):
+    """The other way round: read without following (O_NOFOLLOW), the link swapped in is not
+    read as the file; the snapshot looks again and records the link."""
+    (home / "shared.env").write_text(ENV)
+
+    def to_link(path: str, state: Any) -> None:
+        if state and not state[0]:
+            replace(path, lambda tmp: os.symlink("../shared.env", tmp))
+
+    swapping(monkeypatch, to_link)
+    sid = snapshot()
+    meta = json.loads((snaps(home) / sid / "meta.json").read_text())
+    assert meta["files"][".env"]["symlink"] == "../shared.env"
+    assert not (snaps(home) / sid / ".env").exists()
+
+
+def test_a_path_that_keeps_changing_is_refused_not_snapshotted(home, commands, monkeypatch):
+    (home / "shared.env").write_text(ENV)
+
+    def flip(path: str, state: Any) -> None:
+        if state and state[0]:
+            replace(path, lambda tmp: Path(tmp).write_text(EDITED))
+        else:
+            replace(path, lambda tmp: os.symlink("../shared.env", tmp))
+
+    swapping(monkeypatch, flip)
+    with pytest.raises(converge.Failed, match=r"~/.lobes/.env kept changing while it was snap"):
+        snapshot()
+    assert list(snaps(home).iterdir()) == []
+
+
+# -- the unpinned restore reads known-good through one fd ------------------------------------------
+def test_an_unpinned_restore_reads_the_known_good_it_checked(home, tmp_path, monkeypatch):
+    """The check was `os.path.islink(known-good)`, the reads by path after it: a known-good
+    swapped for a link between them vouched for bytes from elsewhere. Now `.fleet` and
+    `known-good` are opened once without following and both files read from that fd."""
+    good = home / ".lobes" / ".fleet" / "known-good"
+    good.mkdir(parents=True)
+    kept = COMPOSE.encode()
+    (good / "docker-compose.yml").write_bytes(kept)
+    (good / "meta.json").write_text(json.dumps({"files": {"docker-compose.yml": sha(kept)}}))
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    planted = b"services: {planted: {image: evil}}\n"
+    (outside / "docker-compose.yml").write_bytes(planted)
+    (outside / "meta.json").write_text(json.dumps({"files": {"docker-compose.yml": sha(planted)}}))
+    real = converge.read_regular
+    swapped: list[bool] = []
+
+    def read_after_swap(*args: Any, **kwargs: Any) -> Any:
+        if not swapped:  # after the check, before the first read: known-good becomes a link
+            good.rename(good.with_name("known-good.real"))
+            os.symlink(outside, good)
+            swapped.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(converge, "read_regular", read_after_swap)
+    assert converge.find_copy(box(), "docker-compose.yml", None) == kept
+    assert swapped
+
+
+# -- a gateway that redirects --------------------------------------------------------------------
+class _Redirecting(_Gateway):  # its _send and its silence
+    """Every endpoint one redirect away, as a trailing-slash redirect puts it; `other` is the
+    port of another server on the loopback that must never be asked."""
+
+    protocol_version = "HTTP/1.1"
+    other: ClassVar[int] = 0  # set per server by the fixture, as `asked`
+    asked: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.asked.append(self.path)
+        port = self.server.server_address[1]
+        moves = {
+            "/health": (307, "/health/"),
+            "/capabilities": (301, f"http://127.0.0.1:{port}/capabilities/"),
+            "/v1/models": (308, "models/"),  # relative to /v1/
+            "/away": (302, f"http://127.0.0.1:{self.other}/health/"),
+            "/secure": (307, f"https://127.0.0.1:{port}/health/"),
+            "/loop": (307, "/loop"),
+            "/odd": (307, "/health/ x"),  # a space: no request line can carry it
+            "/slow": (307, "/slow/"),
+        }
+        if self.path.startswith("/slow"):
+            time.sleep(0.6)
+        if self.path in moves:
+            status, location = moves[self.path]
+            self.send_response(status)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path in ("/health/", "/slow/"):
+            self._send(200, json.dumps({"status": "ok", "version": "0.92.0"}).encode())
+        elif self.path == "/capabilities/":
+            self._send(200, json.dumps({"worker": {"context": 262144}}).encode())
+        else:
+            self._send(401, b'{"error": "unauthorized"}')
+
+
+@pytest.fixture
+def redirecting() -> Iterator[tuple[int, list[str], list[str]]]:
+    """(port, paths it was asked, paths the other server was asked)."""
+
+    def serve(other: int) -> tuple[ThreadingHTTPServer, list[str]]:
+        asked: list[str] = []
+        handler = type("Handler", (_Redirecting,), {"asked": asked, "other": other})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, asked
+
+    elsewhere, asked_elsewhere = serve(0)
+    gateway, asked = serve(elsewhere.server_address[1])
+    try:
+        yield gateway.server_address[1], asked, asked_elsewhere
+    finally:
+        for server in (gateway, elsewhere):
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_gateway_behind_a_redirect_is_verified(redirecting, monkeypatch):
+    """A `/health` answering 307 -> `/health/` gave (307, None) and rolled the converge back,
+    while the collector (urllib) followed it and saw a healthy gateway. Followed now, to the
+    same host and port: relative, absolute, 301/307/308."""
+    port, asked, _ = redirecting
+    url = f"http://127.0.0.1:{port}"
+    assert converge.http_status(url + "/health") == (200, {"status": "ok", "version": "0.92.0"})
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    converge.verify_gateway(gateway_box(port, windows={"worker": 262144}), 5)
+    assert json.loads(out.getvalue().splitlines()[-1])["status"] == "done"
+    assert {"/health/", "/capabilities/", "/v1/models/"} <= set(asked)
+
+
+def test_a_redirect_elsewhere_is_its_own_status(redirecting):
+    """Another port, another scheme, a path no request line can carry: not followed, the
+    redirect's status is the answer; and a loop ends after MAX_REDIRECTS."""
+    port, asked, other = redirecting
+    url = f"http://127.0.0.1:{port}"
+    assert converge.http_status(url + "/away") == (302, None)
+    assert converge.http_status(url + "/secure") == (307, None)
+    assert converge.http_status(url + "/odd") == (307, None)
+    assert other == []  # never asked
+    asked.clear()
+    assert converge.http_status(url + "/loop") == (307, None)
+    assert asked == ["/loop"] * (converge.MAX_REDIRECTS + 1)
+
+
+def test_a_redirect_gets_only_what_is_left_of_the_one_deadline(redirecting):
+    """Two answers of 0.6 s each: within 3 s they are followed; within 1 s the redirect does
+    not start a second second, it is no answer (each hop is not given its own timeout)."""
+    port, _, _ = redirecting
+    url = f"http://127.0.0.1:{port}/slow"
+    assert converge.http_status(url, 3.0) == (200, {"status": "ok", "version": "0.92.0"})
+    started = time.monotonic()
+    assert converge.http_status(url, 1.0) == (None, None)
+    assert time.monotonic() - started < 1.5

@@ -58,6 +58,11 @@ class Failed(Exception):
 SNAPSHOT_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z(?:-[0-9]{1,4})?\Z")  # new_snapshot_id()'s names
 COMPOSE_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*\.ya?ml\Z")
 SNAPSHOT_FILE = re.compile(r"^\.env\Z|" + COMPOSE_NAME.pattern)  # what managed_files() copies
+# Any docker-compose*.yml the directory listing may hold (`docker-compose copy.yml`): a name
+# without `/` or a control character, so it stays inside the deployment directory. The collector
+# observes every one (the plan's fingerprint names them, and the box only digests them); a
+# converge never writes one that is not a COMPOSE_NAME, and a snapshot copies none of those.
+LISTED_COMPOSE = re.compile(r"^docker-compose[^/\x00-\x1f\x7f\ud800-\udfff]*\.ya?ml\Z")
 SERVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 PROJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}\Z")  # compose's project-name rule
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
@@ -180,7 +185,8 @@ def _validate_converge(p, home):
         _text("titles[%d]" % i, title)
     fp = _dict("fingerprint", p.get("fingerprint", {}))
     for name, sha in _dict("fingerprint.files", fp.get("files") or {}).items():
-        _named("fingerprint.files", name, SNAPSHOT_FILE)
+        if not (isinstance(name, str) and LISTED_COMPOSE.match(name)):
+            _named("fingerprint.files", name, SNAPSHOT_FILE)
         if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
             raise Failed("fingerprint.files.%s: must be a sha256 or null" % name)
     if fp.get("containers") is not None:
@@ -404,8 +410,12 @@ class Box:
         # plan restores (snapshotted like the rest, so a rollback undoes that write too).
         names = [".env"] + list(self.p["compose_files"])
         names += [item["name"] for item in self.p.get("restore") or []]
+        # Of the listing, plain names only (COMPOSE_NAME, what a rollback accepts): a converge
+        # writes nothing but the payload's names, all plain, so a `docker-compose copy.yml`
+        # beside them is never changed and needs no copy. Recorded, it made every rollback of
+        # that snapshot refuse (snapshot_files), the one after a failed converge too.
         for entry in sorted(os.listdir(self.deploy)):
-            if entry.startswith("docker-compose") and entry.endswith((".yml", ".yaml")):
+            if entry.startswith("docker-compose") and COMPOSE_NAME.match(entry):
                 names.append(entry)
         return list(dict.fromkeys(names))
 
@@ -520,14 +530,28 @@ def sweep_temp_files(box):
     that is a symlink to elsewhere is not swept (its matching names are not ours), and each
     name is removed from the directory that was listed, never from a path resolved again."""
     deploy = open_dir(box.deploy)
-    fleet = open_dir(FLEET_DIR, deploy) if deploy is not None else None
-    good = open_dir("known-good", fleet) if fleet is not None else None
+    good = open_known_good(box, deploy)
     try:
         for dfd in (deploy, good):
             if dfd is not None:
                 sweep_dir(dfd)
     finally:
-        for dfd in (deploy, fleet, good):
+        for dfd in (deploy, good):
+            if dfd is not None:
+                os.close(dfd)
+
+
+def open_known_good(box, deploy=None):
+    """`.fleet/known-good`'s fd, None when there is none: both opened O_NOFOLLOW below the
+    deployment directory (its fd `deploy`, else opened here), so never one reached by a link."""
+    own = deploy is None
+    if own:
+        deploy = open_dir(box.deploy)
+    fleet = open_dir(FLEET_DIR, deploy) if deploy is not None else None
+    try:
+        return open_dir("known-good", fleet) if fleet is not None else None
+    finally:
+        for dfd in (fleet, deploy if own else None):
             if dfd is not None:
                 os.close(dfd)
 
@@ -598,7 +622,7 @@ def too_large(path, limit):
     )
 
 
-def read_regular(path, limit=READ_LIMIT, follow=False):
+def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None):
     """(bytes, mode) of a regular file of at most `limit` bytes: the one way this program reads
     a box file. Anything else is refused by name, never read: a FIFO would block (the open
     waiting for a writer, the read for data) with the lock held; a device like /dev/zero never
@@ -607,11 +631,12 @@ def read_regular(path, limit=READ_LIMIT, follow=False):
     at most limit + 1 bytes (a file that grew past the limit is refused, never held whole).
 
     `follow`: a managed file may be a symlink, and its target is read; a file of ours (a
-    snapshot copy, meta.json, the lock) never is (lstat, O_NOFOLLOW)."""
-    via_link = follow and os.path.islink(path)
-    check_regular(path, os.stat(path) if follow else os.lstat(path), limit, via_link)
+    snapshot copy, meta.json, the lock) never is (lstat, O_NOFOLLOW). `dir_fd`: `path` is
+    relative to that open directory, not resolved from the root again."""
+    via_link = follow and stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+    check_regular(path, os.stat(path, dir_fd=dir_fd, follow_symlinks=follow), limit, via_link)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         check_regular(path, st, limit, via_link)
@@ -1056,18 +1081,45 @@ def take_snapshot(box, meta):
     return sid, meta
 
 
+SNAPSHOT_TRIES = 3
+
+
+def link_text(path):
+    """The text of the symlink at `path`; None when it is not one, or nothing is there."""
+    try:
+        return os.readlink(path)
+    except OSError:  # EINVAL: not a symlink; ENOENT: gone
+        return None
+
+
 def snapshot_file(src, copy):
     """One managed file into a snapshot, read as check_managed_files allowed it (the same
     reader and limit a restore uses, so every copy taken can be restored). A regular file:
     {sha256, mode} and its copy. A symlink: {symlink: its text, sha256 and mode of its
     target, for the record} and no copy: apply never writes the target (write_managed), so a
-    rollback restores the link itself. None when absent: a rollback removes it again."""
-    state = managed_state(src)
-    if state is None:
-        return None
-    link = state[0]
-    # One read gives the copy and its digest, so the digest is of what was copied.
-    data, mode = read_regular(src, follow=link is not None)
+    rollback restores the link itself. None when absent: a rollback removes it again.
+
+    What is at the path may change between the look and the read (an editor saving by rename
+    replaces a link by a regular file): a path that was no link is read without following
+    (O_NOFOLLOW: a link swapped in is refused, never read as the file), and a link is looked
+    at again after its target was read, still the same link or the bytes are not what the path
+    holds. Either change: look again, SNAPSHOT_TRIES times at most, then refuse."""
+    for _ in range(SNAPSHOT_TRIES):
+        state = managed_state(src)
+        if state is None:
+            return None
+        link = state[0]
+        try:
+            # One read gives the copy and its digest, so the digest is of what was copied.
+            data, mode = read_regular(src, follow=link is not None)
+        except (OSError, Failed):
+            if link_text(src) == link and os.path.lexists(src):
+                raise  # still what it looked like: the reader's refusal stands
+            continue  # replaced or removed meanwhile: look again
+        if link is None or link_text(src) == link:
+            break
+    else:
+        raise Failed("%s kept changing while it was snapshotted; run again" % shown(src))
     entry = {"sha256": hashlib.sha256(data).hexdigest(), "mode": mode}
     if link is None:
         atomic_write(copy, data, 0o600)
@@ -1156,10 +1208,22 @@ def prune(box, keep):
 
 def snapshot_files(meta, sid):
     """The snapshot's {name: {sha256, mode} | None}, every name checked before any is used:
-    a plain name of a managed file (no `/`, no `..`), a sha256, a mode without special bits."""
+    a plain name of a managed file (no `/`, no `..`), a sha256, a mode without special bits.
+
+    A snapshot taken before managed_files() kept to plain names may list a stray compose file
+    of the listing (`docker-compose copy.yml`): no converge ever wrote it, so there is nothing
+    to put back; it is left as it is, not a reason to refuse the whole rollback."""
     files = meta.get("files")
     if not isinstance(files, dict):
         raise Failed("snapshot %s: its metadata lists no files" % sid)
+    strays = [
+        n
+        for n in files
+        if isinstance(n, str) and LISTED_COMPOSE.match(n) and not SNAPSHOT_FILE.match(n)
+    ]
+    for name in strays:
+        emit("note", message="%s: never written by a converge, left as it is" % name)
+    files = {n: info for n, info in files.items() if n not in strays}
     for name, info in files.items():
         if not isinstance(name, str) or not SNAPSHOT_FILE.match(name):
             shown = repr(name)[:80] if isinstance(name, str) and not _CONTROL.search(name) else ""
@@ -1191,10 +1255,10 @@ def known_good_dir(box):
     return os.path.join(box.fleet, "known-good")
 
 
-def verified_copy(path, sha):
+def verified_copy(path, sha, dir_fd=None):
     """The bytes of a stored copy if they are the ones recorded (sha256), else None."""
     try:
-        data, _ = read_regular(path)
+        data, _ = read_regular(path, dir_fd=dir_fd)
     except (OSError, Failed):
         return None
     return data if hashlib.sha256(data).hexdigest() == sha else None
@@ -1203,19 +1267,27 @@ def verified_copy(path, sha):
 def find_copy(box, name, sha):
     """The bytes of a stored copy of compose file `name`: by its pinned digest (known-good, any
     snapshot), or the known-good copy when the desired state pins none; always the bytes whose
-    sha256 was checked, never a file read a second time."""
+    sha256 was checked, never a file read a second time.
+
+    Unpinned, known-good's own meta.json vouches for the copy: `.fleet` and `known-good` are
+    opened once without following (a symlinked one would vouch for bytes from elsewhere) and
+    both files read relative to that fd, never by a path resolved again after the check. A
+    pinned copy is read by its path, wherever it is: its sha256 is the desired state's own."""
     good = known_good_dir(box)
     if sha is None:
-        if os.path.islink(good):  # its meta.json would vouch for bytes from elsewhere
+        dfd = open_known_good(box)
+        if dfd is None:
             return None
         try:
-            data, _ = read_regular(os.path.join(good, "meta.json"), META_LIMIT)
+            data, _ = read_regular("meta.json", META_LIMIT, dir_fd=dfd)
             sha = (json.loads(data.decode("utf-8")).get("files") or {}).get(name)
+            if not (isinstance(sha, str) and SHA256.match(sha)):
+                return None
+            return verified_copy(name, sha, dir_fd=dfd)
         except (OSError, ValueError, AttributeError, Failed):
             return None
-        if not (isinstance(sha, str) and SHA256.match(sha)):
-            return None
-        return verified_copy(os.path.join(good, name), sha)
+        finally:
+            os.close(dfd)
     candidates = [os.path.join(good, name)]
     root = snapshots_dir(box)
     candidates += [os.path.join(root, s, name) for s in reversed(list_snapshots(box))]
@@ -1405,28 +1477,68 @@ class DeadlineReader(io.RawIOBase):
         return self.conn.recv_into(buffer)
 
 
+REDIRECTS = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 5
+
+
 def http_get(url, deadline):
     """(status, at most BODY_LIMIT bytes of the body) of `GET url`, all of it by `deadline`
-    (connect, request, status line, headers, body), or TimeoutError. Plain HTTP to the
-    loopback, no proxy; http.client reads the answer (Content-Length, chunked, or to close)."""
+    (connect, request, status line, headers, body; every redirect followed too), or
+    TimeoutError. Plain HTTP to the loopback, no proxy; http.client reads the answer
+    (Content-Length, chunked, or to close).
+
+    A redirect is followed, as urllib did and the collector does (a `/health` answering 307
+    to `/health/`), MAX_REDIRECTS times at most, and only to the same host and port: one
+    elsewhere (or one too many) is the answer, its status."""
+    for _ in range(MAX_REDIRECTS + 1):
+        status, body, location = http_get_once(url, deadline)
+        after = same_origin(url, location) if status in REDIRECTS and location else None
+        if after is None:
+            return status, body
+        url = after
+    return status, body
+
+
+def same_origin(url, location):
+    """Where the redirect `location` leads from `url` when that is the same host and port over
+    plain HTTP (a relative Location, or the same http://host:port), as `url`'s own scheme and
+    host:port with the new path and query; else None (a path that is no plain ASCII too)."""
+    try:
+        here = urllib.parse.urlsplit(url)
+        there = urllib.parse.urlsplit(urllib.parse.urljoin(url, location))
+        same = (there.scheme, there.hostname, there.port or 80) == (
+            "http",
+            here.hostname,
+            here.port or 80,
+        )
+    except ValueError:  # a port that is not one
+        return None
+    if not same or re.search(r"[^\x21-\x7e]", there.path + there.query):
+        return None
+    return urllib.parse.urlunsplit(("http", here.netloc, there.path, there.query, ""))
+
+
+def http_get_once(url, deadline):
+    """(status, body, Location) of one `GET url` by `deadline`: see http_get."""
     parts = urllib.parse.urlsplit(url)
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("no time left for the request")
     with socket.create_connection((parts.hostname, parts.port or 80), timeout=left) as raw:
         conn = DeadlineSocket(raw, deadline)
+        target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
         request = (
             "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n"
-            "Accept-Encoding: identity\r\nConnection: close\r\n\r\n"
-            % (parts.path or "/", parts.netloc)
+            "Accept-Encoding: identity\r\nConnection: close\r\n\r\n" % (target, parts.netloc)
         )
         conn.sendall(request.encode("ascii"))
         resp = http.client.HTTPResponse(conn, method="GET")  # type: ignore[arg-type]
         try:
             resp.begin()
             if not 200 <= resp.status < 300:
-                return resp.status, b""  # the status is the answer (401: keyed); no body read
-            return resp.status, resp.read(BODY_LIMIT)
+                # The status is the answer (401: keyed), or where a redirect leads; no body read.
+                return resp.status, b"", resp.getheader("Location")
+            return resp.status, resp.read(BODY_LIMIT), None
         finally:
             resp.close()
 
