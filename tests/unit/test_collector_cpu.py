@@ -157,18 +157,29 @@ def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None
     assert "k3y" not in json.dumps(answer) and server.requests == []
 
 
-def test_a_redirect_is_followed_by_urllib() -> None:
+def test_a_redirect_within_its_origin_is_followed_by_urllib() -> None:
+    moved = b"HTTP/1.1 302 Found\r\nLocation: /moved\r\nContent-Length: 0\r\n\r\n"
+    server = Canned([moved, moved, ANSWERS["content-length"]])  # urllib asks again, from the start
+    try:
+        answer = collector.http_get(f"http://127.0.0.1:{server.port}/health", 2)
+    finally:
+        server.close()
+    assert answer["status"] == 200 and answer["body"] == {"ok": True}
+    assert len(server.requests) == 3  # urllib followed it
+
+
+def test_a_redirect_to_another_origin_is_the_answer() -> None:
+    # urllib would carry the probe's headers (a keyed probe's Authorization) to the other port.
     target = Canned([ANSWERS["content-length"]])
     moved = f"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{target.port}/\r\n"
     moved_answer = (moved + "Content-Length: 0\r\n\r\n").encode()
-    server = Canned([moved_answer, moved_answer])  # urllib asks again, from the start
+    server = Canned([moved_answer, moved_answer])
     try:
         answer = collector.http_get(f"http://127.0.0.1:{server.port}/health", 2)
     finally:
         server.close()
         target.close()
-    assert answer["status"] == 200 and answer["body"] == {"ok": True}
-    assert len(server.requests) == 2 and len(target.requests) == 1  # urllib followed it
+    assert answer["status"] == 302 and target.requests == []
 
 
 def test_the_audit_post_keeps_the_first_mesh_header_as_urllib_did() -> None:

@@ -2091,6 +2091,7 @@ def within(timeout):
     included: urllib's timeout bounds each socket operation only, and a gateway dripping a
     byte a second kept a probe alive for ever. Each connection it opens has its socket's reads
     bounded by what is left (`_bounded`); past it they fail as timed out."""
+    import urllib.parse
     import urllib.request
 
     deadline = time.monotonic() + timeout
@@ -2106,10 +2107,32 @@ def within(timeout):
         def do_open(self, http_class, req, **kwargs):
             return super().do_open(connection(http_class), req, **kwargs)  # type: ignore[misc]
 
-    handlers = [type("HTTPHandler", (BoundedOpen, urllib.request.HTTPHandler), {})]
+    class SameOrigin(urllib.request.HTTPRedirectHandler):
+        # urllib carries a request's headers to wherever a redirect points: the audit's keyed
+        # probe would send its Authorization (the gateway's or the mesh's key) to any host the
+        # answer names. A redirect is followed to the origin asked only; any other is the
+        # probe's answer (its 3xx status), as the converger's gateway check takes it.
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            if _origin(urllib.parse.urljoin(req.full_url, newurl)) != _origin(req.full_url):
+                return None  # urllib then raises HTTPError(code): the probe's status
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+    handlers = [SameOrigin, type("HTTPHandler", (BoundedOpen, urllib.request.HTTPHandler), {})]
     if hasattr(urllib.request, "HTTPSHandler"):  # a redirect to https (urllib has ssl)
         handlers.append(type("HTTPSHandler", (BoundedOpen, urllib.request.HTTPSHandler), {}))
     return urllib.request.build_opener(*handlers)
+
+
+def _origin(url):
+    """(scheme, host, port) of `url`, the port as the scheme implies it when not written."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port that is no number: an origin of its own, never the one asked
+        return (parts.scheme, parts.netloc, None)
+    return (parts.scheme, parts.hostname, port or {"http": 80, "https": 443}.get(parts.scheme))
 
 
 def _bounded(socket_class, deadline):
