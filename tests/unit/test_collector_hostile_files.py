@@ -500,6 +500,18 @@ def test_a_symlink_to_nothing_is_the_boxes_problem_as_the_converger_says(
         converge.check_managed_files(converge.Box(payload))
 
 
+def test_a_secret_source_that_is_a_symlink_to_nothing_is_named_so_not_missing(box: Path) -> None:
+    (box / "secrets.env").unlink()
+    (box / "secrets.env").symlink_to("/nonexistent-fleet-test/secrets.env")
+    _, raw = collect(box)
+    assert raw["file_errors"] == {"~/secrets.env": "a symlink that leads to no file"}
+    assert raw["secret_sources"]["gw"] == {"status": "file-unreadable", "path": "~/secrets.env"}
+    (box / "secrets.env").unlink()  # no file and no link: missing, and no error of the box's
+    _, raw = collect(box)
+    assert raw["secret_sources"]["gw"] == {"status": "file-missing", "path": "~/secrets.env"}
+    assert "file_errors" not in raw or not raw["file_errors"]
+
+
 # -- the one reader: stat first, nothing else opened ---------------------------------------------
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:

@@ -503,11 +503,15 @@ class Run:
         """(text, None) of the box file at `path` (read_text_file); (None, None) when there is
         none; (None, why) when it is there but cannot be read, which is then this box's own
         problem, named `shown` in the answer's `file_errors`: one odd file costs the parts
-        that read it, never the observation."""
+        that read it, never the observation. A symlink that leads to no file is such a
+        problem, not an absent file: "missing" would send its owner looking for a file that
+        `ls` shows is there."""
         try:
             return read_text_file(path, limit), None
         except FileNotFoundError:
-            return None, None
+            if not os.path.islink(path):
+                return None, None
+            return None, self.file_problem(shown, BoxFileError(DANGLING))
         except OSError as exc:
             return None, self.file_problem(shown, exc)
 
