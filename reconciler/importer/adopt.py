@@ -19,7 +19,7 @@ from reconciler.importer.contract import adopt_contract
 from reconciler.importer.gateway import adopt_gateway, adopt_mesh
 from reconciler.importer.lanes import adopt_lanes
 from reconciler.importer.policy import SECRET_PATTERNS, adopt_policy
-from reconciler.importer.secrets import candidates
+from reconciler.importer.secrets import UNFOUND, candidates
 from reconciler.importer.sourced import Sourced, Tree, put
 from reconciler.observe.document import Observed
 
@@ -118,7 +118,7 @@ def _deployment(view: BoxView, tree: Tree) -> str:
             where = f"sha256 of {directory}/{name}"
             put(tree, ("deployment", "file_digests", name), Sourced(fact.sha256, where))
         else:
-            view.note(f"{name}: in the -f chain but not on the box")
+            view.note(f"the -f chain names {name}, which is not on the box")
     return directory
 
 
@@ -130,7 +130,19 @@ def summary(name: str, tree: Tree) -> str:
     mesh = tree.get("mesh", {}).get("enabled")
     posture = auth.value if isinstance(auth, Sourced) else "?"
     on = "on" if isinstance(mesh, Sourced) and mesh.value else "off"
-    return f"{name}: lanes {roles_run or 'none'}; gateway {posture}; mesh {on}"
+    line = f"{name}: lanes {roles_run or 'none'}; gateway {posture}; mesh {on}"
+    unfound = _placeholders(tree)
+    return f"{line}; not adopted, a placeholder: {', '.join(unfound)}" if unfound else line
+
+
+def _placeholders(tree: Tree) -> list[str]:
+    """The secrets whose key in use no file holds (secrets.unfound): the line must not read
+    as if what runs was adopted."""
+    return sorted(
+        f"secrets.{name}"
+        for name, leaf in tree.get("secrets", {}).items()
+        if isinstance(leaf, Sourced) and leaf.origin.startswith(UNFOUND)
+    )
 
 
 def _env_pins(view: BoxView, tree: Tree) -> None:

@@ -25,6 +25,14 @@ def shown(value: EnvValue | None) -> str:
     return repr(value) if len(value) <= 80 else repr(value[:77] + "...")
 
 
+def _taken(running: EnvValue) -> str:
+    """What was done with the value a container runs. A secret is adopted only as a reference
+    to a file holding it (secrets.py), which may not exist: its own note says which."""
+    if isinstance(running, SecretValue):
+        return "the key in use is looked for in the box's files (see secrets)"
+    return "adopted what runs"
+
+
 @dataclass
 class BoxView:
     name: str
@@ -36,6 +44,10 @@ class BoxView:
         self.by_service: dict[str, Container] = {c.key: c for c in self.doc.containers}
 
     def note(self, what: str) -> None:
+        """`what` is shown through the report's scrubber, which masks the text after a
+        secret-named `KEY:` or `KEY=` and any long run of letters and digits (a catalog name
+        with a digest): notes name a key without a colon after it and quote image references
+        (whose digests the scrubber keeps), never catalog names."""
         self.findings.append(Finding(self.name, what))
 
     @property
@@ -58,7 +70,7 @@ class BoxView:
             if lacking and not differs:
                 # Nothing else to adopt (a desired state cannot pin "absent"): said, not hidden.
                 self.note(
-                    f"{key}: .env:{found.line} sets it but {', '.join(lacking)} "
+                    f".env:{found.line} sets {key}, but {', '.join(lacking)} "
                     "run without it (created before the line was written)"
                 )
             if not differs:
@@ -66,8 +78,8 @@ class BoxView:
             c, v = differs[0]
             names = ", ".join(sorted(c.name for c, _ in differs))
             self.note(
-                f"{key}: .env:{found.line} has {shown(found.value)} but {names} "
-                f"run{'s' if len(differs) == 1 else ''} with {shown(v)}; adopted what runs"
+                f".env:{found.line} sets {key} to {shown(found.value)}, but {names} "
+                f"run{'s' if len(differs) == 1 else ''} with {shown(v)}; {_taken(v)}"
             )
             return Sourced(v, f"docker inspect ({c.name}; .env:{found.line} differs)")
         if running:
@@ -75,7 +87,8 @@ class BoxView:
             if all(value == "" for _, value in running):
                 # compose's `${KEY:-}`: an absent key runs empty; nothing to report.
                 return Sourced("", f"docker inspect ({c.name}; not in .env)")
-            self.note(f"{key}: not in .env; adopted {shown(v)} from {c.name}")
+            taken = f"adopted {shown(v)} from {c.name}" if isinstance(v, str) else _taken(v)
+            self.note(f"{key} is not in .env; {taken}")
             return Sourced(v, f"docker inspect ({c.name})")
         return None
 

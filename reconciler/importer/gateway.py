@@ -6,9 +6,29 @@ from __future__ import annotations
 
 from reconciler.importer.boxview import BoxView
 from reconciler.importer.images import running_digest
-from reconciler.importer.secrets import Candidate, source_for
+from reconciler.importer.secrets import Candidate, source_for, unfound, unfound_path
 from reconciler.importer.sourced import Sourced, Tree, put
-from reconciler.observe.document import SecretValue
+from reconciler.observe.document import Binding, SecretValue
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a non-negative int, only if it is ASCII digits: str.isdigit() also takes `²`
+    and `٣`, which int() refuses or reads as another digit than the box's file shows."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _publication(view: BoxView, tree: Tree, b: Binding, seen: str) -> None:
+    bind = b.host_ip if b.host_ip not in ("", "::") else "0.0.0.0"
+    put(tree, ("gateway", "bind"), Sourced(bind, seen))
+    port = whole_number(b.host_port)
+    if port is not None and 0 < port < 65536:
+        put(tree, ("gateway", "port"), Sourced(port, seen))
+    else:
+        # Docker's HostPort may be "" (chosen at start) or a range: no one port to pin.
+        view.note(
+            f"the gateway publishes 8000/tcp on host port {b.host_port!r}, not one port: "
+            "gateway.port is not adopted (lobes' 8000 applies)"
+        )
 
 
 def adopt_gateway(
@@ -24,10 +44,7 @@ def adopt_gateway(
         put(tree, ("gateway", "image"), Sourced(names[ref], seen))
     bindings = gw.ports.get("8000/tcp") or ()
     if bindings:
-        b = bindings[0]
-        bind = b.host_ip if b.host_ip not in ("", "::") else "0.0.0.0"
-        put(tree, ("gateway", "bind"), Sourced(bind, seen))
-        put(tree, ("gateway", "port"), Sourced(int(b.host_port), seen))
+        _publication(view, tree, bindings[0], seen)
     port = view.text("VLLM_PORT")
     if bindings and port is not None and port.value != bindings[0].host_port:
         view.note(
@@ -52,16 +69,39 @@ def adopt_gateway(
             )
             return
         put(tree, ("gateway", "api_key"), Sourced({"secret": "gateway_api_key"}, key.origin))
-        put(
-            tree,
-            ("secrets", "gateway_api_key"),
-            source_for(key.value, "GATEWAY_API_KEY", key.origin, deploy, found),
-        )
+        _reference(view, tree, "gateway_api_key", "GATEWAY_API_KEY", key, deploy, found)
     elif key is not None and isinstance(key.value, SecretValue):
+        # The key's name is never followed by a colon: the report's scrubber takes
+        # `GATEWAY_API_KEY: <text>` for an assignment and masks the text.
         view.note(
-            f"GATEWAY_API_KEY: {key.origin} holds a key, yet the gateway serves callers "
+            f"{key.origin} holds a GATEWAY_API_KEY, yet the gateway serves callers "
             "without one; adopted auth: open"
         )
+
+
+def _reference(
+    view: BoxView,
+    tree: Tree,
+    secret: str,
+    env_key: str,
+    key: Sourced,
+    deploy: str,
+    found: list[Candidate],
+) -> None:
+    """`secrets.<secret>`: where the value in use was found, else a placeholder, said."""
+    source = source_for(key.value, env_key, key.origin, deploy, found, view.line(env_key))
+    if source is None:
+        source = unfound(env_key, deploy)
+        line = view.line(env_key)
+        env = "holds another value" if line is not None else "has no such line"
+        view.note(
+            f"the {env_key} in use ({key.origin}) is held by no file the import can point "
+            f"to (.env {env}, no secret file or login-shell export has it): not adopted; "
+            f"secrets.{secret} points at {unfound_path(deploy)}, which is not on the box; "
+            "put the key in use there (or point the reference at a file that holds it) "
+            "before a converge, which refuses until then"
+        )
+    put(tree, ("secrets", secret), source)
 
 
 def adopt_mesh(view: BoxView, tree: Tree, deploy: str, found: list[Candidate]) -> None:
@@ -74,16 +114,22 @@ def adopt_mesh(view: BoxView, tree: Tree, deploy: str, found: list[Candidate]) -
     members = f", {count} other members in LOBES_MESH_SEEDS" if count else ""
     put(tree, ("mesh", "enabled"), Sourced(True, f"LOBES_MESH_KEY set in .env{members}"))
     put(tree, ("mesh", "key"), Sourced({"secret": "mesh_key"}, key.origin))
-    put(
-        tree,
-        ("secrets", "mesh_key"),
-        source_for(key.value, "LOBES_MESH_KEY", key.origin, deploy, found),
-    )
-    beat = view.text("LOBES_MESH_HEARTBEAT_S")
-    if beat is not None and beat.value.isdigit() and int(beat.value) > 0:
-        put(tree, ("mesh", "heartbeat_s"), Sourced(int(beat.value), beat.origin))
-    else:
-        view.note("LOBES_MESH_HEARTBEAT_S is not set in .env: lobes' default 60 is adopted")
+    _reference(view, tree, "mesh_key", "LOBES_MESH_KEY", key, deploy, found)
+    _heartbeat(view, tree)
     name = view.text("LOBES_MESH_NAME")
     if name is not None and name.value != view.name:
         view.note(f"LOBES_MESH_NAME: {name.origin} says {name.value!r}, the box is {view.name!r}")
+
+
+def _heartbeat(view: BoxView, tree: Tree) -> None:
+    beat = view.text("LOBES_MESH_HEARTBEAT_S")
+    seconds = whole_number(beat.value) if beat is not None else None
+    if beat is not None and seconds is not None and seconds > 0:
+        put(tree, ("mesh", "heartbeat_s"), Sourced(seconds, beat.origin))
+    elif beat is None:
+        view.note("LOBES_MESH_HEARTBEAT_S is not set in .env: lobes' default 60 is adopted")
+    else:
+        view.note(
+            f"LOBES_MESH_HEARTBEAT_S in {beat.origin} is {beat.value!r}, not a whole number of "
+            "seconds above 0: lobes' default 60 is adopted"
+        )

@@ -4,7 +4,7 @@ Three changes, each for the new repository to stand on its own: overlays (`image
 `box_overlay`) are dropped, since the adopted group_vars already hold what runs; a relative
 ssh key or known_hosts path is made absolute (it was relative to the old root); and only the
 adopted boxes are kept. A box whose `.env` announces another GATEWAY_SELF_ORIGIN than the
-inventory's default gets `gateway_origin`.
+inventory's default gets `gateway_origin`; every other kept box loses the one it had.
 """
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ import io
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ruamel.yaml import YAML
+
+from reconciler.importer.printable import escaped
 
 OVERLAYS = ("image_overlay", "box_overlay")
 SSH_PATHS = ("ssh_key", "ssh_known_hosts_file")
@@ -37,13 +40,23 @@ def copied_inventory(
             value = box.get(key)
             if isinstance(value, str) and not os.path.isabs(os.path.expanduser(value)):
                 box[key] = os.path.normpath(root / value)
-        if name in origins:
-            box["gateway_origin"] = origins[name]
-            box.yaml_add_eol_comment("GATEWAY_SELF_ORIGIN in .env", "gateway_origin")
+        _origin(box, origins.get(name))
     out = io.StringIO()
     out.write(
-        f"# Copied by `reconcile import` from {source}: overlays dropped (group_vars/ holds what\n"
-        "# runs), ssh paths made absolute, only the adopted boxes kept.\n"
+        f"# Copied by `reconcile import` from {escaped(source)}: overlays dropped (group_vars/\n"
+        "# holds what runs), ssh paths made absolute, only the adopted boxes kept.\n"
     )
     yaml.dump(data, out)
     return out.getvalue()
+
+
+def _origin(box: Any, origin: str | None) -> None:
+    """The adopted origin, or none: an origin the source inventory names but the box's `.env`
+    does not announce is the old state's, and kept it would make the adopted `.env` announce
+    it (GATEWAY_SELF_ORIGIN) and the mesh's seeds name it."""
+    if origin is None:
+        if "gateway_origin" in box:
+            del box["gateway_origin"]
+        return
+    box["gateway_origin"] = origin
+    box.yaml_add_eol_comment("GATEWAY_SELF_ORIGIN in .env", "gateway_origin")

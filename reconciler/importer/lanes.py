@@ -34,11 +34,13 @@ def adopt_lanes(view: BoxView, names: dict[str, str]) -> tuple[Tree, dict[str, i
             continue
         role = ROLE_OF_SERVICE.get(service)
         if role is None or role not in roles.ENV_PREFIX:
-            view.note(f"{c.name}: service {service!r} is no vLLM lane lobes knows; not adopted")
+            view.note(
+                f"container {c.name} (service {service!r}) is no vLLM lane lobes knows; not adopted"
+            )
             continue
         ref = running_digest(view.doc, c)
         if ref is None:
-            view.note(f"{c.name}: runs an image with no digest; not adopted")
+            view.note(f"container {c.name} runs an image with no digest; not adopted")
             continue
         lane = lane_name(service)
         seen = f"docker inspect ({c.name})"
@@ -70,13 +72,16 @@ def _one_image_per_variable(view: BoxView, lanes: Tree, names: dict[str, str]) -
             continue
         line = view.line(var)
         in_env = next((n for n, r in refs.items() if line and r == line.value), None)
-        chosen = in_env if in_env in images else max(sorted(set(images)), key=images.count)
+        chosen: str = max(sorted(set(images)), key=images.count)
+        if in_env is not None and in_env in images:
+            chosen = in_env  # the `.env` value, where a lane runs it
         origin = f".env:{line.line}" if in_env == chosen and line else "docker inspect (most lanes)"
         for lane in group:
             if lanes[lane]["image"].value != chosen:
+                # References, not catalog names: the scrubber masks a name with a digest.
                 view.note(
                     f"lanes share {var} but {lane} runs {refs[lanes[lane]['image'].value]}; "
-                    f"adopted {chosen} for all"
+                    f"adopted {refs[chosen]} for all"
                 )
             lanes[lane]["image"] = Sourced(chosen, f"{origin} ({var})")
 

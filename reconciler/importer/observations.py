@@ -98,7 +98,8 @@ def _port(obs: BoxObservation) -> int | None:
     gateway = next((c for c in doc.containers if c.key == "gateway"), None) if doc else None
     bindings = gateway.ports.get("8000/tcp") if gateway is not None else None
     port = bindings[0].host_port if bindings else ""
-    return int(port) if port.isdigit() and 0 < int(port) < 65536 else None
+    # isascii: str.isdigit() also takes `²`, which int() refuses.
+    return int(port) if port.isascii() and port.isdigit() and 0 < int(port) < 65536 else None
 
 
 def live(root: Path, inv: InventorySpec, boxes: list[str]) -> dict[str, BoxObservation]:

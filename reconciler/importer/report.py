@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from reconciler.compare.drift import DriftReport
+from reconciler.importer.printable import escaped
 from reconciler.importer.result import EXIT_FOUND, EXIT_OK, Imported
 from reconciler.importer.why import reason
 from reconciler.report.values import free_text
@@ -30,7 +31,7 @@ def reasons(report: DriftReport, done: Imported) -> list[str]:
 
 
 def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
-    print(f"wrote {done.output}: {', '.join(done.files)}")
+    print(f"wrote {escaped(done.output)}: {', '.join(done.files)}")
     print(f"adopted {len(done.boxes)} box{'es' if len(done.boxes) != 1 else ''}:")
     for line in done.boxes:
         print(f"  {line}")
@@ -47,6 +48,9 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
         print(f"  {len(report.drifts)} differences remain; no desired state removes them:")
         for line in reasons(report, done):
             print(f"    {free_text(line)}")
-    replay = f" --from-snapshot {snapshot}" if snapshot else ""
-    print(f"\ndetails and check: reconcile --root {done.output} -i {inventory} drift{replay}")
+    # Paths escaped: one that is not UTF-8 would end the report in a UnicodeEncodeError.
+    replay = f" --from-snapshot {escaped(snapshot)}" if snapshot else ""
+    print(
+        f"\ndetails and check: reconcile --root {escaped(done.output)} -i {inventory} drift{replay}"
+    )
     return EXIT_FOUND if notes or errors or report.drifts else EXIT_OK

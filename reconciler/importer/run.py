@@ -23,10 +23,12 @@ from reconciler.importer.adopt import adopt_box, summary
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
 from reconciler.importer.inventory import copied_inventory
+from reconciler.importer.printable import escaped
 from reconciler.importer.result import EXIT_ERROR, Imported
 from reconciler.importer.sourced import Finding, Sourced, Tree
 from reconciler.importer.verify import observed_again, replayed
 from reconciler.importer.write import (
+    WRITTEN_BY,
     OutputExists,
     OutputRefused,
     build,
@@ -86,7 +88,7 @@ def adopt(
     layers = factor(trees, groups, inv.group_order)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     header = (
-        f"Adopted by `reconcile import` from {came_from} ({', '.join(trees)}), {when}.\n"
+        f"{WRITTEN_BY} from {came_from} ({', '.join(trees)}), {when}.\n"
         "Each value's comment says where it was found: .env:LINE, docker inspect, GET\n"
         "/capabilities, GET /v1/models, or a policy default no box can show."
     )
@@ -135,16 +137,16 @@ def run_import(args: argparse.Namespace) -> int:
     try:
         if snapshot:
             obs = observing.from_snapshot(Path(snapshot), wanted or list(inv.boxes))
-            came_from = f"the snapshot {snapshot}"
+            came_from = f"the snapshot {escaped(snapshot)}"
         else:
             obs = observing.live(root, inv, wanted or list(inv.boxes))
             came_from = "the live boxes"
     except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escaped(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     missing = [b for b in (wanted or list(inv.boxes)) if b not in obs]
-    if wanted and missing:
-        print(f"error: {', '.join(missing)} not in the snapshot; nothing written", file=sys.stderr)
+    if missing:
+        _refuse_missing(missing, list(obs), named=bool(wanted))
         return EXIT_ERROR
     failed = {b: o for b, o in obs.items() if o.document is None}
     if failed or not obs:
@@ -171,6 +173,21 @@ def run_import(args: argparse.Namespace) -> int:
     from reconciler.importer.report import print_report
 
     return print_report(done, inv_name_hint(inv_path), snapshot)
+
+
+def _refuse_missing(missing: list[str], held: list[str], named: bool) -> None:
+    """Boxes of the inventory (or named) that the snapshot does not hold: adopting the rest
+    alone would drop them from the adopted inventory and from the mesh's members without a
+    word, so the import refuses, as for a box not observed, naming each."""
+    for name in missing:
+        print(f"error: {name} not in the snapshot", file=sys.stderr)
+    if not named and held:
+        print(
+            f"the snapshot holds {', '.join(held)}: to adopt only those, name them "
+            f"(`import {' '.join(held)} --from-snapshot ...`)",
+            file=sys.stderr,
+        )
+    print("nothing written", file=sys.stderr)
 
 
 def inv_name_hint(inv_path: Path) -> str:

@@ -4,7 +4,13 @@ The observation holds only keyed digests (`hmac:...`, one key per run): the dige
 in use (a `.env` line, or what the running gateway carries) is matched against every place the
 collector read one: the secret sources (`~/.lobes/.secrets.env`) and the deploy user's
 login-shell exports (`~/.bashrc:6`, incident #209). A match names that file and key; with none,
-the reference points at the `.env` line itself. Nothing here can see or print a value.
+the reference points at the `.env` line itself, only if that line holds the same value. A key in
+use that no file holds (a gateway started by hand, a `.env` edited since) has nowhere to point:
+`.env`'s other value would rotate the live key on the next converge, a missing line fail it. It
+becomes a placeholder instead, a file that is not on the box (`unfound`): the repository still
+validates, drift names the missing file and a converge refuses before it writes anything, until
+the operator puts the key in use there or points the reference elsewhere.
+Nothing here can see or print a value.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.importer.sourced import Sourced
-from reconciler.observe.document import Observed, SecretValue
+from reconciler.observe.document import EnvLine, Observed, SecretValue
 
 # Secret name in group_vars -> the `.env` variable lobes reads it from.
 SECRET_KEYS = {
@@ -20,6 +26,9 @@ SECRET_KEYS = {
     "mesh_key": "LOBES_MESH_KEY",
     "hf_token": "HF_TOKEN",
 }
+# Where a placeholder reference points, beside `.env`: a name no lobes deployment has.
+UNFOUND_FILE = ".secrets.unfound.env"
+UNFOUND = "placeholder"  # how a placeholder's comment starts (adopt.summary reads it)
 
 
 @dataclass(frozen=True)
@@ -52,16 +61,44 @@ def candidates(doc: Observed) -> list[Candidate]:
 
 
 def source_for(
-    value: SecretValue, env_key: str, origin: str, deploy_dir: str, found: list[Candidate]
-) -> Sourced:
-    """A box_file source for the secret `value` in use under `env_key` (seen at `origin`)."""
+    value: SecretValue,
+    env_key: str,
+    origin: str,
+    deploy_dir: str,
+    found: list[Candidate],
+    env_line: EnvLine | None,
+) -> Sourced | None:
+    """A box_file source for the secret `value` in use under `env_key` (seen at `origin`), or
+    None when no file the import read holds it (`env_line`: `.env`'s line of `env_key`)."""
     same = [c for c in found if c.digest == value.digest]
     match = [c for c in same if c.key == env_key] + [c for c in same if c.key != env_key]
     if match:
         c = match[0]
         where = f"{c.origin}, same digest as {origin}"
         return Sourced({"source": "box_file", "path": c.path, "key": c.key}, where)
+    if _holds(env_line, value):
+        return Sourced(
+            {"source": "box_file", "path": f"{deploy_dir}/.env", "key": env_key},
+            f"{origin} (no other file holds it)",
+        )
+    return None
+
+
+def _holds(line: EnvLine | None, value: SecretValue) -> bool:
+    return (
+        line is not None
+        and isinstance(line.value, SecretValue)
+        and line.value.digest == value.digest
+    )
+
+
+def unfound_path(deploy_dir: str) -> str:
+    return f"{deploy_dir}/{UNFOUND_FILE}"
+
+
+def unfound(env_key: str, deploy_dir: str) -> Sourced:
+    """The placeholder for a key in use that no file holds (see the module's docstring)."""
     return Sourced(
-        {"source": "box_file", "path": f"{deploy_dir}/.env", "key": env_key},
-        f"{origin} (no other file holds it)",
+        {"source": "box_file", "path": unfound_path(deploy_dir), "key": env_key},
+        f"{UNFOUND}: no file on the box holds the {env_key} in use; put it here",
     )

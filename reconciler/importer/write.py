@@ -3,15 +3,30 @@
 It is built in a hidden directory beside NEWROOT (same filesystem, so the final rename is
 atomic), checked there, and renamed into place. An existing NEWROOT is refused unless forced;
 forced, the old one is moved aside first and removed only once the new one is in place.
+
+`--force` deletes what NEWROOT holds, so it replaces only what an import could have written:
+an empty directory, or one holding nothing but `inventory/`, `group_vars/` (and `facts/`) of
+YAML files, the group_vars saying an import wrote them. `/`, the home, the current directory
+and any directory holding one of them are refused outright (`--output . --force` once deleted
+the files of the directory it ran in).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from reconciler.importer.printable import escaped
+
+# What an adopted repository holds at its top (facts/: a snapshot's facts an operator copied in).
+REPOSITORY_DIRS = frozenset({"inventory", "group_vars", "facts"})
+# The words every group_vars layer an import writes starts with (run.py's header).
+WRITTEN_BY = "Adopted by `reconcile import`"
 
 
 class OutputRefused(Exception):
@@ -25,14 +40,89 @@ class OutputExists(OutputRefused):
 def check_free(output: Path, force: bool, sources: Mapping[str, Path] | None = None) -> None:
     """Refuse an existing `output` unless forced, and, forced or not, an output that is or
     holds what the import reads (`sources`: the repository, the snapshot): replacing it would
-    delete them (symlinks followed)."""
+    delete them (symlinks followed). Forced, only a directory an import could have written is
+    replaced (the module's docstring)."""
     real = Path(os.path.realpath(output))
     for what, source in (sources or {}).items():
         held = Path(os.path.realpath(source))
         if held == real or real in held.parents:
-            raise OutputExists(f"{output} holds {what} {source}: choose a new directory")
-    if os.path.lexists(output) and not force:
-        raise OutputExists(f"{output} already exists (use --force to replace it)")
+            raise OutputExists(
+                f"{escaped(output)} holds {what} {escaped(source)}: choose a new directory"
+            )
+    _never_replaced(output, real)
+    if not os.path.lexists(output):
+        return
+    if not force:
+        raise OutputExists(f"{escaped(output)} already exists (use --force to replace it)")
+    unexpected = _not_written_by_import(output)
+    if unexpected is not None:
+        raise OutputExists(
+            f"{escaped(output)} is not a repository `reconcile import` wrote ({unexpected}); "
+            "--force replaces only an empty directory or one import wrote: choose a new directory"
+        )
+
+
+def _never_replaced(output: Path, real: Path) -> None:
+    """`/`, the home, the current directory, or a directory holding one of them."""
+    if real == Path(real.anchor):
+        raise OutputExists(f"{escaped(output)} is the root directory: choose a new directory")
+    for what, place in _kept_places():
+        held = Path(os.path.realpath(place))
+        if held == real or real in held.parents:
+            raise OutputExists(f"{escaped(output)} is or holds {what}: choose a new directory")
+
+
+def _kept_places() -> list[tuple[str, str]]:
+    places = []
+    with contextlib.suppress(OSError):  # a current directory removed under us holds nothing
+        places.append(("the current directory", os.getcwd()))
+    home = os.path.expanduser("~")
+    if home != "~":  # no HOME and no passwd entry: no home to keep
+        places.append(("your home", home))
+    return places
+
+
+def _not_written_by_import(output: Path) -> str | None:
+    """Why `output` is not what an import writes (None: it is, or it is an empty directory)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(output).st_mode):
+            return "not a directory"
+        with os.scandir(output) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if entry.name not in REPOSITORY_DIRS or not entry.is_dir(follow_symlinks=False):
+                return f"it holds {escaped(entry.name)}"
+            stray = next(_not_yaml(Path(entry.path)), None)
+            if stray is not None:
+                return f"it holds {escaped(os.path.relpath(stray, output))}"
+        if entries and not _header_says_import(output / "group_vars"):
+            return "no group_vars layer says `reconcile import` wrote it"
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror or type(exc).__name__}"
+    return None
+
+
+def _not_yaml(directory: Path) -> Iterator[str]:
+    """Every entry under `directory` that is neither a directory nor a regular YAML file
+    (symlinks included: what they lead to is not the import's)."""
+    with os.scandir(directory) as it:
+        entries = list(it)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _not_yaml(Path(entry.path))
+        elif not (entry.is_file(follow_symlinks=False) and entry.name.endswith(".yaml")):
+            yield entry.path
+
+
+def _header_says_import(group_vars: Path) -> bool:
+    """Whether a layer's first line is the header an import writes (run.py)."""
+    if not group_vars.is_dir() or group_vars.is_symlink():
+        return False
+    for layer in sorted(group_vars.glob("*.yaml")):
+        with open(layer, "rb") as f:
+            if WRITTEN_BY.encode() in f.readline(4096):
+                return True
+    return False
 
 
 def build(output: Path, files: Mapping[str, str]) -> Path:
@@ -41,7 +131,7 @@ def build(output: Path, files: Mapping[str, str]) -> Path:
         output.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=f".{output.name}.import-", dir=output.parent))
     except OSError as exc:  # a parent that is a file, a place this user cannot write
-        raise OutputRefused(f"{output}: {exc.strerror or exc}") from None
+        raise OutputRefused(f"{escaped(output)}: {exc.strerror or exc}") from None
     try:
         os.chmod(building, 0o755)
         for name, text in files.items():
@@ -50,7 +140,15 @@ def build(output: Path, files: Mapping[str, str]) -> Path:
             path.write_text(text, encoding="utf-8")
     except OSError as exc:  # a full disk
         discard(building)
-        raise OutputRefused(f"{output}: {exc.strerror or exc}") from None
+        raise OutputRefused(f"{escaped(output)}: {exc.strerror or exc}") from None
+    except UnicodeError:  # a path that is not UTF-8 (a copied ssh_key's), which YAML cannot hold
+        discard(building)
+        raise OutputRefused(
+            f"{escaped(output)}: a path the repository would name is not UTF-8 text"
+        ) from None
+    except BaseException:
+        discard(building)  # never a half-built directory left behind, whatever stopped us
+        raise
     return building
 
 

@@ -137,9 +137,16 @@ def test_an_existing_output_is_refused_without_force(
     assert code == 1 and "already exists" in text and "--force" in text
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adopted"]  # nothing built beside it
+    # --force replaces only what an import wrote (or nothing): an operator's own file stays.
+    code, text = run_import(
+        capsys, "--from-snapshot", str(PRISTINE), "--output", str(out), "--force"
+    )
+    assert code == 1 and "mine.txt" in text
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+    (out / "mine.txt").unlink()
     code, _ = run_import(capsys, "--from-snapshot", str(PRISTINE), "--output", str(out), "--force")
     assert code == 0  # written, nothing found
-    assert not (out / "mine.txt").exists() and (out / "group_vars" / "all.yaml").is_file()
+    assert (out / "group_vars" / "all.yaml").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adopted"]
 
 
