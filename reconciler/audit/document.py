@@ -11,7 +11,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_ID = "fleet-reconciler/audit-report"
-VERSION = 2  # 2: each box's `observation` and `partial` (a box seen from the mesh side)
+# 2: each box's `observation` and `partial` (a box seen from the mesh side); 3: a `.env` line
+# and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
+# mesh's `not_in_run`.
+VERSION = 3
 
 Count = Annotated[int, Field(ge=0)]
 Severity = Literal["ok", "warn", "fail"]
@@ -70,16 +73,18 @@ class IntentDoc(_Doc):
 
 
 class EnvLineDoc(_Doc):
-    state: Literal["set", "empty", "commented-out", "absent", "no-file"]
+    state: Literal["set", "empty", "commented-out", "absent", "no-file", "unknown"] = Field(
+        description="unknown: .env could not be read, or the audit section failed (version 3)"
+    )
     line: int | None
     digest: Secret | None = Field(description="also for a commented-out value")
 
 
 class CarriedDoc(_Doc):
     digest: Secret | None = Field(description="null: empty in the running container")
-    origin: Literal["env", "shell", "env+shell", "none", "unexplained"] = Field(
+    origin: Literal["env", "shell", "env+shell", "none", "unexplained", "unknown"] = Field(
         description="where the running value came from; unexplained = neither .env nor the "
-        "login shell (stale, or started by hand)"
+        "login shell (stale, or started by hand); unknown = .env was not read (version 3)"
     )
     where: str | None = Field(description='".env:1193" or "~/.bashrc:7"')
 
@@ -229,13 +234,19 @@ class ProofDoc(_Doc):
 
 
 class MeshDoc(VerdictFields):
-    members: list[str]
+    members: list[str] = Field(description="desired members, over the whole fleet")
     live_members: list[str]
-    open: list[str]
+    open: list[str] = Field(
+        description="live members answering a gated route without a key: posture open, or "
+        "mixed (version 3)"
+    )
     keyed: list[str]
     mesh_keys: dict[str, Secret | None]
     proofs: list[ProofDoc]
     unaudited: list[str]
+    not_in_run: list[str] = Field(
+        description="desired members this run did not audit (a subset of the boxes; version 3)"
+    )
 
 
 class SummaryDoc(_Doc):
@@ -255,7 +266,7 @@ class AuditReportDoc(_Doc):
     """fleet-reconciler audit: who can call what on the mesh, and why."""
 
     schema_: Literal["fleet-reconciler/audit-report"] = Field(alias="schema")
-    version: Literal[2]
+    version: Literal[3]
     run_id: str
     generated_at: str = Field(json_schema_extra={"format": "date-time"})
     inventory: str

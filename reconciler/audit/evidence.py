@@ -16,6 +16,7 @@ box); two equal digests in one run mean the same value.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 from reconciler.desired import roles
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
+from reconciler.desired.types import url_host
 from reconciler.observe import document as seen
 from reconciler.observe.document import (
     AuditSection,
@@ -44,9 +46,10 @@ MESH_KEY = "LOBES_MESH_KEY"
 AUDITED_KEYS = (*API_KEYS, MESH_KEY)
 
 Posture = Literal["keyed", "open", "mixed", "unknown"]
-LineState = Literal["set", "empty", "commented-out", "absent", "no-file"]
-# Where the value the running gateway carries came from.
-Origin = Literal["env", "shell", "env+shell", "none", "unexplained"]
+# unknown: `.env` could not be read, or the audit section failed (BoxEvidence.envfile_unread)
+LineState = Literal["set", "empty", "commented-out", "absent", "no-file", "unknown"]
+# Where the value the running gateway carries came from (unknown: `.env` was not read).
+Origin = Literal["env", "shell", "env+shell", "none", "unexplained", "unknown"]
 NO_AUDIT = ControllerAudit()  # no audit probes from the controller (an unprobed box)
 
 
@@ -136,7 +139,30 @@ class Binding:
 
     @property
     def address(self) -> str:
-        return f"{self.host_ip or '0.0.0.0'}:{self.host_port}"
+        return f"{url_host(self.host_ip or '0.0.0.0')}:{self.host_port}"
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host_ip)
+
+
+def _ip(host_ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host_ip or "0.0.0.0")  # "" is Docker's every interface
+    except ValueError:
+        return None
+
+
+def is_loopback(host_ip: str) -> bool:
+    """A host address only the box itself reaches (127.0.0.0/8, ::1)."""
+    ip = _ip(host_ip)
+    return ip is not None and ip.is_loopback
+
+
+def every_interface(host_ip: str) -> bool:
+    """Docker's "", 0.0.0.0 or "::": published on every interface of the box."""
+    ip = _ip(host_ip)
+    return ip is not None and ip.is_unspecified
 
 
 @dataclass(frozen=True)
@@ -196,13 +222,18 @@ class BoxEvidence:
     proxied: dict[str, str] = field(default_factory=dict)  # role -> member, /capabilities
     proofs: tuple[Proof, ...] = ()
     fault: Fault | None = None  # why the box is not audited (typed; also errors[0])
+    # Why `.env`'s key lines are unknown (its lines then read "unknown"); None: they were read.
+    envfile_unread: str | None = None
     # Not audited, but its gateway answered the controller: `mesh_side` (and the posture it
-    # shows), `mesh_detect` and `proxied` are the mesh side's; nothing else was seen.
+    # shows), `mesh_detect`, `proxied` and `proofs` are the mesh side's; nothing else was seen.
     partial: bool = False
 
     @property
     def inbound(self) -> Carried | None:
-        """The key the gateway enforces: GATEWAY_API_KEY if non-blank, else the fallback."""
+        """The key the gateway enforces, as lobes resolves it (`_gateway_api_key`):
+        GATEWAY_API_KEY if non-blank, else CULTURE_VLLM_API_KEY. A blank value has no digest:
+        the collector sends "" for an empty or whitespace-only secret, and a digest is never
+        a blank value, so "has a digest" is lobes' "non-blank"."""
         for name in API_KEYS:
             carried = self.carried.get(name)
             if carried is not None and carried.digest is not None:
@@ -321,7 +352,8 @@ def box_evidence(
     assert audit is not None  # _lacking said so
     controller = obs.probes
     gateway = next((c for c in doc.containers if c.service == roles.GATEWAY_SERVICE), None)
-    envfile = _envfile(audit)
+    unread = _envfile_unread(doc, audit)
+    envfile = _envfile(audit, unread)
     shell = _shell(box, doc)
     carried = _carried(gateway.env, envfile, {s.name: s for s in shell}) if gateway else {}
     on_box = controller.audit or NO_AUDIT
@@ -333,6 +365,7 @@ def box_evidence(
         errors=((f"ssh: {obs.connection}",) if obs.connection else ()) + _errors(doc, audit),
         intent=want,
         envfile=envfile,
+        envfile_unread=unread,
         gateway_container=gateway.name if gateway else None,
         gateway_status=gateway.status if gateway else None,
         carried=carried,
@@ -387,6 +420,8 @@ def seen_from_mesh_side(
         mesh_side=side,
         mesh_detect=_mesh_detect(on_box.mesh_detect),
         proxied=_proxied(probes.capabilities),
+        # The controller's proofs through this gateway need no SSH: they hold as sent.
+        proofs=tuple(_proof(p) for p in on_box.weakest_link),
         fault=fault,
         partial=True,
     )
@@ -421,9 +456,10 @@ def _lacking(box: BoxSpec, doc: Observed) -> Fault | None:
 
 
 def _in_clear(value: EnvValue | None) -> bool:
-    # The collector hashes every secret-named value and sends "" for an empty one: a non-empty
-    # text there is a value it should never have sent (a broken or hostile box).
-    return isinstance(value, str) and value != ""
+    # The collector hashes every secret-named value and sends "" for an empty (or
+    # whitespace-only: lobes' no key) one: any other text there is a value it should never
+    # have sent (a broken or hostile box).
+    return isinstance(value, str) and value.strip() != ""
 
 
 def _clear(path: str) -> Fault:
@@ -448,6 +484,9 @@ def _errors(doc: Observed, audit: AuditSection) -> tuple[str, ...]:
     ):
         if error:
             errors.append(f"{part}: {error}")
+    unread = doc.file_errors.get(".env")
+    if unread and not audit.error:  # a collector that says so in its audit section says it once
+        errors.append(f"file .env: {unread}")
     return tuple(errors)
 
 
@@ -463,7 +502,20 @@ def _plain(value: EnvValue | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _envfile(audit: AuditSection) -> dict[str, EnvLine]:
+def _envfile_unread(doc: Observed, audit: AuditSection) -> str | None:
+    """Why `.env`'s key lines are unknown, or None. A failed audit section never read them (its
+    `envfile_keys` is empty), and a `.env` the collector could not read (over its size limit,
+    not UTF-8, not a file) reads as "no-file": either way "absent" or "no .env" would be a
+    claim the box never made, and the findings resting on it would be false."""
+    if audit.error:
+        return audit.error
+    unread = doc.file_errors.get(".env")
+    return f"file .env: {unread}" if unread else None
+
+
+def _envfile(audit: AuditSection, unread: str | None) -> dict[str, EnvLine]:
+    if unread is not None:
+        return {name: EnvLine(name, "unknown") for name in AUDITED_KEYS}
     out = {}
     for name in AUDITED_KEYS:
         seen = audit.envfile_keys.get(name)
@@ -503,7 +555,12 @@ def _carried(
         by_shell = export is not None and export.digest == digest
         origin: Origin
         where: str | None = None
-        if by_env and digest is None:
+        if line.state == "unknown":
+            # .env was not read: whether it gives this value cannot be said, so neither can
+            # the origin (a shell exporting the same value is named, as a lead).
+            origin = "unknown"
+            where = export.source if by_shell and export and digest is not None else None
+        elif by_env and digest is None:
             origin = "none"  # nothing anywhere (a shell exporting it empty changes nothing)
         elif by_env:
             # Compose reads the shell before .env; when both say the same, both are named.

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.audit.evidence import Binding, BoxEvidence, Posture, Proof
+from reconciler.audit.evidence import Binding, BoxEvidence, Posture, Proof, every_interface
 from reconciler.audit.probes import LanePort, ProofAttempt
 from reconciler.compare.drift import SecretValue
 from reconciler.desired.models import BoxSpec
 from reconciler.desired.types import url_host
 
-LOOPBACK_PREFIXES = ("127.", "::1")
+# A member that answers any gated route without a key (open, or mixed: some routes open)
+# forwards that caller into the keyed members: for the weakest link it is open.
+ANSWERS_WITHOUT_KEY: frozenset[Posture] = frozenset({"open", "mixed"})
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,16 @@ class MeshEvidence:
     proofs: tuple[Proof, ...]
     unaudited: tuple[str, ...]
     hosts: dict[str, str]  # role -> the member whose contract serves it
+    # Desired members this run did not audit (a subset run): the mesh is not judged whole.
+    not_in_run: tuple[str, ...] = ()
 
     def with_posture(self, posture: Posture) -> list[str]:
         return [b for b in self.live_members if self.postures.get(b) == posture]
+
+    @property
+    def open_members(self) -> list[str]:
+        """Live members that answer a gated route without a key (open or mixed)."""
+        return [b for b in self.live_members if self.postures.get(b) in ANSWERS_WITHOUT_KEY]
 
 
 def role_hosts(specs: dict[str, BoxSpec]) -> dict[str, str]:
@@ -43,13 +52,17 @@ def role_hosts(specs: dict[str, BoxSpec]) -> dict[str, str]:
 
 
 def mesh_evidence(specs: dict[str, BoxSpec], rows: list[BoxEvidence]) -> MeshEvidence:
+    """`specs`: the whole fleet, not only the boxes in `rows`: the mesh is every desired
+    member, and one the run did not audit is named (`not_in_run`), never left out unseen."""
     audited = [r for r in rows if r.audited]
     # A box seen from the mesh side only (evidence.seen_from_mesh_side) still has a posture
     # and a /mesh/detect answer; its mesh key is unknown, so it is not compared.
     seen = [r for r in rows if r.audited or r.partial]
     live = tuple(r.box for r in seen if r.mesh_on)
+    members = tuple(name for name, spec in specs.items() if spec.mesh.enabled)
+    in_run = {r.box for r in rows}
     return MeshEvidence(
-        members=tuple(name for name, spec in specs.items() if spec.mesh.enabled),
+        members=members,
         live_members=live,
         postures={r.box: r.posture for r in seen},
         mesh_keys={
@@ -60,18 +73,20 @@ def mesh_evidence(specs: dict[str, BoxSpec], rows: list[BoxEvidence]) -> MeshEvi
         proofs=tuple(p for r in rows for p in r.proofs),
         unaudited=tuple(r.box for r in rows if not r.audited),
         hosts=role_hosts(specs),
+        not_in_run=tuple(name for name in members if name not in in_run),
     )
 
 
 def proof_attempts(
     specs: dict[str, BoxSpec], rows: list[BoxEvidence], bases: dict[str, str]
 ) -> list[ProofAttempt]:
-    """One request per (open member, keyed member) pair: through the open one, for the first
-    role (by name) its desired contract proxies to the keyed one, with no credentials."""
+    """One request per (open member, keyed member) pair: through the open one (or a mixed one:
+    some gated route answers without a key), for the first role (by name) its desired
+    contract proxies to the keyed one, with no credentials."""
     by_box = {r.box: r for r in rows if r.audited or r.partial}  # the requests need no SSH
     attempts = []
     for via, row in by_box.items():
-        if row.posture != "open" or not row.mesh_on:
+        if row.posture not in ANSWERS_WITHOUT_KEY or not row.mesh_on:
             continue
         tried: set[str] = set()
         for role, contract in sorted(specs[via].contract.items()):
@@ -94,9 +109,9 @@ def lane_port_targets(rows: list[BoxEvidence], addresses: dict[str, str]) -> lis
         for b in row.published.lanes:
             # Not asked: a loopback binding (the controller cannot reach it), no port yet, or a
             # range (no one port to ask). The document typed both: an IP and a port, no URL part.
-            if b.host_ip.startswith(LOOPBACK_PREFIXES) or not b.host_port.isdigit():
+            if b.loopback or not b.host_port.isdigit():
                 continue
-            host = addresses[row.box] if b.host_ip in ("", "0.0.0.0", "::") else b.host_ip
+            host = addresses[row.box] if every_interface(b.host_ip) else b.host_ip
             url = f"http://{url_host(host)}:{b.host_port}/v1/models"
             out.append(LanePort(row.box, b.container, url))
     return out

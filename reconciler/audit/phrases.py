@@ -28,6 +28,8 @@ def env_line(line: EnvLine | None) -> str:
         return "absent"
     if line.state == "no-file":
         return "no .env"
+    if line.state == "unknown":
+        return "unknown (.env not read)"
     at = f" at .env:{line.line}" if line.line else ""
     if line.state == "set":
         return f"set ({digest(line.digest)}){at}"
@@ -55,6 +57,9 @@ def origin(c: Carried) -> str:
         return f"from {c.where} (the login shell exports the same)"
     if c.origin == "unexplained":
         return "from neither .env nor the login shell"
+    if c.origin == "unknown":
+        shell = f"; the login shell exports the same at {c.where}" if c.where else ""
+        return f"from an unknown source (.env not read{shell})"
     return ""
 
 

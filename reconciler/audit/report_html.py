@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reconciler.audit.mesh import LOOPBACK_PREFIXES
 from reconciler.audit.report import AuditReport
 from reconciler.report.html import BOX_WIDE, GATEWAY, Cell, environment, sparkline, worse
 
@@ -26,7 +25,7 @@ def audit_matrix(
     published: dict[str, dict[str, str]] = {}  # box -> lane -> worst state of its host ports
     for row in report.rows:
         for b in row.published.lanes if row.published else ():
-            state = "warn" if b.host_ip.startswith(LOOPBACK_PREFIXES) else "fail"
+            state = "warn" if b.loopback else "fail"
             lane = b.service or b.container
             if lane not in cols:
                 cols.append(lane)

@@ -29,7 +29,10 @@ from reconciler.report.values import free_json as scrub  # free text: via the sc
 
 # Equal to document.SCHEMA_ID / VERSION (a test checks), so rendering needs no pydantic.
 SCHEMA_ID = "fleet-reconciler/audit-report"
-VERSION = 2  # 2: each box's `observation` and `partial` (a box seen from the mesh side)
+# 2: each box's `observation` and `partial` (a box seen from the mesh side); 3: a `.env` line
+# and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
+# mesh's `not_in_run`.
+VERSION = 3
 
 
 def render_json(report: AuditReport) -> str:
@@ -42,7 +45,7 @@ def to_document(report: AuditReport) -> dict[str, Any]:
     return {
         "schema": SCHEMA_ID,
         "version": VERSION,
-        "run_id": report.run_id,
+        "run_id": scrub(report.run_id),  # a snapshot's index says it
         "generated_at": report.generated_at,
         "inventory": report.inventory,
         "summary": {
@@ -58,6 +61,12 @@ def to_document(report: AuditReport) -> dict[str, Any]:
         "boxes": [_box(r, v, rows) for r, v in zip(report.rows, report.verdicts, strict=True)],
         "mesh": _mesh(report),
     }
+
+
+def said(text: str | None) -> str | None:
+    """A box's (or a gateway's) own words that are not prose: a header, a URL, a name it
+    runs with. Scrubbed like any free text: a hostile gateway chooses them."""
+    return scrub(text) if text else text
 
 
 def secret(value: SecretValue | None) -> dict[str, Any] | None:
@@ -134,7 +143,7 @@ def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
             "status": row.gateway_status,
             "inbound_key": row.inbound.name if row.inbound else None,
             "carries": {name: _carried(c) for name, c in row.carried.items()},
-            "mesh_name": row.mesh_name,
+            "mesh_name": said(row.mesh_name),
         },
         "shell_exports": [
             {"name": s.name, "source": s.source, "digest": secret(s.digest)} for s in row.shell
@@ -152,7 +161,7 @@ def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
             "lane_probes": [
                 {
                     "container": p.container,
-                    "url": p.url,
+                    "url": said(p.url),
                     "status": p.status,
                     "error": scrub(p.error) if p.error else None,
                 }
@@ -179,7 +188,7 @@ def _side(side: Side | None) -> dict[str, Any] | None:
         "health": _probe(side.health),
         "capabilities": _probe(side.capabilities),
         "models": _probe(side.models),
-        "chat": {**_probe(side.chat), "model": side.chat.model},
+        "chat": {**_probe(side.chat), "model": said(side.chat.model)},
     }
 
 
@@ -188,7 +197,7 @@ def _keyed(k: KeyedProbe | None) -> dict[str, Any] | None:
         return None
     return {
         "status": k.status,
-        "key_from": k.key_from,
+        "key_from": said(k.key_from),
         "digest": secret(k.digest),
         "note": scrub(k.note) if k.note else None,
     }
@@ -217,7 +226,7 @@ def _mesh(report: AuditReport) -> dict[str, Any]:
         **_verdict(report.mesh_verdict),
         "members": list(m.members),
         "live_members": list(m.live_members),
-        "open": m.with_posture("open"),
+        "open": m.open_members,
         "keyed": m.with_posture("keyed"),
         "mesh_keys": {box: secret(key) for box, key in m.mesh_keys.items()},
         "proofs": [
@@ -225,16 +234,17 @@ def _mesh(report: AuditReport) -> dict[str, Any]:
                 "via": p.via,
                 "role": p.role,
                 "host": p.host,
-                "url": p.url,
+                "url": said(p.url),
                 "status": p.status,
-                "mesh_member": p.mesh_member,
-                "proxied_by": p.proxied_by,
+                "mesh_member": said(p.mesh_member),
+                "proxied_by": said(p.proxied_by),
                 "error": scrub(p.error) if p.error else None,
                 "proven": p.proven,
             }
             for p in m.proofs
         ],
         "unaudited": list(m.unaudited),
+        "not_in_run": list(m.not_in_run),
     }
 
 

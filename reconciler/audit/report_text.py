@@ -217,6 +217,7 @@ def _carried(c: Carried) -> str:
         "shell": said or "login shell",
         "env+shell": f"{said} + shell",
         "unexplained": "not .env (stale?)",
+        "unknown": ".env unread",
     }.get(c.origin, "")
     return f"{label} {value} {where}".rstrip()
 

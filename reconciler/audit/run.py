@@ -63,8 +63,9 @@ def audit_report(
     shared = shared_variables(fleet.boxes.values())  # over the fleet, not the audited subset
     rows: list[BoxEvidence] = [box_evidence(fleet.boxes[b], observations[b], shared) for b in boxes]
     verdicts = tuple(box_verdict(r, [o for o in rows if o.box != r.box]) for r in rows)
-    # The mesh is judged over every member the run audited (a subset run says so itself).
-    mesh = mesh_evidence({b: fleet.boxes[b] for b in boxes}, rows)
+    # The mesh is every desired member of the fleet: one a subset run did not audit is named
+    # (mesh.not-in-run), never judged ok unseen.
+    mesh = mesh_evidence(dict(fleet.boxes), rows)
     return AuditReport(
         rows=tuple(rows),
         verdicts=verdicts,

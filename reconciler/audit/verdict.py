@@ -14,13 +14,15 @@ Codes (stable, in the JSON report):
   posture.open-but-keyed      desired open; every caller without a key gets 401 (seed #209)
   posture.mixed               the probes disagree (loopback vs mesh side, or models vs chat)
   gateway.mesh-side-unreachable  the loopback answers, the mesh side cannot reach the gateway
+                              (never for a desired loopback bind: no one outside the box can)
   key.from-login-shell        the running key came from a login-shell export, not .env
   key.stale                   the running key is not what .env declares and no shell explains it
   envfile.other-posture       .env declares the other posture: a scrubbed recreate flips it
   key.not-desired             the running key is not the desired secret's value
   envfile.key-not-desired     .env holds another key than the desired secret
   key.right-key-refused       the desired key does not open /v1/models
-  key.unproven                keyed access could not be tried with the desired key
+  key.unproven                keyed access could not be tried with the desired key (or the
+                              box's answer has no keyed probe: its audit section failed)
   secret.unreadable           a desired secret is unknown on the box: its file or key is missing,
                               or a controller secret was not sent (digest unknown)
   key.is-mesh-key             the inbound key is the mesh key
@@ -31,10 +33,17 @@ Codes (stable, in the JSON report):
   publish.host-network        a lane runs on the host network
   publish.gateway             the gateway is published elsewhere than the desired bind:port
   mesh.member                 mesh membership differs from the desired state
+  mesh.member-loopback        desired a mesh member with a loopback gateway.bind: no other
+                              member can reach it
   mesh.key-not-desired        a member's running mesh key is not the desired secret's value
   mesh.weakest-link           an open member and a keyed member in one mesh
   mesh.keys-differ            members run with different mesh keys
   mesh.incomplete             a member could not be audited
+  mesh.not-in-run             desired members this run did not audit (a subset of the boxes)
+
+Findings that rest on `.env`'s key lines (key.from-login-shell, key.stale,
+envfile.other-posture, envfile.key-not-desired) are not made when `.env` could not be read or
+the audit section failed: its lines are unknown, not absent.
 """
 
 from __future__ import annotations
@@ -44,8 +53,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reconciler.audit import phrases
-from reconciler.audit.evidence import API_KEYS, AUDITED_KEYS, BoxEvidence, Side
-from reconciler.audit.mesh import LOOPBACK_PREFIXES, MeshEvidence
+from reconciler.audit.evidence import (
+    API_KEYS,
+    AUDITED_KEYS,
+    Binding,
+    BoxEvidence,
+    Side,
+    every_interface,
+    is_loopback,
+)
+from reconciler.audit.mesh import MeshEvidence
 
 
 class Severity(StrEnum):
@@ -133,7 +150,10 @@ def _posture(row: BoxEvidence) -> Iterator[Finding]:
         yield Finding(code, Severity.FAIL, f"desired {want}, but the gateway {why} ({where})")
     side, loopback = row.mesh_side, row.loopback
     answers_inside = loopback is not None and loopback.models.status is not None
-    if side is not None and answers_inside and side.models.status is None:
+    # A gateway bound to the loopback as desired answers no one outside the box: the
+    # controller not reaching it is the desired state, not a finding.
+    expected = is_loopback(row.intent.bind)
+    if side is not None and answers_inside and side.models.status is None and not expected:
         yield Finding(
             "gateway.mesh-side-unreachable",
             Severity.WARN,
@@ -168,6 +188,8 @@ def _key_origin(row: BoxEvidence) -> Iterator[Finding]:
                 f"the gateway runs with {name} {shown}, but .env has it {line}: it was started "
                 "before .env changed, or with another environment; recreate it (scrubbed)",
             )
+    if row.envfile_unread is not None:
+        return  # .env's lines are unknown: what it declares cannot be said
     declares = "keyed" if declared is not None and declared.state == "set" else "open"
     if declares != row.intent.auth:
         yield Finding(
@@ -208,9 +230,14 @@ def _right_key(row: BoxEvidence) -> Iterator[Finding]:
             f"({want.api_key_status}: {want.api_key_where}): the right key is unknown",
         )
     keyed = row.keyed
-    if row.posture != "keyed" or keyed is None:
+    if row.posture != "keyed":
         return
-    if keyed.status is None:
+    if keyed is None:
+        # No keyed probe in the box's answer (its audit section failed): the key that
+        # opens this gateway is not proven, whatever else holds.
+        why = row.envfile_unread or "the box's answer has no keyed probe"
+        yield Finding("key.unproven", Severity.WARN, f"keyed access was not tried: {why}")
+    elif keyed.status is None:
         yield Finding(
             "key.unproven",
             Severity.WARN,
@@ -309,7 +336,7 @@ def _published(row: BoxEvidence) -> Iterator[Finding]:
             live = f"; GET {probe.url} without a key: {probe.status or probe.error}"
         yield Finding(
             "publish.lane",
-            Severity.WARN if b.host_ip.startswith(LOOPBACK_PREFIXES) else Severity.FAIL,
+            Severity.WARN if b.loopback else Severity.FAIL,
             f"{b.container} publishes {b.address}->{b.container_port} on the host: callers "
             f"reach the lane without the gateway's key{live}",
         )
@@ -321,15 +348,18 @@ def _published(row: BoxEvidence) -> Iterator[Finding]:
                 f"{name} runs on the host network: every port it opens is on the box",
             )
     want = f"{row.intent.bind}:{row.intent.port}"
-    addresses = sorted({b.address for b in pub.gateway if b.container_port.startswith("8000")})
+    bindings = [b for b in pub.gateway if b.container_port.startswith("8000")]
+    addresses = sorted({b.address for b in bindings})
+    # Docker spells every interface "", 0.0.0.0 or :: (a dual-stack publish shows two): one.
+    published = sorted({_every_as_one(b) for b in bindings})
     if not addresses:
         yield Finding(
             "publish.gateway",
             Severity.WARN,
             f"the gateway publishes no port (desired {want}): mesh members cannot reach it",
         )
-    elif addresses != [want]:
-        wider = row.intent.bind != "0.0.0.0" and any(a.startswith("0.0.0.0:") for a in addresses)
+    elif published != [want]:
+        wider = any(_wider(row.intent.bind, b) for b in bindings)
         yield Finding(
             "publish.gateway",
             Severity.FAIL if wider else Severity.WARN,
@@ -337,8 +367,30 @@ def _published(row: BoxEvidence) -> Iterator[Finding]:
         )
 
 
+def _every_as_one(b: Binding) -> str:
+    return f"0.0.0.0:{b.host_port}" if every_interface(b.host_ip) else b.address
+
+
+def _wider(bind: str, b: Binding) -> bool:
+    """Does `b` reach callers the desired bind does not? Any address but the loopback when the
+    loopback is desired (every interface, ::, another IP, one that does not parse: all may
+    reach past the box); every interface when one other address is desired."""
+    if is_loopback(bind):
+        return not b.loopback
+    return not every_interface(bind) and every_interface(b.host_ip)
+
+
 def _mesh_member(row: BoxEvidence) -> Iterator[Finding]:
     want = row.intent
+    if want.mesh and is_loopback(want.bind):
+        # The desired state contradicts itself (the loader does not refuse it): members reach
+        # each other's gateways, and a loopback bind is reachable from this box only.
+        yield Finding(
+            "mesh.member-loopback",
+            Severity.WARN,
+            f"desired a mesh member, but gateway.bind is {want.bind}: no other member can "
+            "reach its gateway, so the roles it hosts fail through the mesh",
+        )
     if want.mesh and not row.mesh_on:
         yield Finding(
             "mesh.member",
@@ -402,7 +454,9 @@ def mesh_verdict(mesh: MeshEvidence) -> Verdict:
         f"desired members: {', '.join(mesh.members) or 'none'}; "
         f"live members: {', '.join(mesh.live_members) or 'none'}"
     ]
-    open_, keyed = mesh.with_posture("open"), mesh.with_posture("keyed")
+    # A mixed member answers some gated route without a key: it forwards that caller into the
+    # keyed members as an open one does, so it is on the open side of the weakest link.
+    open_, keyed = _marked(mesh, mesh.open_members), mesh.with_posture("keyed")
     if open_ or keyed:
         reasons.append(f"open: {', '.join(open_) or 'none'}; keyed: {', '.join(keyed) or 'none'}")
     if open_ and keyed:
@@ -419,7 +473,23 @@ def mesh_verdict(mesh: MeshEvidence) -> Verdict:
                     f"{box} could not be audited: the mesh is only as closed as it",
                 )
             )
+    if mesh.not_in_run:
+        findings.append(_not_in_run(mesh.not_in_run))
     return _verdict("mesh", not mesh.unaudited, findings, reasons)
+
+
+def _marked(mesh: MeshEvidence, boxes: list[str]) -> list[str]:
+    return [f"{b} (mixed)" if mesh.postures.get(b) == "mixed" else b for b in boxes]
+
+
+def _not_in_run(boxes: tuple[str, ...]) -> Finding:
+    # A subset run sees part of the mesh: a member it did not audit may be the open one.
+    return Finding(
+        "mesh.not-in-run",
+        Severity.WARN,
+        f"desired members not audited in this run: {', '.join(boxes)}; the mesh is only as "
+        "closed as its weakest member (audit every member to judge it)",
+    )
 
 
 def _weakest_link(mesh: MeshEvidence, open_: list[str], keyed: list[str]) -> Finding:

@@ -41,11 +41,17 @@ SCENARIOS: dict[str, tuple[dict[str, str], dict[str, str], str, int, dict[str, s
     "key_armed_from_login_shell": (
         {"thor": "open"},
         {"thor": "fail"},
-        "ok",
+        "warn",  # one box of a three-member mesh: mesh.not-in-run
         2,
         {"thor": {"posture.open-but-keyed", "key.from-login-shell", "shell.secret-export"}},
     ),
-    "stale_key": ({}, {"thor": "fail"}, "ok", 2, {"thor": {"posture.keyed-but-open", "key.stale"}}),
+    "stale_key": (
+        {},
+        {"thor": "fail"},
+        "warn",
+        2,
+        {"thor": {"posture.keyed-but-open", "key.stale"}, "mesh": {"mesh.not-in-run"}},
+    ),
     "weakest_link_proven_live": (
         {"thor": "open"},
         {"thor": "ok", "spark": "ok", "orin": "ok"},
@@ -53,7 +59,7 @@ SCENARIOS: dict[str, tuple[dict[str, str], dict[str, str], str, int, dict[str, s
         2,
         {"mesh": {"mesh.weakest-link"}},
     ),
-    "lane_port_published": ({}, {"orin": "fail"}, "ok", 2, {"orin": {"publish.lane"}}),
+    "lane_port_published": ({}, {"orin": "fail"}, "warn", 2, {"orin": {"publish.lane"}}),
 }
 
 

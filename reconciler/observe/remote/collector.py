@@ -546,7 +546,9 @@ class Run:
     def masked(self, name, value):
         if value is None or not self.is_secret(name):
             return value
-        return {"secret": self.digest(value)} if value != "" else ""
+        # A whitespace-only secret is no secret: lobes reads a blank key as none
+        # (_gateway_api_key) and .env's lines say "empty" for it (audit_envfile_keys).
+        return {"secret": self.digest(value)} if value.strip() else ""
 
     def mask_env_list(self, items):
         out = {}
@@ -1070,7 +1072,7 @@ def secret_sources(run, sent=None):
             shown[name] = {"status": "file-unreadable", "path": src["path"]}
         elif found is None:
             shown[name] = {"status": "file-missing", "path": src["path"]}
-        elif src["key"] not in found or found[src["key"]] == "":
+        elif not found.get(src["key"], "").strip():  # blank is no key, as masked() says
             shown[name] = {"status": "key-missing", "path": src["path"]}
         else:
             values[name] = found[src["key"]]
