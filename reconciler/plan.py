@@ -7,7 +7,9 @@ only orders those actions into what a converge does, one box at a time:
 
 A drift whose action is report-only (a login-shell export, a person's decision) is carried in
 `Plan.report_only` and never becomes a step. Faults that make the desired state unknowable (a
-missing secret source, an unreadable deployment) block the plan instead of being guessed at.
+missing secret source, an unreadable deployment) block the plan instead of being guessed at, and
+so does a drift a converge must fix that no step can (a service the desired state does not know):
+no actionable drift is ever dropped from a plan.
 Mesh order (`mesh_order`) is pure too: it puts a box that hosts a role before the boxes that
 proxy that role.
 """
@@ -109,6 +111,8 @@ class _Acc:
     removes: dict[str, list[str]] = field(default_factory=dict)
     gateway: list[str] = field(default_factory=list)
     passive: list[Drift] = field(default_factory=list)
+    write_env: bool = False  # `.env` is written even with no key listed (its mode)
+    orphans: list[Drift] = field(default_factory=list)  # for a service nothing recreates
 
 
 def plan_box(result: BoxResult, exp: BoxExpectation) -> Plan:
@@ -122,7 +126,23 @@ def plan_box(result: BoxResult, exp: BoxExpectation) -> Plan:
     for error in result.errors:
         if error.part is Part.GATEWAY_PROBE:
             acc.gateway.append(error.where)
+    unplanned = _unplanned(acc)
+    if unplanned:
+        return Plan(result.box, blocked=unplanned)
     return Plan(result.box, tuple(_steps(acc, exp)), tuple(acc.passive))
+
+
+def _unplanned(acc: _Acc) -> tuple[BoxError, ...]:
+    """Drifts a converge must fix that no step fixes: they block the plan, never vanish from
+    it. A converge could not verify (they would still be there) and would be rolled back; the
+    box is better left untouched, with the reason said. A stray container's port drift is
+    fixed by the stray's removal."""
+    why = "no converge step can {} a service the desired state does not know"
+    return tuple(
+        BoxError(Part.DEPLOYMENT, f"{d.subject} {d.path}", why.format(d.action.value))
+        for d in acc.orphans
+        if d.subject.removeprefix("lane:") not in acc.removes
+    )
 
 
 def _blocking(result: BoxResult) -> tuple[BoxError, ...]:
@@ -143,25 +163,37 @@ def _collect(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
     if action in PASSIVE:
         acc.passive.append(drift)
     elif action is Action.REWRITE_ENV:
-        # `mode` and a missing file are fixed by writing; only key names are listed.
-        if drift.path not in ("mode", "(file)") and drift.path not in acc.env_keys:
-            acc.env_keys.append(drift.path)
-        elif drift.path == "(file)":
-            acc.env_keys.extend(e.key for e in exp.env if e.key not in acc.env_keys)
+        _rewrite_env(acc, drift, exp)
     elif action is Action.RESTORE_FILE:
         _restore(acc, drift, exp)
-    elif action is Action.RECREATE_GATEWAY:
+    elif action is Action.RECREATE_GATEWAY or (service == GATEWAY and action in _RECREATES):
+        # The gateway's container in state `created` (never started) comes as START: for the
+        # gateway every (re)start is its recreate, last, with the auth and contract checks.
         if drift.kind is Kind.IMAGE:
             _add(acc.pulls, exp.gateway_image, GATEWAY)
         acc.gateway.append(drift.path)
     elif action is Action.REMOVE:
         _add(acc.removes, service, drift.path)
-    elif action in (Action.RECREATE, Action.PULL_RECREATE, Action.START):
+    elif action in _RECREATES:
         if service not in exp.lanes:
-            return  # a lane the desired state does not know: nothing to recreate it from
+            acc.orphans.append(drift)  # nothing to recreate it from: see _unplanned
+            return
         if action is Action.PULL_RECREATE:
             _add(acc.pulls, exp.lanes[service].image, service)
         _add(acc.lanes, service, drift.path)
+
+
+_RECREATES = (Action.RECREATE, Action.PULL_RECREATE, Action.START)
+
+
+def _rewrite_env(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
+    # A missing file is written with every managed key; `mode` (0644 where 0600 is desired) by
+    # the write alone, which the box always does at 0600; otherwise the key names are listed.
+    acc.write_env = True
+    if drift.path == "(file)":
+        acc.env_keys.extend(e.key for e in exp.env if e.key not in acc.env_keys)
+    elif drift.path != "mode" and drift.path not in acc.env_keys:
+        acc.env_keys.append(drift.path)
 
 
 def _restore(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
@@ -184,10 +216,14 @@ def _restore(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
     service = drift.subject.removeprefix("lane:")
     if service in exp.lanes:
         _add(acc.lanes, service, f"{drift.path} (restored files)")
+    elif service == GATEWAY and files:
+        acc.gateway.append(f"{drift.path} (restored files)")
+    elif not files:
+        acc.orphans.append(drift)  # no file to put back, no service to recreate
 
 
 def _steps(acc: _Acc, exp: BoxExpectation) -> Iterable[Step]:
-    if acc.env_keys:
+    if acc.write_env:
         yield Step(StepKind.WRITE_ENV, ".env", keys=tuple(acc.env_keys))
     if acc.files:
         files = tuple(acc.files[n] for n in sorted(acc.files))

@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 
 from reconciler.apply import session
 from reconciler.apply.operation import converge
-from reconciler.apply.summary import plan_lines
+from reconciler.apply.summary import plan_lines, summary_line
 
 
 @deploy("Converge")
@@ -20,4 +20,5 @@ def converge_box() -> None:
     prep = session.prepared(box, host.data.get("fleet_inventory"))
     for line in plan_lines(prep.plan):
         logger.info(f"{host.print_prefix}plan: {line}")
-    converge(name=f"{box}: {prep.plan.summary()}", box=box)
+    # The name is printed by pyinfra as it is: a blocked plan's reasons are the box's words.
+    converge(name=f"{box}: {summary_line(prep.plan)}", box=box)

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# converge.py's snapshot ids: UTC time, and a counter when two fall in one second.
-_SNAPSHOT_ID = re.compile(r"^\d{8}T\d{6}Z(?:-\d{1,4})?$")
+# converge.py's snapshot ids (its SNAPSHOT_ID): UTC time, and a counter when two fall in one
+# second. Matched whole and in ASCII digits only, exactly as the box does: `\d` takes other
+# scripts' digits and `$` a trailing newline, ids the box would refuse to roll back to.
+_SNAPSHOT_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z(?:-[0-9]{1,4})?")
 _MAX_TEXT = 4096
 _MAX_ITEMS = 1000
 
@@ -77,7 +79,7 @@ def _number(obj: Mapping[str, Any], key: str) -> float:
 
 def _snapshot(obj: Mapping[str, Any], key: str) -> str | None:
     value = _text(obj, key)
-    if value is not None and not _SNAPSHOT_ID.match(value):
+    if value is not None and not _SNAPSHOT_ID.fullmatch(value):
         raise _Wrong(key, "not a snapshot id")
     return value
 
@@ -132,6 +134,23 @@ def converge_result(raw: Any) -> ConvergeResult:
         # A snapshot id we cannot trust is not one to roll back to: nothing is claimed.
         return ConvergeResult(False, f"the box program's result is malformed: {exc}")
     return ConvergeResult(ok, failed, snapshot, rollback_result(raw.get("rollback")))
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """Any other action's result (mark-good): did it do it, and if not, the box's words."""
+
+    ok: bool
+    failed: str | None = None
+
+
+def action_result(raw: Any) -> ActionResult:
+    if not isinstance(raw, Mapping):
+        return ActionResult(False, "the box program's result is not an object")
+    try:
+        return ActionResult(_flag(raw, "ok"), _text(raw, "failed"))
+    except _Wrong as exc:
+        return ActionResult(False, f"the box program's result is malformed: {exc}")
 
 
 # -- the snapshot listing (`reconcile snapshots`, and the check of `rollback --to`) -------------
@@ -291,4 +310,16 @@ def _event(raw: Mapping[str, Any]) -> Event | None:
             _number(raw, "need_kib"),
             dropped if isinstance(dropped, str) and dropped.isprintable() else None,
         )
+    return None
+
+
+def taken_snapshot(raw: Any) -> str | None:
+    """The snapshot id a `snapshot` event names (None: not such an event, or no valid id).
+
+    A converge announces its snapshot before it changes anything; when its result never comes
+    (the connection dropped, the controller's deadline passed) this is the snapshot to roll
+    back to."""
+    found = event(raw)
+    if isinstance(found, SnapshotTaken) and _SNAPSHOT_ID.fullmatch(found.id):
+        return found.id
     return None

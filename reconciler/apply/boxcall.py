@@ -8,13 +8,15 @@ and this share one authenticated connection per box.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from reconciler.apply.answer import taken_snapshot
 from reconciler.apply.payload import BOX_PROGRAM, BadPayload, check
 from reconciler.observe.transport import Target, python_command, ssh_argv
 from reconciler.scrub import scrub_text
@@ -29,7 +31,19 @@ OnEvent = Callable[[Event], None]
 # a broken or hostile box can send anything, for as long as it likes.
 MAX_LINE_CHARS = 1024 * 1024  # a longer line is skipped as it is read, never held
 MAX_EVENTS = 100_000  # kept for the evidence and the summary; later ones are still read
+# All kept events together: lines of up to MAX_LINE_CHARS times MAX_EVENTS would be ~100 GB.
+# Past this, events are still read (shown, and a result still ends the call) but only counted.
+MAX_KEPT_CHARS = 4 * 1024 * 1024
 MAX_STDERR_CHARS = 64 * 1024  # its end: the last line says why a program failed
+
+# The box program's own ceiling per command (reconciler/apply/remote/converge.py). A call's
+# deadline is their sum over everything its payload can make the box do, so the controller
+# never ends a call the box would still finish by its own limits; only a box that keeps going
+# past them (a broken or hostile one streaming `wait` for ever) meets it.
+BASE_S = 300  # connect, lock, checks, snapshot, listing; and the margin
+PULL_S = 60 + 3600  # `docker image inspect`, then `docker pull`
+RECREATE_S = 300 + 60 + 600  # `docker stop`, a page-cache drop, `compose up` (+ health wait)
+UNDO_S = 300 + RECREATE_S  # a rollback's `compose rm` of a created service, then its recreate
 
 
 @dataclass
@@ -37,11 +51,41 @@ class BoxCall:
     result: Event  # the program's last `result` event (ok, failed, snapshot, ...)
     events: list[Event] = field(default_factory=list)
     stderr: str = ""
+    answered: bool = True  # False: no result came (connection lost, program died, deadline)
+    timed_out: bool = False  # the deadline passed and ssh was killed
+    snapshot: str | None = None  # the id a `snapshot` event announced (answer.taken_snapshot)
+    heard: int = 0  # events read, kept or not
+    dropped: int = 0  # events read but not kept (MAX_EVENTS, MAX_KEPT_CHARS)
+
+
+def deadline_s(payload: Mapping[str, Any]) -> int:
+    """How long a call with `payload` may take, from the box program's own limits.
+
+    A converge may recreate every service (compose's config hash adds any the new files
+    change, not only the plan's), pull each one's image and the planned ones, check the
+    gateway, and then roll all of it back, each recreate waiting its lane's boot timeout."""
+    waits = [_seconds(lane.get("timeout_s")) for lane in payload.get("lane_specs") or []]
+    gateway = _seconds((payload.get("gateway") or {}).get("timeout_s"))
+    waits.append(gateway)
+    action = payload.get("action")
+    if action == "rollback":
+        return BASE_S + sum(UNDO_S + w for w in waits)
+    if action != "converge":
+        return BASE_S
+    pulls = len(payload.get("pulls") or []) + len(waits)
+    forward = pulls * PULL_S + sum(RECREATE_S + w for w in waits) + gateway
+    return BASE_S + forward + sum(UNDO_S + w for w in waits)
+
+
+def _seconds(value: Any) -> int:
+    # check() refused anything but whole seconds before this is read
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None = None) -> BoxCall:
     """Send `payload` to the box program and collect its events. A payload the box would refuse
-    is refused here, before any connection: the box is never asked to start on a bad value."""
+    is refused here, before any connection: the box is never asked to start on a bad value.
+    Past `deadline_s(payload)` ssh is killed and the call ends without a result."""
     try:
         check(payload)
     except BadPayload as exc:
@@ -59,21 +103,54 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
         errors="replace",
         bufsize=1,
     )
+    call = BoxCall(result={})
+    limit = deadline_s(payload)
+    timer = threading.Timer(limit, _expire, (proc, call))
+    timer.daemon = True
+    timer.start()
     errors: list[str] = []
     reader = threading.Thread(target=lambda: errors.append(_tail(proc.stderr)), daemon=True)  # type: ignore[arg-type]
     reader.start()
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(payload))
-    proc.stdin.close()
-    call = BoxCall(result={})
+    try:
+        _send(proc, payload)
+        _read(proc, call, on_event)
+        code = proc.wait()
+    finally:
+        timer.cancel()
+    reader.join(timeout=5)
+    call.stderr = "".join(errors)
+    if not call.result:
+        call.answered = False
+        call.result = {"event": "result", "ok": False, "failed": _unanswered(call, code, limit)}
+    return call
+
+
+def _send(proc: subprocess.Popen[str], payload: dict[str, Any]) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(payload))
+        proc.stdin.close()
+    except OSError:
+        pass  # ssh is gone already (killed, or never connected): its exit says why
+
+
+def _read(proc: subprocess.Popen[str], call: BoxCall, on_event: OnEvent | None) -> None:
+    assert proc.stdout is not None
+    kept_chars = 0
     for line in _lines(proc.stdout):
         event = _event(line)
         if event is None:
             continue  # not ours (a motd, a warning): never echoed, it could hold anything
-        if len(call.events) < MAX_EVENTS:
+        call.heard += 1
+        if len(call.events) < MAX_EVENTS and kept_chars + len(line) <= MAX_KEPT_CHARS:
             call.events.append(event)
+            kept_chars += len(line)
+        else:
+            call.dropped += 1
         if event.get("event") == "result":
             call.result = event
+        elif call.snapshot is None:
+            call.snapshot = taken_snapshot(event)
         if on_event is not None:
             try:
                 on_event(event)
@@ -81,14 +158,20 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
                 # Showing progress must never end the call: the box converges whatever the
                 # terminal does, and its result must still be read (and rolled back on).
                 on_event = None
-    code = proc.wait()
-    reader.join(timeout=5)
-    call.stderr = "".join(errors)
-    if not call.result:
-        last = scrub_text((call.stderr.strip().splitlines() or [f"exit {code}"])[-1])
-        reason = "unreachable" if code == 255 else "the box program ended without a result"
-        call.result = {"event": "result", "ok": False, "failed": f"{reason}: {last}"}
-    return call
+
+
+def _expire(proc: subprocess.Popen[str], call: BoxCall) -> None:
+    call.timed_out = True
+    with contextlib.suppress(OSError):  # it may have ended just now
+        proc.kill()  # ssh only: the box program outlives it (it ignores SIGHUP), see engine
+
+
+def _unanswered(call: BoxCall, code: int, limit: int) -> str:
+    if call.timed_out:
+        return f"no result within {limit}s (the deadline from the plan's timeouts): ssh was ended"
+    last = scrub_text((call.stderr.strip().splitlines() or [f"exit {code}"])[-1])
+    reason = "unreachable" if code == 255 else "the box program ended without a result"
+    return f"{reason}: {last}"
 
 
 def _lines(stream: IO[str]) -> Iterator[str]:

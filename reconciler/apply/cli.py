@@ -73,7 +73,6 @@ def register(sub: Any, load: Any) -> None:
 def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply import session
     from reconciler.apply.engine import holder, prepare
-    from reconciler.apply.evidence import write
     from reconciler.apply.summary import plan_lines
     from reconciler.drift import run_drift
     from reconciler.report import render
@@ -96,25 +95,57 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
         return EXIT_ERROR if blocked else EXIT_OK
     if args.dry:
         return EXIT_ERROR if blocked else EXIT_OK
+    problem = evidence_problem(Path(args.evidence))
+    if problem is not None:
+        # Said before the prompt, with nothing changed: a converge's record must have a place.
+        print(
+            f"error: --evidence {_line(args.evidence)}: {problem}; nothing changed", file=sys.stderr
+        )
+        return EXIT_ERROR
     if not args.yes and not _confirm(f"converge {', '.join(todo)}?"):
         print("declined: nothing changed")
         return EXIT_DECLINED
     who = holder("reconcile apply")
     session.use(fleet, prepared, cmd="reconcile apply")
     _run_pyinfra(fleet, todo)
-    code = EXIT_ERROR if blocked else EXIT_OK
-    for box in todo:
-        out = session.outcomes.get(box)
-        if out is None:
-            print(f"{box}: not converged (pyinfra did not run it)", file=sys.stderr)
-            code = EXIT_ERROR
-            continue
-        path = write(Path(args.evidence), out, fleet.inventory_file, who)
-        state = "converged" if out.ok else "FAILED"
-        print(f"{box}: {state}; evidence {path}")
-        if not out.ok:
-            code = EXIT_ERROR
-    return code
+    codes = [_report_box(box, Path(args.evidence), fleet.inventory_file, who) for box in todo]
+    return EXIT_ERROR if blocked or EXIT_ERROR in codes else EXIT_OK
+
+
+def evidence_problem(directory: Path) -> str | None:
+    """Why evidence cannot be written into `directory` (created here if missing), or None.
+
+    Checked by doing it: the directory is made and a file created in it and removed, since
+    what stat or access(2) say is not what a write meets (`/proc/x` passes both as root)."""
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _report_box(box: str, directory: Path, inventory: str, who: str) -> int:
+    """One box's outcome on the terminal and its evidence record; its exit code."""
+    from reconciler.apply import session
+    from reconciler.apply.evidence import write
+
+    out = session.outcomes.get(box)
+    if out is None:
+        print(f"{box}: not converged (pyinfra did not run it)", file=sys.stderr)
+        return EXIT_ERROR
+    state = "converged" if out.ok else "STATE UNKNOWN" if out.state_unknown else "FAILED"
+    try:
+        path = write(directory, out, inventory, who)
+    except OSError as exc:
+        why = _line(exc.strerror or exc)
+        print(f"{box}: {state}; evidence NOT written to {_line(directory)}: {why}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"{box}: {state}; evidence {path}")
+    return EXIT_OK if out.ok else EXIT_ERROR
 
 
 def _confirm(question: str) -> bool:
@@ -129,6 +160,7 @@ def _run_pyinfra(fleet: Fleet, boxes: list[str]) -> None:
     from pyinfra.api import Config, Inventory, State
     from pyinfra.api.connect import connect_all
     from pyinfra.api.deploy import add_deploy
+    from pyinfra.api.exceptions import PyinfraError
     from pyinfra.api.operations import run_ops
 
     from reconciler.desired.pyinfra_data import host_data
@@ -137,10 +169,16 @@ def _run_pyinfra(fleet: Fleet, boxes: list[str]) -> None:
     hosts = [(f"@openssh/{b}", host_data(fleet, b)) for b in boxes]
     inventory = Inventory((hosts, {}))
     state = State(inventory, Config())
-    connect_all(state)
-    add_deploy(state, converge_box)
-    # Host by host in inventory order, which is mesh order: a role's host converges first.
-    run_ops(state, serial=True)
+    try:
+        connect_all(state)
+        add_deploy(state, converge_box)
+        # Host by host in inventory order, which is mesh order: a role's host converges first.
+        run_ops(state, serial=True)
+    except PyinfraError as exc:
+        # pyinfra stops once no host is left ("No hosts remaining!": every box failed or could
+        # not be reached). Each box's outcome is still reported and recorded by the caller; a
+        # box pyinfra never ran has none and reads as not converged.
+        print(f"pyinfra stopped: {_line(exc)}", file=sys.stderr)
 
 
 def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:

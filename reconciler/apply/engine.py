@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.apply.answer import converge_result
+from reconciler.apply.answer import action_result, converge_result
 from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
 from reconciler.apply.payload import MissingControllerSecret, base_payload, converge_payload
 from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import BoxResult, DriftReport
+from reconciler.compare.drift import BoxResult, DriftReport, Part
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.models import BoxSpec
 from reconciler.drift import DriftRun, run_drift
 from reconciler.drift_inputs import expectations, targets
-from reconciler.plan import Plan, actionable, plan_box
+from reconciler.plan import TOLERATED, Plan, actionable, plan_box
 from reconciler.scrub import scrub_text
 
 
@@ -65,6 +65,12 @@ class Outcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     drift_before: DriftReport | None = None
     drift_after: DriftReport | None = None
+    # No answer came while the box may have been changing (the connection dropped, the deadline
+    # passed): its program may still be running. `snapshot` is then the one to roll back to.
+    state_unknown: bool = False
+    marked_good: bool = False  # the verified snapshot is the box's known-good copy now
+    warnings: list[str] = field(default_factory=list)
+    events_dropped: int = 0  # read from the box but not kept (boxcall's bounds)
 
 
 def holder(command: str) -> str:
@@ -115,7 +121,9 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         out.failed = f"cannot converge: {exc}"
         return _finish(out)
     call = call_box(_target(prep.fleet, prep.box), payload, on_event)
-    out.events += call.events
+    _keep(out, call)
+    if not call.answered and (call.snapshot or call.heard or call.timed_out):
+        return _finish(_unknown(out, prep, call))
     answer = converge_result(call.result)  # typed: a box's answer decides what happens next
     out.snapshot = answer.snapshot
     out.changed = out.snapshot is not None
@@ -128,17 +136,55 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
     after, remaining = verify(prep, on_event)
     out.drift_after = after
     if remaining:
-        out.failed = "verification failed: " + "; ".join(remaining)
-        rolled = rollback(prep.fleet, prep.box, out.snapshot, who, on_event, reason=out.failed)
-        out.events += rolled.events
-        out.rollback = rolled.result
-        out.drift_after = run_drift(prep.fleet, [prep.box]).report
-        return _finish(out)
-    mark = base_payload(prep.exp, prep.spec, "mark-good", who) | {"snapshot": out.snapshot}
-    marked = _call(prep, mark)
-    out.events += marked.events
+        return _finish(_roll_back(out, prep, who, remaining, on_event))
+    _mark_good(out, prep, who)
     out.ok = True
     return _finish(out)
+
+
+def _keep(out: Outcome, call: BoxCall) -> None:
+    out.events += call.events
+    out.events_dropped += call.dropped
+
+
+def _unknown(out: Outcome, prep: Prepared, call: BoxCall) -> Outcome:
+    """The box program spoke, then no result came: it outlives a dropped connection or a killed
+    ssh (it ignores SIGHUP) and may still be changing the box. Nothing is rolled back from
+    here (its lock would refuse it while it runs); the box is observed again, and the operator
+    is told which snapshot holds the state before."""
+    out.state_unknown = True
+    out.snapshot = call.snapshot
+    out.changed = call.snapshot is not None
+    why = scrub_text(str(call.result.get("failed") or "no result"))
+    out.failed = f"{why}; the box's state is unknown: its converge may still be running"
+    out.drift_after = run_drift(prep.fleet, [prep.box]).report
+    return out
+
+
+def _roll_back(
+    out: Outcome, prep: Prepared, who: str, remaining: list[str], on_event: OnEvent | None
+) -> Outcome:
+    out.failed = "verification failed: " + "; ".join(remaining)
+    rolled = rollback(prep.fleet, prep.box, out.snapshot, who, on_event, reason=out.failed)
+    _keep(out, rolled)
+    out.rollback = rolled.result
+    # A rollback that spoke and never answered may still be running too: as for a converge.
+    out.state_unknown = not rolled.answered and bool(rolled.heard or rolled.timed_out)
+    out.drift_after = run_drift(prep.fleet, [prep.box]).report
+    return out
+
+
+def _mark_good(out: Outcome, prep: Prepared, who: str) -> None:
+    """Keep the verified chain as known-good. A refusal (another converge took the lock) does
+    not undo a verified converge, but is said: later restores use the previous known-good."""
+    mark = base_payload(prep.exp, prep.spec, "mark-good", who) | {"snapshot": out.snapshot}
+    marked = _call(prep, mark)
+    _keep(out, marked)
+    done = action_result(marked.result)
+    out.marked_good = done.ok
+    if not done.ok:
+        why = scrub_text(done.failed or "no reason given")
+        out.warnings.append(f"snapshot {out.snapshot} not marked good: {why}")
 
 
 def verify(prep: Prepared, on_event: OnEvent | None = None) -> tuple[DriftReport, list[str]]:
@@ -149,8 +195,16 @@ def verify(prep: Prepared, on_event: OnEvent | None = None) -> tuple[DriftReport
     return report, left
 
 
+# Errors a verification passes over: what plan.py tolerates and no converge changes.
+UNFIXABLE = TOLERATED - {Part.GATEWAY_PROBE}
+
+
 def settle(fleet: Fleet, boxes: list[str]) -> tuple[DriftReport, list[str]]:
     """Observe `boxes` until none shows actionable drift, errors included, or time is up.
+
+    An error of a part the plan tolerates (the login-shell trace, the variable list) is not
+    one a converge can fix, so it does not fail the verification; a gateway that does not
+    answer is, and does.
 
     Proxied roles come back only after a few mesh heartbeats, so a drift that is still there
     right after a gateway's recreate is asked again, up to 6 heartbeats (at least 30 s).
@@ -163,7 +217,7 @@ def settle(fleet: Fleet, boxes: list[str]) -> tuple[DriftReport, list[str]]:
         for result in report.boxes:
             prefix = f"{result.box}: " if len(boxes) > 1 else ""
             left += [f"{prefix}{d.subject} {d.path}" for d in actionable(result.drifts)]
-            left += [f"{prefix}error: {e}" for e in result.errors]
+            left += [f"{prefix}error: {e}" for e in result.errors if e.part not in UNFIXABLE]
             if not result.reachable:
                 left.append(f"{prefix}not observed")
         if not left or time.monotonic() >= deadline:

@@ -41,6 +41,12 @@ def record(out: Outcome, inventory: str, who: str) -> dict[str, Any]:
         "outcome": "converged" if out.ok and out.changed else "no-change" if out.ok else "failed",
         "failed": scrub_text(out.failed) if out.failed else None,
         "snapshot": out.snapshot,
+        # No answer came while the box may have been changing: what it is now is not known
+        # (drift_after is what was seen right after); `snapshot` is the one to roll back to.
+        "state_unknown": out.state_unknown,
+        "marked_good": out.marked_good,  # a verified converge whose mark-good was refused: false
+        "warnings": [scrub_text(w) for w in out.warnings],
+        "events_dropped": out.events_dropped,  # read from the box but not kept (bounded)
         "plan": [
             {
                 "step": s.kind.value,

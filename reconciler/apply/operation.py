@@ -17,7 +17,7 @@ from pyinfra.api import FunctionCommand, operation
 from reconciler.apply import session
 from reconciler.apply.engine import execute, holder, settle
 from reconciler.apply.progress import Reporter
-from reconciler.apply.summary import outcome_lines
+from reconciler.apply.summary import outcome_lines, summary_line
 from reconciler.report.values import free_text
 
 
@@ -26,7 +26,7 @@ def converge(box: str) -> Any:
     prep = session.prepared(box)
     if prep.plan.blocked:
         # Fails this host at execute time, with the reason; the other boxes go on.
-        yield FunctionCommand(_refuse, (box, prep.plan.summary()), {})
+        yield FunctionCommand(_refuse, (box, summary_line(prep.plan)), {})
         return
     if prep.plan.empty:
         current_host.noop(f"{box}: no drift to converge")
@@ -47,7 +47,7 @@ def _execute(state: Any, host: Any, box: str) -> bool:
 
 
 def _refuse(state: Any, host: Any, box: str, reason: str) -> bool:
-    Reporter(box).line(f"not converged: {reason}")
+    Reporter(box).line(f"not converged: {free_text(reason)}")  # a box's words: clean here too
     return False
 
 
