@@ -179,7 +179,7 @@ def _secrets(box: BoxSpec) -> Iterator[Finding]:
             yield path, f"{key} is a secret name: use {{secret: <name>}}, never a literal value"
         if isinstance(value, SecretRef) and not secret_name:
             yield path, f"{key} takes a secret but matches no secret_patterns; add a pattern"
-    # A box_file secret's path is a HomePath (types.py): inside the home, checked on load.
+    # A box_file secret's path is an InsideHome (types.py): inside the home, checked on load.
 
 
 def _auth(box: BoxSpec) -> Iterator[Finding]:

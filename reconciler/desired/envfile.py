@@ -14,6 +14,7 @@ from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.models import BoxSpec, EnvValue, InventoryBox, SecretRef
 from reconciler.desired.types import url_host
+from reconciler.desired.yaml_scalars import as_text
 
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
@@ -35,9 +36,7 @@ def env_text(value: EnvValue | None) -> str | SecretName | None:
         return None
     if isinstance(value, SecretRef):
         return SecretName(value.secret)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return as_text(value)  # the loader refuses an `env:` number written otherwise (load.py)
 
 
 def gateway_origin(inv: InventoryBox, box: BoxSpec) -> str:

@@ -22,6 +22,8 @@ from reconciler.desired.problems import Location, PathKey, Problem, dotted
 from reconciler.desired.secret_names import is_secret_name
 
 HIDDEN = "(value not shown: a secret-named key)"
+# A value an overlay set: a file a tool wrote, or whatever the inventory names as one.
+OVERLAY_HIDDEN = "(value not shown: an overlay's)"
 # Keys whose value is a secret whatever they are called: a literal here is the key itself.
 _SECRET_SLOTS: tuple[PathKey, ...] = (("gateway", "api_key"), ("mesh", "key"))
 # Fields named like a secret that hold where one is, never the secret: an inventory's path to an
@@ -34,7 +36,10 @@ def explain(
     model: type[BaseModel],
     data: Any,
     positions: dict[PathKey, Location],
+    hidden_files: frozenset[str] = frozenset(),
 ) -> list[Problem]:
+    """`hidden_files`: files whose values are never shown (the overlays: files the inventory
+    names, written by tools, whose content is not the operator's YAML)."""
     schema = model.model_json_schema()
     located = []
     for error in exc.errors(include_url=False):
@@ -50,16 +55,16 @@ def explain(
         for hint in _nearest(str(path[-1]), _keys_at(schema, path[:-1]))
     }
     patterns = _patterns(data)
-    return [
-        Problem(
-            _locate(path, positions),
-            dotted(path),
-            _message(error, path, schema, hidden=holds_secret(path, patterns)),
-        )
-        for path, error in located
-        # "unknown key max_model_length; did you mean max_model_len?" already says it
-        if not (error["type"] == "missing" and path in suggested)
-    ]
+    problems = []
+    for path, error in located:
+        if error["type"] == "missing" and path in suggested:
+            continue  # "unknown key max_model_length; did you mean max_model_len?" says it
+        where = _locate(path, positions)
+        hidden = HIDDEN if holds_secret(path, patterns) else ""
+        if not hidden and where.file in hidden_files:
+            hidden = OVERLAY_HIDDEN
+        problems.append(Problem(where, dotted(path), _message(error, path, schema, hidden)))
+    return problems
 
 
 def _patterns(data: Any) -> tuple[str, ...]:
@@ -103,16 +108,25 @@ def _drop_union_noise(located: list[tuple[PathKey, Any]]) -> list[tuple[PathKey,
                 out.append(
                     (path, {"type": "union_type", "input": error.get("input"), "all": merged[path]})
                 )
-            merged[path].append(error["type"].removesuffix("_type"))
+            merged[path].append(_expected_kind(error))
             continue
         out.append((path, error))
     return [(p, _single(e)) if e["type"] == "union_type" else (p, e) for p, e in out]
 
 
+def _expected_kind(error: Any) -> str:
+    """`int`, `dict`, ... from a `*_type` error; a model's as `model:ClassName`, so its message
+    can name the shape that model wants (_article)."""
+    kind = str(error["type"]).removesuffix("_type")
+    if kind == "model":
+        return f"model:{error.get('ctx', {}).get('class_name', '')}"
+    return kind
+
+
 def _single(error: Any) -> Any:
     kinds = error["all"]
     if len(kinds) == 1:
-        return {"type": f"{kinds[0]}_type", "input": error["input"], "msg": ""}
+        return {"type": "one_type", "kind": kinds[0], "input": error["input"]}
     return error
 
 
@@ -136,10 +150,11 @@ def _locate(path: PathKey, positions: dict[PathKey, Location]) -> Location:
     return next(iter(positions.values()))
 
 
-def _message(error: Any, path: PathKey, schema: dict[str, Any], hidden: bool = False) -> str:
+def _message(error: Any, path: PathKey, schema: dict[str, Any], hidden: str = "") -> str:
+    """`hidden`: the words that stand for the value, which is then never shown."""
     kind = error["type"]
     value = error.get("input")
-    shown = HIDDEN if hidden else _shown(value)
+    shown = hidden or _shown(value)
     if kind == "extra_forbidden":
         valid = _keys_at(schema, path[:-1])
         hint = _nearest(str(path[-1]), valid)
@@ -153,7 +168,7 @@ def _message(error: Any, path: PathKey, schema: dict[str, Any], hidden: bool = F
         return f"{shown if hidden else repr(value)} is not one of {expected}"
     if kind in ("value_error", "assertion_error"):
         if hidden:  # a validator's own words may quote the value
-            return f"invalid value {HIDDEN}"
+            return f"invalid value {hidden}"
         return str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind == "string_pattern_mismatch":
         pattern = error.get("ctx", {}).get("pattern", "")
@@ -164,14 +179,17 @@ def _message(error: Any, path: PathKey, schema: dict[str, Any], hidden: bool = F
     if kind == "union_tag_not_found":
         return "missing `source:` (box_file or controller_env)"
     if kind == "union_type":
-        names = [_article(k) for k in sorted(set(error["all"]))]
+        names = [_article(k, schema) for k in sorted(set(error["all"]))]
         listed = ", ".join(names[:-1]) + f" or {names[-1]}"
         return f"expected {listed}, got {_kind(value)} {shown}"
+    if kind in ("one_type", "model_type"):
+        expected = error["kind"] if kind == "one_type" else _expected_kind(error)
+        return f"expected {_article(expected, schema)}, got {_kind(value)} {shown}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         expected = kind.removesuffix("_type").removesuffix("_parsing").replace("_", " ")
         return f"expected {_article(expected)}, got {_kind(value)} {shown}"
     if hidden:  # pydantic's message may quote the input (enum, length, url errors)
-        return f"invalid value {HIDDEN}"
+        return f"invalid value {hidden}"
     msg = str(error["msg"])
     return f"{msg[:1].lower()}{msg[1:]} (got {shown})"
 
@@ -186,16 +204,24 @@ def _shown(value: Any) -> str:
     return repr(list(value)) if isinstance(value, tuple) else repr(value)
 
 
-def _article(noun: str) -> str:
-    aliases = {
-        "dict": "mapping",
-        "tuple": "list",
-        "int": "integer",
-        "float": "number",
-        "model": "{secret: NAME}",
-    }
+def _article(noun: str, schema: dict[str, Any] | None = None) -> str:
+    if noun.startswith("model:"):
+        return _model_shape(noun.removeprefix("model:"), schema or {})
+    aliases = {"dict": "mapping", "tuple": "list", "int": "integer", "float": "number"}
     noun = aliases.get(noun, noun)
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _model_shape(class_name: str, schema: dict[str, Any]) -> str:
+    """The mapping a model wants, by its keys: `{secret: NAME}` for a SecretRef, else its
+    required keys (all of them if none is required), from the schema the editors get."""
+    if class_name == "SecretRef":
+        return "a {secret: NAME}"
+    found = schema.get("$defs", {}).get(class_name, {})
+    keys = found.get("required") or sorted(found.get("properties", {}))
+    if not keys:
+        return "a mapping"
+    return "a mapping {" + ", ".join(f"{key}: ..." for key in keys) + "}"
 
 
 def _keys_at(schema: dict[str, Any], path: PathKey) -> list[str]:

@@ -21,9 +21,14 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from reconciler.desired.safe_read import INVENTORY_MAX_BYTES, Unreadable, read_regular
+from reconciler.desired.safe_read import (
+    INVENTORY_MAX_BYTES,
+    Unreadable,
+    read_regular,
+    refused_link,
+)
 from reconciler.gc_pause import paused_gc
 
 Buffer = bytes | bytearray | memoryview
@@ -132,8 +137,34 @@ def fingerprint(
         "listing": seen.listing if seen is not None else layer_listing(root),
         "inputs": digests,
         "stamps": stamps,
+        **symlinks(root, paths),
         "home": os.path.expanduser("~"),  # `~/` in inventory key paths expands against it
     }
+
+
+def symlinks(root: Path, paths: list[str]) -> dict[str, Any]:
+    """The loader's symlink policy is part of what it decided (a layer that leads out of the
+    repository is refused, safe_read.py), and a link swapped for one leading elsewhere can keep
+    its target's stamps and bytes (a bind mount, a hard link): so the record holds the text of
+    every symlink on the way to an input. `links`: input -> its link's text (links only);
+    `dirs`: each directory between the repository and an input -> its link's text, or None."""
+    links = {path: text for path in paths if (text := _link_text(path)) is not None}
+    base = os.path.abspath(root)
+    under = {os.path.dirname(p) for p in paths if p.startswith(base + os.sep)}
+    steps = set()
+    for directory in under:  # a handful: inventory/, group_vars/, the overlays' folders
+        while directory.startswith(base + os.sep):
+            steps.add(directory)
+            directory = os.path.dirname(directory)
+    return {"links": links, "dirs": {d: _link_text(d) for d in sorted(steps)}}
+
+
+def _link_text(path: str) -> str | None:
+    """What the symlink at `path` says; None if it is no symlink (or is not there)."""
+    try:
+        return os.readlink(path)
+    except (OSError, ValueError):
+        return None
 
 
 def code_version(package: Path, salt: object = "") -> str:
@@ -170,14 +201,36 @@ def unchanged(root: Path, recorded: dict[str, Any]) -> bool:
         return False
     stamps = recorded.get("stamps")
     stamps = stamps if isinstance(stamps, dict) else {}
+    links, dirs = recorded.get("links"), recorded.get("dirs")
+    if not isinstance(links, dict) or not isinstance(dirs, dict):
+        return False
+    if any(_link_text(d) != text for d, text in dirs.items()):
+        return False  # a directory on the way became, stopped being or changed a symlink
 
     def same(path: str, digest: str | None) -> bool:
+        now = _linked_stamp(path, links.get(path))
+        if now is False:
+            return False  # the file became, stopped being or changed a symlink
         stamp = stamps.get(path)
-        return (stamp is not None and file_stamp(path) == stamp) or file_digest(
-            Path(path)
-        ) == digest
+        if stamp is not None and now == stamp:
+            return True
+        # Hashed as the loader reads it: never through a symlink the loader refuses.
+        return not refused_link(Path(path), root) and file_digest(Path(path)) == digest
 
     return all(same(p, d) for p, d in inputs.items())
+
+
+def _linked_stamp(path: str, link: str | None) -> tuple[int, ...] | Literal[False] | None:
+    """The file's stamp as file_stamp takes it (its target's for a symlink), with one lstat for
+    a file that is no symlink (as many calls as the stat it replaces); False if whether it is
+    a symlink, or what its link says, is not `link` (the recorded text; None: no symlink)."""
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return None  # gone: its digest (None) then differs from the recorded one
+    if not stat.S_ISLNK(info.st_mode):
+        return False if link is not None else _stamp(info, None)  # lstat is stat here
+    return file_stamp(path) if _link_text(path) == link else False
 
 
 def write_private(path: Path, data: bytes | Sequence[Buffer], keep: int = KEEP) -> None:

@@ -62,6 +62,9 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     listing = layer_listing(root)  # before any layer is read: one added later is not in this state
     inv_doc = _load(root, inv_path)
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
+    outside = _overlays_outside(root, inv, inv_doc)  # the inventory's own paths, before facts
+    if outside:
+        raise DesiredStateError(outside)  # before anything there is read
     if facts is not None:
         inv = with_facts(inv, facts)
     problems = list(_group_membership(inv, inv_doc))
@@ -79,8 +82,13 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     box_overlays, more = _box_overlays(root, inv, inv_doc)
     if more:
         raise DesiredStateError(more)
+    overlays = [*([overlay] if overlay is not None else []), *box_overlays.values()]
+    parsed = [*docs.values(), *overlays]  # every layer read, used by a box or not
+    problems += _layer_problems(parsed)
+    if problems:
+        raise DesiredStateError(problems)
+    hidden = frozenset(doc.file for doc in overlays)  # their values are never quoted
     merges = SharedPrefixes()
-    read = {str(inv_path): inv_doc.read}  # each input as parsed, by its path in `inputs`
     for name, conn in inv.boxes.items():
         groups = [docs[n] for n in ("all", *_ordered_groups(inv, conn)) if n in docs]
         chain = [*groups, *([docs[name]] if name in docs else [])]
@@ -90,16 +98,14 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
             chain.append(box_overlays[name])
         data, where = merges.merge(chain, len(groups))
         union_layers(chain, data, where)  # secret_patterns: a layer only adds names
-        data = {"name": name, **data}
+        data = {"name": name, **data}  # no layer sets `name` (_layer_problems)
         where.setdefault(("name",), Location(inv_doc.file, 1, 1))
         positions[name] = where
         layers[name] = tuple(doc.file for doc in chain)
-        for doc in chain:
-            read[str(root / doc.file)] = doc.read
         try:
             boxes[name] = BoxSpec.model_validate(data)
         except ValidationError as exc:
-            problems += explain(exc, BoxSpec, data, where)
+            problems += explain(exc, BoxSpec, data, where, hidden_files=hidden)
     if problems:
         raise DesiredStateError(problems)
 
@@ -112,10 +118,41 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
         problems.append(_problem(positions[str(path[0])], path[1:], message))
     if problems:
         raise DesiredStateError(problems)
-    inputs = sorted({inv_path, *(root / f for chain in layers.values() for f in chain)})
+    # Every file parsed is an input, also a layer no box uses: it was judged, so an edit that
+    # makes it invalid must not be served from a cache that never looked at it.
+    read = {str(inv_path): inv_doc.read, **{str(root / doc.file): doc.read for doc in parsed}}
+    inputs = sorted(Path(path) for path in read)
     seen = InputsRead(listing, {path: r for path, r in read.items() if r is not None})
     derived = DerivedEnvs(boxes, inv, envs)
     return Fleet(root, inv_doc.file, inv, boxes, layers, positions, tuple(inputs), seen, derived)
+
+
+def _layer_problems(docs: list[SourceDoc]) -> list[Problem]:
+    """What no layer may hold whatever the box: a `name` (the inventory names a box: a layer's
+    would rename every box using it) and an `env:` number that reaches `.env` as other text
+    than it is written (`0022` as 22)."""
+    problems = []
+    for doc in docs:
+        if "name" in doc.data:
+            problems.append(Problem(doc.positions[("name",)], "name", _NAMED))
+        for path in doc.rewritten:
+            if _is_env_value(path):
+                problems.append(Problem(doc.positions[path], dotted(path), _REWRITTEN))
+    return problems
+
+
+_NAMED = "a layer cannot set name: the inventory names each box (its key under boxes:)"
+_REWRITTEN = (
+    "read as a number or boolean, this reaches .env as other text than it is written (0022 "
+    "as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text"
+)
+
+
+def _is_env_value(path: PathKey) -> bool:
+    """`env.KEY` or `lanes.LANE.env.KEY`: the values written to `.env` as text."""
+    return (len(path) == 2 and path[0] == "env") or (
+        len(path) == 4 and path[0] == "lanes" and path[2] == "env"
+    )
 
 
 def _problem(where: dict[PathKey, Location], path: PathKey, message: str) -> Problem:
@@ -197,6 +234,40 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
     return docs, problems
 
 
+def _overlays_outside(root: Path, inv: InventorySpec, inv_doc: SourceDoc) -> list[Problem]:
+    """An overlay the inventory names is a file of the repository, as a symlinked layer must
+    be (safe_read.py): `../../x` or an absolute path elsewhere could make the loader read, and
+    its errors describe, anything the operator can read (~/.docker/config.json)."""
+    problems = []
+    for key in ("image_overlay", "box_overlay"):
+        value = getattr(inv, key)
+        if value is None:
+            continue
+        # A box name is one plain path component (models.Name): one check speaks for them all
+        # unless a `..` makes the file system's answer differ per box.
+        many = "{box}" in value and ".." in value.split("/")
+        names = inv.boxes if many else ["box"]
+        if not all(_inside(root, value.replace("{box}", name)) for name in names):
+            at = inv_doc.positions.get((key,), inv_doc.positions[()])
+            message = f"{value!r} is outside the repository: an overlay must be one of its files"
+            problems.append(Problem(at, key, message))
+    return problems
+
+
+def _inside(root: Path, value: str) -> bool:
+    base = os.path.abspath(root)
+    joined = os.path.join(base, value)  # an absolute `value` stays itself
+    if not os.path.abspath(joined).startswith(base + os.sep):
+        return False
+    if ".." not in value.split("/"):
+        # Without `..` the text names the path the kernel walks, and load_yaml refuses every
+        # symlink on it that leaves the repository; no file system call needed per box.
+        return True
+    # `link/..` climbs from the link's target, not from `link`'s directory: ask the file system.
+    real = os.path.realpath(root)
+    return os.path.commonpath([real, os.path.realpath(joined)]) == real
+
+
 def _box_overlays(
     root: Path, inv: InventorySpec, inv_doc: SourceDoc
 ) -> tuple[dict[str, SourceDoc], list[Problem]]:
@@ -237,11 +308,24 @@ def _image_overlay(
     problems = []
     for name, ref in doc.data.items():
         if not isinstance(ref, str) or not is_digest_ref(ref):
-            problems.append(
-                Problem(doc.positions[(name,)], name, f"{ref!r} is not pinned by digest")
+            # Never the value: a wrong file named here (a registry's credentials) must not
+            # reach a terminal or a CI log through its error.
+            message = (
+                f"expected an image reference pinned by digest (repo@sha256:<64 hex>), got "
+                f"{_shape(ref)} (an overlay's values are not shown)"
             )
+            problems.append(Problem(doc.positions[(name,)], name, message))
     images = {"images": doc.data}
     shifted = {("images", *p): loc for p, loc in doc.positions.items()}
     shifted[()] = doc.positions[()]
     shifted[("images",)] = doc.positions[()]
     return SourceDoc(doc.file, images, shifted, doc.read), problems
+
+
+def _shape(value: Any) -> str:
+    """What kind of value was found, never the value."""
+    if isinstance(value, str):
+        return "a text that is not one"
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", dict: "a mapping"}
+    kinds |= {tuple: "a list", type(None): "null"}
+    return kinds.get(type(value), "a value of another kind")

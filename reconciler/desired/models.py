@@ -25,11 +25,11 @@ from reconciler.desired.refs import is_digest_ref
 from reconciler.desired.types import (
     ComposeFile,
     ControllerFile,
-    HomePath,
     Host,
     HttpOrigin,
     ImageChoice,
     ImageRef,
+    InsideHome,
     IPv4,
     ModelId,
     SshFile,
@@ -39,6 +39,12 @@ from reconciler.desired.types import (
     Version,
     check_env_value,
 )
+
+# The box's own bounds (reconciler/apply/remote/converge.py `_timeout`, `validate_payload`): the
+# loader refuses what a converge would, at the line that set it, not at apply time.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_FLOOR_GIB = 1 << 20
+TimeoutS = Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S)]
 
 
 def _require_digest(ref: str) -> str:
@@ -105,7 +111,7 @@ class BoxFileSecret(Strict):
     """A secret that lives on the box in a KEY=value file and never leaves it."""
 
     source: Literal["box_file"]
-    path: HomePath = Field(description="file on the box, inside the deploy user's home (~/...)")
+    path: InsideHome = Field(description="file on the box, inside the deploy user's home (~/...)")
     key: EnvKey
 
 
@@ -126,7 +132,7 @@ class LobesSpec(Strict):
 
 
 class DeploymentSpec(Strict):
-    directory: HomePath = Field(
+    directory: InsideHome = Field(
         default="~/.lobes", description="the compose project directory, inside the home (~/...)"
     )
     project: Name = Field(default="lobes", description="compose project name (= directory name)")
@@ -153,7 +159,7 @@ class LaneSpec(Strict):
     max_model_len: Annotated[int, Field(gt=0)]
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
     profile: Name | None = Field(default=None, description="COMPOSE_PROFILES entry it needs")
-    boot_timeout_s: Annotated[int, Field(gt=0)] = 900
+    boot_timeout_s: TimeoutS = 900
     env: dict[EnvKey, EnvPin] = Field(
         default_factory=dict, description="extra .env pins of this lane; null: leave the key out"
     )
@@ -173,7 +179,7 @@ class GatewaySpec(Strict):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     auth: Literal["keyed", "open"]
     api_key: SecretRef | None = Field(default=None, description="required when auth is keyed")
-    health_timeout_s: Annotated[int, Field(gt=0)] = 120
+    health_timeout_s: TimeoutS = 120
 
 
 class MeshSpec(Strict):
@@ -201,7 +207,7 @@ class LoginShellPolicy(Strict):
 
 class MemoryPolicy(Strict):
     drop_caches_before_boot: bool
-    mem_available_floor_gib: Annotated[float, Field(ge=0)]
+    mem_available_floor_gib: Annotated[float, Field(ge=0, le=MAX_FLOOR_GIB)]
 
 
 class BoxSpec(Strict):

@@ -83,6 +83,17 @@ def read_regular_as_found(
         os.close(fd)
 
 
+def refused_link(path: Path, within: Path) -> bool:
+    """Whether `read_regular(path, within=within)` refuses `path` for the way to it (a symlink
+    leading out of `within`, on the file or a directory, a loop or a dangling link), without
+    opening it: what the caches ask of a file before they hash it."""
+    try:
+        _follow(path, within)
+    except Unreadable:
+        return True
+    return False
+
+
 def _follow(path: Path, within: Path | None) -> str:
     """The path to open: `path` itself, or the regular file its symlink points to."""
     if within is not None:

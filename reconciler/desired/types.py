@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, WithJsonSchema
@@ -24,10 +25,21 @@ from pydantic import AfterValidator, WithJsonSchema
 from reconciler.desired.refs import is_image_ref
 
 # C0 controls and DEL: invisible in a report, a terminal escape (ESC) when printed, and NUL, CR
-# and LF end a line or a C string. TAB alone is ordinary text in an `.env` value.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_CONTROL_OR_TAB = re.compile(r"[\x00-\x1f\x7f]")
-_CHAR_NAMES = {"\x00": "a NUL byte", "\n": "a line feed", "\r": "a carriage return"}
+# and LF end a line or a C string. NEL (U+0085) and the line and paragraph separators (U+2028,
+# U+2029) too: compose splits `.env` at LF only, but Python's str.splitlines() (which box
+# programs once used) also splits at them and at VT, FF and FS/GS/RS, so a value holding one was
+# two lines to one reader and one to the other. TAB alone is ordinary text in an `.env` value.
+_BREAKS = r"\x85\u2028\u2029"
+_CONTROL = re.compile(rf"[\x00-\x08\x0a-\x1f\x7f{_BREAKS}]")
+_CONTROL_OR_TAB = re.compile(rf"[\x00-\x1f\x7f{_BREAKS}]")
+_CHAR_NAMES = {
+    "\x00": "a NUL byte",
+    "\n": "a line feed",
+    "\r": "a carriage return",
+    "\x85": "a next-line character (U+0085)",
+    "\u2028": "a line separator (U+2028)",
+    "\u2029": "a paragraph separator (U+2029)",
+}
 
 
 def _control_problem(value: str, *, tab_ok: bool = True) -> str | None:
@@ -80,16 +92,36 @@ def is_host(value: str) -> bool:
             pass
     if len(value) > 253 or not DNS_NAME.fullmatch(value):
         return False
-    return not value.rstrip(".").rsplit(".", 1)[-1].isdigit()
+    if value.rstrip(".").rsplit(".", 1)[-1].isdigit():
+        return False
+    return not _resolver_reads_as_address(value)
+
+
+def _resolver_reads_as_address(name: str) -> bool:
+    """Whether the C resolver would take `name` as an IPv4 address (inet_aton's forms: hex and
+    octal parts, fewer than four parts, `0x7f000001`): not a name, and not the address
+    ipaddress (hence every check here) saw."""
+    for form in (name, name.rstrip(".")):
+        try:
+            socket.inet_aton(form)
+            return True
+        except (OSError, ValueError):
+            pass
+    return False
 
 
 def check_host(value: str) -> str:
-    if not is_host(value):
+    if is_host(value):
+        return value
+    if DNS_NAME.fullmatch(value) and _resolver_reads_as_address(value):
         raise ValueError(
-            f"{value!r} is not a host name (dot-separated labels of letters, digits and inner "
-            "-) or an IP address"
+            f"{value!r} is not a host name: the resolver reads it as an IPv4 address (hex, "
+            "octal or short form); write the address as four decimal numbers (a.b.c.d)"
         )
-    return value
+    raise ValueError(
+        f"{value!r} is not a host name (dot-separated labels of letters, digits and inner "
+        "-) or an IP address"
+    )
 
 
 def url_host(host: str) -> str:
@@ -178,7 +210,18 @@ def check_home_path(value: str) -> str:
     return "/".join(["~", *parts])
 
 
+def check_inside_home(value: str) -> str:
+    """A home path (normalized by check_home_path) that is not the home itself: the box
+    (converge.py `_home_path`) takes only a path strictly inside it, for the deployment
+    directory and a secret's file alike, and would refuse the whole converge for `~`."""
+    if value == "~":
+        raise ValueError("the home itself (~) is not a path inside it: write ~/...")
+    return value
+
+
 # --- `.env` values and what lands in them -----------------------------------------------------
+
+MAX_ENV_VALUE = 65536  # converge.py `_env_value`'s bound
 
 
 def check_env_value(value: Any) -> Any:
@@ -189,6 +232,15 @@ def check_env_value(value: Any) -> Any:
         problem = _control_problem(value)
         if problem:
             raise ValueError(f"an .env value cannot contain {problem} (the value is not shown)")
+        # The box's writer (converge.py `quote`, `_env_value`) refuses these two at apply time:
+        # single quotes would keep the `'`, double quotes would let compose expand the `$`.
+        if "'" in value and "$" in value:
+            raise ValueError(
+                "an .env value cannot hold both ' and $: no quoting makes compose read it back "
+                "unchanged (the value is not shown)"
+            )
+        if len(value) > MAX_ENV_VALUE:
+            raise ValueError(f"an .env value longer than {MAX_ENV_VALUE} characters")
     return value
 
 
@@ -315,6 +367,12 @@ HomePath = Annotated[
     str,
     AfterValidator(check_home_path),
     _schema({"description": "a path inside the deploy user's home: ~ or ~/... (no ..)"}),
+]
+InsideHome = Annotated[
+    str,
+    AfterValidator(check_home_path),
+    AfterValidator(check_inside_home),
+    _schema({"description": "a path inside the deploy user's home: ~/... (no ..)"}),
 ]
 ModelId = Annotated[
     str,

@@ -36,7 +36,7 @@ from ruamel.yaml.events import (
 from ruamel.yaml.resolver import VersionedResolver
 
 from reconciler.desired.problems import Location, PathKey
-from reconciler.desired.yaml_scalars import AS_TEXT, BAD_KEY_CHAR, STR, scalar_value
+from reconciler.desired.yaml_scalars import AS_TEXT, BAD_KEY_CHAR, STR, rewritten, scalar_value
 
 try:  # ruamel.yaml's optional C extension (a dependency of this package on CPython)
     from _ruamel_yaml import CParser
@@ -57,8 +57,9 @@ def available() -> bool:
 
 def plain_source(
     text: str, file: str, *, max_nodes: int, max_depth: int
-) -> tuple[dict[str, Any], dict[PathKey, Location]] | None:
-    """The file's data and the position of every key and item, or None (see the docstring)."""
+) -> tuple[dict[str, Any], dict[PathKey, Location], frozenset[PathKey]] | None:
+    """The file's data, the position of every key and item and the paths of scalars that read
+    back as other text (yaml_scalars.rewritten), or None (see the docstring)."""
     if CParser is None or "\t" in text or "\ufeff" in text:
         # Where libyaml's scanner and ruamel's part (tests/unit/test_yaml_fast.py found them):
         # a tab as a separator (`a:\tb`, which ruamel refuses) and a byte order mark past
@@ -66,7 +67,8 @@ def plain_source(
         return None
     builder = _Builder(text, file, max_nodes, max_depth)
     try:
-        return builder.document(CParser(text).get_event), builder.positions
+        data = builder.document(CParser(text).get_event)
+        return data, builder.positions, frozenset(builder.rewritten)
     except (_NotPlain, YAMLError, ValueError, UnicodeError, MemoryError, RecursionError):
         return None
 
@@ -100,6 +102,7 @@ class _Builder:
         self.positions: dict[PathKey, Location] = {(): Location(file, 1, 1)}
         self.nodes_left = max_nodes
         self.max_depth = max_depth
+        self.rewritten: list[PathKey] = []
 
     def document(self, get: Callable[[], Any]) -> dict[str, Any]:
         if type(get()) is not StreamStartEvent:
@@ -135,6 +138,8 @@ class _Builder:
             found, problem = scalar_value(tag, event.value)
             if problem is not None:
                 raise _NotPlain
+            if rewritten(tag, event.value, found):
+                self.rewritten.append(path)
             return found
         if kind is MappingStartEvent:
             return self.mapping(get, event, path, depth + 1)

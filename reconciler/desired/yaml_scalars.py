@@ -23,10 +23,30 @@ EXPLICIT_OK = frozenset({STR, INT, FLOAT, BOOL, NULL, MAP, SEQ, "!"})
 # Not allowed anywhere in a value: C0 controls but TAB/LF/CR, DEL, C1 controls (a terminal
 # reads some as escape sequences), surrogates, and the two non-characters YAML excludes.
 BAD_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-# A key is a name: no line breaks or tabs either.
-BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# A key is a name: no line breaks (U+2028 and U+2029 from `"\L"`, `"\P"` escapes too) or tabs
+# either. Values may hold those two (a double-quoted text); the types of what reaches `.env`, a
+# path or a command line refuse them there (types.py).
+BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\ufffe\uffff]")
 
 _NULL_FORMS = ("", "~", "null", "Null", "NULL")
+# Tags whose value is written back as text of our own making (`.env`): see `rewritten`.
+NUMERIC = frozenset({INT, FLOAT, BOOL})
+
+
+def as_text(value: bool | int | float | str) -> str:
+    """The text a scalar's value reaches `.env` as (envfile.env_text): booleans as lobes
+    writes them (true/false), numbers as Python prints them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def rewritten(tag: str, text: str, value: Any) -> bool:
+    """Whether a number or boolean scalar would reach `.env` as other text than it is written
+    (`0022` as 22, `1_000` as 1000, `0x10` as 16, `1e3` as 1000.0, `TRUE` as true): the loader
+    refuses that under `env:` (the operator meant the text). Both readers ask this of the same
+    source text (a plain scalar's value is its text), so they agree on every path."""
+    return tag in NUMERIC and value is not None and as_text(value) != text
 
 
 def char_name(char: str) -> str:
@@ -37,8 +57,10 @@ def char_name(char: str) -> str:
         return f"non-character U+{code:04X}"
     if code == 0x0D:
         return "carriage return without a line feed"
-    if code in (0x2028, 0x2029):
-        return f"line separator U+{code:04X}"
+    if code == 0x2028:
+        return "line separator U+2028"
+    if code == 0x2029:
+        return "paragraph separator U+2029"
     return f"control character U+{code:04X}"
 
 

@@ -65,6 +65,7 @@ from reconciler.desired.yaml_scalars import (
     NULL,
     SEQ,
     char_name,
+    rewritten,
     scalar_value,
 )
 
@@ -88,6 +89,9 @@ class SourceDoc:
     data: dict[str, Any]
     positions: dict[PathKey, Location]
     read: FileRead | None = None  # the file as read from disk (None: parsed from a text)
+    # Paths of number and boolean scalars whose value reads back as other text than written
+    # (yaml_scalars.rewritten): an `env:` value among them is refused by the loader.
+    rewritten: frozenset[PathKey] = frozenset()
 
 
 def load_yaml(
@@ -111,7 +115,9 @@ def load_yaml(
     except Unreadable as exc:
         raise DesiredStateError([Problem(at_start, "", exc.message)]) from None
     doc = parse_text(_decode(raw, display), display, required=required, inventory=inventory)
-    return SourceDoc(doc.file, doc.data, doc.positions, file_read(raw, opened))
+    return SourceDoc(
+        doc.file, doc.data, doc.positions, file_read(raw, opened), rewritten=doc.rewritten
+    )
 
 
 def parse_text(
@@ -128,7 +134,8 @@ def parse_text(
     if not located_only:
         plain = plain_source(text, display, max_nodes=composer.max_nodes, max_depth=MAX_DEPTH)
         if plain is not None:
-            return SourceDoc(display, *plain)
+            data, positions, rewritten = plain
+            return SourceDoc(display, data, positions, rewritten=rewritten)
     at_start = Location(display, 1, 1)
     node = _compose(text, display, composer)
     if node is None or (isinstance(node, ScalarNode) and node.tag == NULL):
@@ -144,7 +151,7 @@ def parse_text(
     data = builder.plain(node, ())
     if builder.problems:
         raise DesiredStateError(builder.problems)
-    return SourceDoc(display, data, builder.positions)
+    return SourceDoc(display, data, builder.positions, rewritten=frozenset(builder.rewritten))
 
 
 def _decode(raw: bytes, display: str) -> str:
@@ -310,6 +317,7 @@ class _Builder:
         self.file = file
         self.positions: dict[PathKey, Location] = {(): Location(file, 1, 1)}
         self.problems: list[Problem] = []
+        self.rewritten: list[PathKey] = []
 
     def where(self, node: Node) -> Location:
         return Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
@@ -374,7 +382,10 @@ class _Builder:
         if tag not in AS_TEXT and tag not in (MERGE, NULL, BOOL, INT, FLOAT):
             self.refuse(node, path, f"tag {_tag_text(node.tag)} does not fit a scalar")
             return None
-        value, problem = scalar_value(tag, str(node.value))
+        text = str(node.value)
+        value, problem = scalar_value(tag, text)
         if problem is not None:
             self.refuse(node, path, problem)
+        elif rewritten(tag, text, value):
+            self.rewritten.append(path)
         return value

@@ -455,7 +455,7 @@ BAD_INPUTS = [
         "ssh_hostname: 10.0.0.11",
         "ssh_hostname: 10.0.0.011",
         [
-            "inventory/hosts.yaml:5:5: boxes.thor.ssh_hostname: '10.0.0.011' is not a host name (dot-separated labels of letters, digits and inner -) or an IP address",
+            "inventory/hosts.yaml:5:5: boxes.thor.ssh_hostname: '10.0.0.011' is not a host name: the resolver reads it as an IPv4 address (hex, octal or short form); write the address as four decimal numbers (a.b.c.d)",
         ],
     ),
     (
@@ -735,6 +735,242 @@ BAD_INPUTS = [
         "  bind: 999.1.1.1\n  auth: keyed",
         [
             "group_vars/all.yaml:20:3: gateway.bind: '999.1.1.1' is not an IPv4 address",
+        ],
+    ),
+    # -- review fixes (tests/unit/test_desired_review_fixes.py): line breaks, overlays, `name`,
+    # the box's own bounds, numbers rewritten on their way to `.env`, hex hosts, model shapes
+    (
+        "env_value_line_separator",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        '  VLLM_GDN_DECODE_KERNEL: triton\n  FOO_MODE: "x\\LGATEWAY_API_KEY=\\Pbar"',
+        [
+            "group_vars/thor.yaml:6:3: env.FOO_MODE: an .env value cannot contain a line separator (U+2028) (the value is not shown)",
+        ],
+    ),
+    (
+        "lane_env_paragraph_separator",
+        "group_vars/thor.yaml",
+        "      WORKER_MAX_NUM_SEQS: 1",
+        '      WORKER_MAX_NUM_SEQS: "1\\P"',
+        [
+            "group_vars/thor.yaml:14:7: lanes.worker.env.WORKER_MAX_NUM_SEQS: an .env value cannot contain a paragraph separator (U+2029) (the value is not shown)",
+        ],
+    ),
+    (
+        "reason_line_separator",
+        "group_vars/all.yaml",
+        "  vllm: vllm/vllm-openai@sha256:3fb023cc987cc7c2bca7ca14c1e0aff5ae06bd9431bf07773731ce7e8a682460",
+        "  vllm: {ref: 'nvcr.io/nvidia/vllm:26.04', tag_allowed_because: \"no digest\\Lis published\"}",
+        [
+            "group_vars/all.yaml:6:44: images.vllm.tag_allowed_because: text shown in reports cannot contain a line separator (U+2028)",
+        ],
+    ),
+    (
+        "secret_path_line_separator",
+        "group_vars/all.yaml",
+        "path: ~/.lobes/.secrets.env",
+        'path: "~/.lobes/.secrets\\L.env"',
+        [
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: a path cannot contain a line separator (U+2028)",
+        ],
+    ),
+    (
+        "env_key_line_separator",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        '  VLLM_GDN_DECODE_KERNEL: triton\n  "FOO\\L": x',
+        [
+            "group_vars/thor.yaml:6:3: env: line separator U+2028 is not allowed in a key",
+        ],
+    ),
+    (
+        "image_overlay_outside",
+        "inventory/hosts.yaml",
+        "group_order: [gpu, jetson]",
+        "group_order: [gpu, jetson]\nimage_overlay: ../../images.yaml",
+        [
+            "inventory/hosts.yaml:2:1: image_overlay: '../../images.yaml' is outside the repository: an overlay must be one of its files",
+        ],
+    ),
+    (
+        "image_overlay_absolute",
+        "inventory/hosts.yaml",
+        "group_order: [gpu, jetson]",
+        "group_order: [gpu, jetson]\nimage_overlay: /root/.docker/config.json",
+        [
+            "inventory/hosts.yaml:2:1: image_overlay: '/root/.docker/config.json' is outside the repository: an overlay must be one of its files",
+        ],
+    ),
+    (
+        "box_overlay_outside",
+        "inventory/hosts.yaml",
+        "group_order: [gpu, jetson]",
+        "group_order: [gpu, jetson]\nbox_overlay: group_vars/../../{box}.yaml",
+        [
+            "inventory/hosts.yaml:2:1: box_overlay: 'group_vars/../../{box}.yaml' is outside the repository: an overlay must be one of its files",
+        ],
+    ),
+    (
+        "layer_sets_name_unknown",
+        "group_vars/thor.yaml",
+        "lobes:\n",
+        "name: ghost\nlobes:\n",
+        [
+            "group_vars/thor.yaml:1:1: name: a layer cannot set name: the inventory names each box (its key under boxes:)",
+        ],
+    ),
+    (
+        "layer_sets_name_other_box",
+        "group_vars/jetson.yaml",
+        "memory:\n",
+        "name: thor\nmemory:\n",
+        [
+            "group_vars/jetson.yaml:1:1: name: a layer cannot set name: the inventory names each box (its key under boxes:)",
+        ],
+    ),
+    (
+        "directory_is_home",
+        "group_vars/all.yaml",
+        "deployment:\n",
+        "deployment:\n  directory: ~/\n",
+        [
+            "group_vars/all.yaml:4:3: deployment.directory: the home itself (~) is not a path inside it: write ~/...",
+        ],
+    ),
+    (
+        "secret_path_is_home",
+        "group_vars/all.yaml",
+        "path: ~/.lobes/.secrets.env",
+        "path: ~/.",
+        [
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: the home itself (~) is not a path inside it: write ~/...",
+        ],
+    ),
+    (
+        "boot_timeout_over_a_week",
+        "group_vars/gpu.yaml",
+        "    boot_timeout_s: 900",
+        "    boot_timeout_s: 604801",
+        [
+            "group_vars/gpu.yaml:3:5: lanes.embed.boot_timeout_s: input should be less than or equal to 604800 (got 604801)",
+        ],
+    ),
+    (
+        "health_timeout_over_a_week",
+        "group_vars/all.yaml",
+        "  auth: keyed",
+        "  health_timeout_s: 1000000\n  auth: keyed",
+        [
+            "group_vars/all.yaml:20:3: gateway.health_timeout_s: input should be less than or equal to 604800 (got 1000000)",
+        ],
+    ),
+    (
+        "floor_over_box_bound",
+        "group_vars/jetson.yaml",
+        "  mem_available_floor_gib: 4",
+        "  mem_available_floor_gib: 2000000",
+        [
+            "group_vars/jetson.yaml:2:3: memory.mem_available_floor_gib: input should be less than or equal to 1048576 (got 2000000)",
+        ],
+    ),
+    (
+        "env_value_quote_and_dollar",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        '  VLLM_GDN_DECODE_KERNEL: "it\'s $HOME"',
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: an .env value cannot hold both ' and $: no quoting makes compose read it back unchanged (the value is not shown)",
+        ],
+    ),
+    (
+        "env_number_leading_zeros",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: triton\n  APP_UMASK: 0022",
+        [
+            "group_vars/thor.yaml:6:3: env.APP_UMASK: read as a number or boolean, this reaches .env as other text than it is written (0022 as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text",
+        ],
+    ),
+    (
+        "env_number_underscore",
+        "group_vars/thor.yaml",
+        "      WORKER_MAX_NUM_SEQS: 1",
+        "      WORKER_MAX_NUM_SEQS: 1_000",
+        [
+            "group_vars/thor.yaml:14:7: lanes.worker.env.WORKER_MAX_NUM_SEQS: read as a number or boolean, this reaches .env as other text than it is written (0022 as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text",
+        ],
+    ),
+    (
+        "env_number_hex",
+        "group_vars/thor.yaml",
+        "      WORKER_MAX_NUM_SEQS: 1",
+        "      WORKER_MAX_NUM_SEQS: 0x10",
+        [
+            "group_vars/thor.yaml:14:7: lanes.worker.env.WORKER_MAX_NUM_SEQS: read as a number or boolean, this reaches .env as other text than it is written (0022 as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text",
+        ],
+    ),
+    (
+        "env_number_exponent",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: 1e3",
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: read as a number or boolean, this reaches .env as other text than it is written (0022 as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text",
+        ],
+    ),
+    (
+        "env_number_octal_looking",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: 010",
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: read as a number or boolean, this reaches .env as other text than it is written (0022 as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text",
+        ],
+    ),
+    (
+        "env_boolean_capitalized",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: TRUE",
+        [
+            "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: read as a number or boolean, this reaches .env as other text than it is written (0022 as 22, 1_000 as 1000, 0x10 as 16, 1e3 as 1000.0, TRUE as true): quote it to keep the text",
+        ],
+    ),
+    (
+        "host_hex_dotted",
+        "inventory/hosts.yaml",
+        "ssh_hostname: 10.0.0.11",
+        "ssh_hostname: 0x0a.0x00.0x00.0x01",
+        [
+            "inventory/hosts.yaml:5:5: boxes.thor.ssh_hostname: '0x0a.0x00.0x00.0x01' is not a host name: the resolver reads it as an IPv4 address (hex, octal or short form); write the address as four decimal numbers (a.b.c.d)",
+        ],
+    ),
+    (
+        "host_hex_number",
+        "inventory/hosts.yaml",
+        "ssh_hostname: 10.0.0.12",
+        'ssh_hostname: "0x7f000001"',
+        [
+            "inventory/hosts.yaml:9:5: boxes.spark.ssh_hostname: '0x7f000001' is not a host name: the resolver reads it as an IPv4 address (hex, octal or short form); write the address as four decimal numbers (a.b.c.d)",
+        ],
+    ),
+    (
+        "model_key_null",
+        "group_vars/jetson.yaml",
+        "memory:\n",
+        "login_shell: null\nmemory:\n",
+        [
+            "group_vars/jetson.yaml:1:1: login_shell: expected a mapping {forbidden: ...}, got null None",
+        ],
+    ),
+    (
+        "model_key_list",
+        "group_vars/jetson.yaml",
+        "memory:\n  mem_available_floor_gib: 4",
+        "memory: [4]",
+        [
+            "group_vars/jetson.yaml:1:1: memory: expected a mapping {drop_caches_before_boot: ..., mem_available_floor_gib: ...}, got list [4]",
         ],
     ),
 ]

@@ -865,10 +865,22 @@ def dotenv_value(rest):
     return (rest[: hash_at.start()].rstrip() if hash_at else rest), None
 
 
+def env_lines(text, keepends=False):
+    """`.env` text as compose's dotenv splits it: at LF only, a CR before it part of the line
+    ending. str.splitlines() also splits at VT, FF, FS/GS/RS, NEL, U+2028 and U+2029: a value
+    holding one was two lines here and one to compose, so a converge appended its key again
+    on every run and a line the value spelled (U+2028 `GATEWAY_API_KEY=...`) read as an entry."""
+    parts = text.split("\n")
+    lines = parts[:-1] if not parts[-1] else parts  # "" after a final LF is no line
+    if keepends:
+        return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def parse_env(text):
     """{key: (value, line index)} for the active assignments; the last one wins, as in compose."""
     found = {}
-    for index, raw in enumerate(text.splitlines()):
+    for index, raw in enumerate(env_lines(text)):
         match = _LINE.match(raw)
         if match and not raw.lstrip().startswith("#"):
             found[match.group(1)] = (dotenv_value(match.group(2))[0], index)
@@ -978,7 +990,7 @@ def write_env(box, keys, desired):
         data, mode = b"", None
     text = data.decode("utf-8")
     current = parse_env(text)
-    lines = text.splitlines(True)
+    lines = env_lines(text, keepends=True)  # the indexes parse_env gave
     changed, removed = [], set()
     for key in keys:
         want = desired[key]

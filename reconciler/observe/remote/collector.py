@@ -854,10 +854,19 @@ def _name_end(text, start):
     return end
 
 
+def env_lines(text):
+    """`.env` text as compose's dotenv splits it, at LF only (read_text_file has made every
+    line ending one), as the converger's `env_lines`. str.splitlines() also splits at VT, FF,
+    FS/GS/RS, NEL, U+2028 and U+2029: a value holding one read as two lines here and one to
+    compose, and a line the value spelled (U+2028 `GATEWAY_API_KEY=`) as an entry."""
+    lines = text.split("\n")
+    return lines[:-1] if not lines[-1] else lines  # "" after a final LF is no line
+
+
 def parse_dotenv(text):
     """Parse like compose's dotenv: quotes, inline `#` comments after whitespace, `export`."""
     entries = []
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(env_lines(text), 1):
         match = env_assignment(raw)
         if not match or raw.lstrip().startswith("#"):
             continue
@@ -1100,7 +1109,7 @@ def desired_envfile(run, current_text, secret_values):
             managed[key] = spec["value"]  # a controller_env secret sent for this run
         # else: the source is missing (reported as an error); keep the box's line as it is
     lines, seen = [], set()
-    for raw in (current_text or "").splitlines():
+    for raw in env_lines(current_text or ""):
         match = env_assignment(raw)
         if match and not raw.lstrip().startswith("#") and match[0] in absent:
             continue
@@ -2256,7 +2265,7 @@ def audit_envfile_keys(run, names):
 
     text = deployed_env(run)
     active, commented = {}, {}
-    for number, raw in enumerate((text or "").splitlines(), 1):
+    for number, raw in enumerate(env_lines(text or ""), 1):
         found = env_assignment(raw)
         if found and not raw.lstrip().startswith("#"):
             if found[0] in names:
