@@ -28,10 +28,19 @@ EXIT_OK, EXIT_ERROR, EXIT_FINDINGS = 0, 1, 2
 Handler = Callable[[argparse.Namespace], int]
 
 
+NAMED = 12  # boxes a one-line summary names; a 1,000-box fleet's line named every one
+
+
+def named(boxes: list[str]) -> str:
+    """The first NAMED boxes, and how many more."""
+    shown = ", ".join(boxes[:NAMED])
+    return shown if len(boxes) <= NAMED else f"{shown} and {len(boxes) - NAMED} more"
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     fleet = _load(args)
-    names = ", ".join(fleet.boxes)
-    print(f"ok: {len(fleet.boxes)} boxes ({names}) from {fleet.inventory_file} and group_vars/")
+    boxes = named(list(fleet.boxes))
+    print(f"ok: {len(fleet.boxes)} boxes ({boxes}) from {fleet.inventory_file} and group_vars/")
     return EXIT_OK
 
 

@@ -65,3 +65,12 @@ def test_other_commands_end_as_programs_do() -> None:
     validated = _reconcile("--root", str(EXAMPLE), "-i", "lab", "validate")
     assert validated.returncode == 0, validated.stderr
     assert "interpreter shutdown ran" in validated.stderr
+
+
+def test_validate_names_at_most_a_dozen_boxes_and_counts_the_rest() -> None:
+    from reconciler.cli import NAMED, named
+
+    boxes = [f"b{i}" for i in range(NAMED + 5)]
+    assert named(boxes[:3]) == "b0, b1, b2"
+    assert named(boxes[:NAMED]) == ", ".join(boxes[:NAMED])
+    assert named(boxes) == ", ".join(boxes[:NAMED]) + " and 5 more"
