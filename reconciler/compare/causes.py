@@ -21,7 +21,8 @@ An entry is a *symptom* of another entry of the same box when that one provably 
 - a container's `env` VAR: the login shell's export of VAR when the container carries the
   shell's value (equal digests or values), else the `.env` entry of VAR;
 - an `argv` flag or an `image`: the `.env` entry whose (desired, observed) pair is the same;
-- a `compose-file` dead knob: the compose file its source names, when that file is edited;
+- a `compose-file` dead knob, or a desired service the render lacks: the compose file its
+  source names, when that file is edited;
 - a `contract` window: the entry whose pair is the same, or reversed (the gateway advertises
   its start-time window while the lane serves the new one);
 - `auth`: the gateway's drifted key variable, else the `.env` or login-shell entry of it.

@@ -3,15 +3,17 @@
 Two signals: a file of the `-f` chain is missing or its digest differs from the one the
 desired state pins (a hand edit), and, stronger, a managed `.env` knob the rendered command
 does not honour — a flag hard-coded in a compose file makes the knob dead (seed 000, lobes'
-dspark-speculation lesson), which only a render from the desired `.env` can show.
+dspark-speculation lesson), which only a render from the desired `.env` can show. A desired
+service that render lacks altogether (a file dropped it, a profile left it out) is an entry
+too, never a silent skip: nothing of its command or environment could be compared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import Drift
+from reconciler.compare.context import GATEWAY, BoxExpectation
+from reconciler.compare.drift import Action, Drift
 from reconciler.compare.rules import rule
 from reconciler.compare.values import flags_of, same, value
 from reconciler.observe.document import Observed
@@ -56,12 +58,17 @@ def _short(digest: str | None) -> str | None:
 
 
 def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Iterator[Drift]:
-    rendered = doc.render.services or {}
+    rendered = doc.render.services
+    if rendered is None:
+        return  # the render failed: a box error, reported by the caller
     r = rule("compose.dead-knob")
     where = ", ".join(changed) if changed else " / ".join(exp.compose_files)
+    if GATEWAY not in rendered:
+        yield _not_rendered(exp, GATEWAY, changed, where)
     for service, lane in sorted(exp.lanes.items()):
         spec = rendered.get(service)
         if spec is None:
+            yield _not_rendered(exp, service, changed, where)
             continue
         flags = flags_of(spec.command)
         for key in sorted(lane.knobs):
@@ -80,3 +87,26 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
                     source=where,
                     note=f".env {key} is dead: the compose files render another value",
                 )
+
+
+def _not_rendered(exp: BoxExpectation, service: str, changed: list[str], where: str) -> Drift:
+    """A desired service compose's render of the desired `.env` does not have: its command,
+    environment and runtime cannot be compared (containers.py compares the rest), and a
+    converge could not create it. A compose file edited to drop it, or a profile of the
+    service no longer among the active ones: put the files back, as for a dead knob (the
+    files `where` names; plan.py), else a person decides (every file is as pinned, so the
+    desired state's own profiles or chain leave the service out)."""
+    r = rule("compose.service")
+    restorable = changed or any(name not in exp.file_digests for name in exp.compose_files)
+    return Drift(
+        exp.name,
+        r.kind,
+        "gateway" if service == GATEWAY else f"lane:{service}",
+        "(service)",
+        "rendered",
+        None,
+        r.action if restorable else Action.REPORT,
+        source=where,
+        note="not in compose's render of the desired .env (a compose file dropped it, or no "
+        "active profile enables it): its command and environment are not compared",
+    )

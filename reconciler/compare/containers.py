@@ -29,18 +29,72 @@ def _subject(service: str) -> str:
     return "gateway" if service == GATEWAY else f"lane:{service}"
 
 
+_DOCKER_HUB = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+
+
+# Remembered per reference (bounded: a box chooses its references), as _pinned is.
+@functools.lru_cache(maxsize=1024)
+def normal_ref(ref: str) -> str:
+    """An image reference as the registry resolves it, so that two spellings of one image are
+    equal: the tag dropped when a digest pins it (the digest decides), Docker Hub's implied
+    domain and `library/` spelled out (`x`, `docker.io/x`, `index.docker.io/library/x` are
+    one). RepoDigests name `repo@sha256:…`, in Docker Hub's short form and never with a tag."""
+    name, at, digest = ref.partition("@")
+    colon = name.rfind(":")
+    if at and colon > name.rfind("/"):  # a tag (a registry's port comes before a slash)
+        name = name[:colon]
+    first, slash, rest = name.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        domain, path = first.lower(), rest
+    else:
+        domain, path = "docker.io", name
+    if domain in _DOCKER_HUB:
+        domain = "docker.io"
+        if "/" not in path:
+            path = "library/" + path
+    return f"{domain}/{path}{at}{digest}"
+
+
+def service_containers(doc: Observed) -> dict[str, list[Container]]:
+    """Each service's containers (a container compose did not make: under its own name), the
+    one compared as the service's first: the one named as the render's `container_name`, else
+    compose's numbered replica (`<project>-<service>-<n>`, lowest n), else the first by name.
+    The others (a `docker compose run` copy, a `--scale` replica) are reported on their own.
+    compare_containers and the contract's lane windows (gateway.py) read the same one."""
+    groups: dict[str, list[Container]] = {}
+    for found in doc.containers:
+        groups.setdefault(found.key, []).append(found)
+    rendered = doc.render.services or {}
+    for service, group in groups.items():
+        if len(group) > 1:
+            spec = rendered.get(service)
+            named = spec.container_name if spec is not None else None
+            group.sort(key=lambda c: _rank(c.name, service, named))
+    return groups
+
+
+def _rank(name: str, service: str, named: str | None) -> tuple[int, int, str]:
+    if named is not None and name == named:
+        return (0, 0, name)
+    for sep in "-_":  # compose v2 `project-service-1`, v1 `project_service_1`
+        mark = f"{sep}{service}{sep}"
+        at = name.rfind(mark)
+        number = name[at + len(mark) :] if at > 0 else ""
+        if number.isascii() and number.isdigit() and len(number) <= 6:
+            return (1, int(number), name)
+    return (2, 0, name)
+
+
 def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     if doc.docker.containers is None:
         return  # reported as a box error by the caller
     rendered = doc.render.services or {}
     images = doc.docker.images
-    by_service: dict[str, Container] = {}
-    for found in doc.docker.containers:
-        by_service.setdefault(found.key, found)
+    by_service = service_containers(doc)
     wanted = [*exp.lanes, GATEWAY]
     for service in wanted:
-        c = by_service.get(service)
-        if c is None:
+        group = by_service.get(service)
+        if not group:
             r = rule("state.missing")
             yield Drift(
                 exp.name,
@@ -53,28 +107,40 @@ def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
                 note="no container for this service",
             )
             continue
+        c = group[0]
         yield from _state(exp, service, c)
         yield from _image(exp, service, c, images)
         yield from _ports(exp, service, c)
+        # A desired service the render lacks is one compose-file entry (composefiles.py).
         spec = rendered.get(service)
         if spec is not None:
             yield from _argv(exp, service, spec, c)
             yield from _env(exp, service, spec, c, images)
-    for service, c in sorted(by_service.items()):
+            yield from _runtime(exp, service, spec, c)
+        for extra in group[1:]:
+            # Its ports too, as the duplicate's own (recreating the service would not unpublish
+            # them): what a person decides about it decides about them.
+            yield from _ports(exp, service, extra, rule("state.duplicate").action)
+            yield _extra(exp, service, extra, "state.duplicate", f"not {c.name}: {_DUPLICATE}")
+    for service, group in sorted(by_service.items()):
         if service not in wanted:
-            yield from _ports(exp, service, c)
-            r = rule("state.stray")
-            yield Drift(
-                exp.name,
-                r.kind,
-                _subject(service),
-                "container",
-                None,
-                c.status,
-                r.action,
-                source=c.name,
-                note="a container of the project the desired state does not know",
-            )
+            for c in group:
+                yield from _ports(exp, service, c)
+                yield _extra(exp, service, c, "state.stray", _STRAY)
+
+
+_STRAY = "a container of the project the desired state does not know"
+_DUPLICATE = "another container of this service (a `docker compose run` copy or a scaled replica)"
+
+
+def _extra(exp: BoxExpectation, service: str, c: Container, name: str, note: str) -> Drift:
+    """A container that should not run: of a service the desired state does not know, or a
+    second one of a desired service."""
+    r = rule(name)
+    return Drift(
+        exp.name, r.kind, _subject(service), "container", None, c.status, r.action,
+        source=c.name, note=note,
+    )  # fmt: skip
 
 
 def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
@@ -124,13 +190,17 @@ def _image(
             source=c.name,
             note="the container was created from a tag, not a digest",
         )
-    if want in digests:
+    # Compared as the registry resolves them: `repo:tag@sha256:…` and `docker.io/x@…` are
+    # the RepoDigests' `repo@sha256:…` and `x@…` (normal_ref).
+    want_ref = normal_ref(want)
+    normal = [normal_ref(d) for d in digests]
+    if want_ref in normal:
         return
-    want_repo = want.split("@", 1)[0]
-    same_repo = [d for d in digests if d.split("@", 1)[0] == want_repo]
+    want_repo = want_ref.split("@", 1)[0]
+    same_repo = [d for d, n in zip(digests, normal, strict=True) if n.split("@", 1)[0] == want_repo]
     candidates: list[str | None] = [*same_repo] or [*digests] or [ref or c.image_id]
     observed = candidates[0]
-    if observed == want:
+    if observed == want or (observed and normal_ref(observed) == want_ref):
         return
     r = rule("image.digest")
     yield Drift(
@@ -165,6 +235,27 @@ def _argv(exp: BoxExpectation, service: str, spec: Service, c: Container) -> Ite
         )
 
 
+def _runtime(exp: BoxExpectation, service: str, spec: Service, c: Container) -> Iterator[Drift]:
+    """The OCI runtime (`runtime: nvidia` of a GPU compose file) against the render's. A render
+    that names none leaves it to the engine's default: nothing to compare. A container whose
+    runtime was not collected (an older snapshot) is not compared either."""
+    want, got = spec.runtime, c.runtime
+    if want is None or got is None or want == got:
+        return
+    r = rule("container.runtime")
+    yield Drift(
+        exp.name,
+        r.kind,
+        _subject(service),
+        "runtime",
+        want,
+        got,
+        _action(r, service),
+        source=c.name,
+        note="created from another compose chain (a GPU file dropped?)",
+    )
+
+
 def _env(
     exp: BoxExpectation,
     service: str,
@@ -183,7 +274,9 @@ def _env(
         yield Drift(exp.name, r.kind, subject, key, value(w), value(g), action, source=c.name)
 
 
-def _ports(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
+def _ports(
+    exp: BoxExpectation, service: str, c: Container, action: Action | None = None
+) -> Iterator[Drift]:
     """Published ports against policy, not against the render: a hand edit that publishes
     elsewhere renders the same as it runs, yet differs from what the desired state allows.
     The gateway publishes exactly `gateway.bind:gateway.port`; a lane publishes nothing."""
@@ -207,7 +300,7 @@ def _ports(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
             key,
             ", ".join(w) or None,
             ", ".join(g) or None,
-            _action(r, service),
+            action or _action(r, service),
             source=c.name,
             note=note,
         )

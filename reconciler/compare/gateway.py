@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from reconciler.compare.containers import service_containers
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
@@ -29,11 +30,13 @@ NO_ROLE = RoleEntry()
 
 
 def lane_windows(exp: BoxExpectation, doc: Observed) -> dict[str, int | None]:
-    """role -> the --max-model-len its running lane was started with (docker inspect)."""
-    by_service = {c.service: c for c in doc.containers}
+    """role -> the --max-model-len its running lane was started with (docker inspect): of the
+    container compare_containers compares as the service's, never of a second copy."""
+    by_service = service_containers(doc)
     out: dict[str, int | None] = {}
     for service, lane in exp.lanes.items():
-        c = by_service.get(service)
+        group = by_service.get(service)
+        c = group[0] if group else None
         flags = flags_of(c.cmd if c else None)
         given = flags.get("--max-model-len")
         raw = given[-1] if given else None

@@ -37,6 +37,10 @@ RULES: dict[str, Rule] = {
              "strict", Action.RESTORE_FILE),
         Rule("compose.dead-knob", Kind.COMPOSE_FILE, "managed .env knob -> its flag",
              "compose render from the desired .env", "strict", Action.RESTORE_FILE),
+        # A desired service (a lane, the gateway) the render does not have: files edited, or a
+        # profile left out; report-only when every file is as pinned (composefiles.py).
+        Rule("compose.service", Kind.COMPOSE_FILE, "every desired service rendered",
+             "compose render from the desired .env", "strict", Action.RESTORE_FILE),
         Rule("image.digest", Kind.IMAGE, "images: catalog digest",
              "RepoDigests of the running image", "strict", Action.PULL_RECREATE),
         Rule("image.pinned", Kind.IMAGE, "repo@sha256 reference", "Config.Image", "strict",
@@ -52,11 +56,19 @@ RULES: dict[str, Rule] = {
              "docker inspect: Config.Env", "strict", Action.RECREATE),
         Rule("container.ports", Kind.PORT, "gateway.bind:gateway.port; no lane port",
              "docker inspect: HostConfig.PortBindings", "strict", Action.RECREATE),
+        # The OCI runtime the render names (`runtime: nvidia`); none named: the engine's default.
+        Rule("container.runtime", Kind.STATE, "compose render: runtime",
+             "docker inspect: HostConfig.Runtime", "strict", Action.RECREATE),
         Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
         Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
              Action.RECREATE),
         Rule("state.stray", Kind.STATE, "no such lane", "a project container", "strict",
              Action.REMOVE),
+        # A second container of a desired service (`docker compose run`, `--scale`): report-only,
+        # because a converge removes by service (plan.py REMOVE -> converge.py `removes`) and
+        # could take the service's own container instead of the copy.
+        Rule("state.duplicate", Kind.STATE, "one container per service",
+             "another container of the service", "strict", Action.REPORT),
         Rule("shell.export", Kind.SHELL_LEAK, "nothing from the shell",
              "the deploy user's login shell", "strict", Action.SCRUB_SHELL),
         Rule("contract.context", Kind.CONTRACT, "the lane's --max-model-len (docker inspect)",

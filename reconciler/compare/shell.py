@@ -3,7 +3,8 @@
 Compose interpolates `${VAR}` from the process environment before `.env`, so any `docker
 compose up` from an interactive login shell silently takes the shell's value (incident #209:
 `~/.bashrc:6` armed GATEWAY_API_KEY while `.env` had it commented out). A leak is any export
-of a variable the compose files interpolate, or of a name the login-shell policy forbids; it
+of a variable the compose files interpolate, of a name the login-shell policy forbids, or of a
+variable compose or docker reads itself (COMPOSE_*, DOCKER_HOST, …: a floor, always); it
 says which services and fields the shell would change, and whether a running container
 already carries the shell's value instead of `.env`'s.
 """
@@ -39,7 +40,8 @@ def compare_shell(
     r = rule("shell.export")
     for name, export in sorted(exports.items()):
         is_forbidden = _forbidden(name, forbidden)
-        if name not in interpolated and not is_forbidden:
+        is_control = control_variable(name)
+        if name not in interpolated and not is_forbidden and not is_control:
             continue
         fields = _changed_fields(name, export.value, scrubbed, login_render, flags)
         carriers = _carriers(name, export.value, envfile.get(name), containers)
@@ -52,6 +54,8 @@ def compare_shell(
             parts.append("running " + ", ".join(carriers) + " carry the shell's value")
         if is_forbidden:
             parts.append("forbidden by login_shell policy")
+        if is_control:
+            parts.append("compose or docker reads it itself (project, files, engine)")
         env_line = envfile.get(name)
         yield Drift(
             exp.name,
@@ -65,6 +69,28 @@ def compare_shell(
             source=scrub_text(export.source) if export.source else "login shell",
             note="; ".join(parts),
         )
+
+
+# What compose and the docker CLI read from their own environment, whatever the compose files
+# say: the project, its files and profiles (COMPOSE_*), the engine and the CLI's configuration.
+# A floor no policy can lower (as the secret-name floor): exported by a login shell, they send
+# a hand-run `docker compose` to another project, other files or another engine.
+CONTROL_PREFIX = "COMPOSE_"
+CONTROL_NAMES = frozenset(
+    {
+        "DOCKER_HOST",
+        "DOCKER_CONTEXT",
+        "DOCKER_CONFIG",
+        "DOCKER_TLS_VERIFY",
+        "DOCKER_CERT_PATH",
+        "DOCKER_DEFAULT_PLATFORM",
+    }
+)
+
+
+def control_variable(name: str) -> bool:
+    """A variable compose or docker reads itself (CONTROL_PREFIX, CONTROL_NAMES)."""
+    return name.startswith(CONTROL_PREFIX) or name in CONTROL_NAMES
 
 
 # Remembered per name and policy (bounded: a box chooses its exports): a fleet's login shells

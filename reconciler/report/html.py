@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.compare.drift import Action, DriftReport
+from reconciler.compare.drift import Action, BoxResult, DriftReport, Part
 from reconciler.report import grouped
-from reconciler.report.values import display, free_text, guarded, secret_tag
+from reconciler.report.values import clean, display, free_text, guarded, secret_tag
 
 GATEWAY = "gateway"
 BOX_WIDE = "box-wide"  # .env, compose files, the login shell, the host: not one lane's
@@ -85,21 +85,62 @@ def drift_matrix(
     matrix: dict[str, dict[str, Cell]] = {}
     for box in report.boxes:
         own = set(lanes.get(box.box, ())) | {GATEWAY, BOX_WIDE}
+        unseen = unobserved(box)
         row: dict[str, Cell] = {}
         for col in cols:
             drifts = [d for d in box.drifts if column_of(d.subject) == col]
             if not box.reachable and box.partial is None:
                 row[col] = Cell("unobserved", title="not observed")
                 continue
+            why = unseen.get(col if col in (GATEWAY, BOX_WIDE) else LANES)
+            here = col in own or not lanes
             if not drifts:
-                here = col in own or not lanes
-                row[col] = Cell("ok" if here else "absent", title="in sync" if here else "")
+                if not here:
+                    row[col] = Cell("absent")
+                elif why is not None:
+                    row[col] = Cell("unobserved", title=f"not observed: {why}")
+                else:
+                    row[col] = Cell("ok", title="in sync")
                 continue
             state = "warn" if all(d.action in REPORT_ONLY for d in drifts) else "fail"
             kinds = sorted({d.kind.value for d in drifts})
-            row[col] = Cell(state, len(drifts), f"{len(drifts)} entries: {', '.join(kinds)}")
+            title = f"{len(drifts)} entries: {', '.join(kinds)}"
+            if why is not None:
+                title += f"; not all observed: {why}"
+            row[col] = Cell(state, len(drifts), title)
         matrix[box.box] = row
     return cols, matrix
+
+
+LANES = ""  # in unobserved(): every lane's column
+# The columns a part of the box answers for: when it had a fault, a cell there without drift
+# is not "in sync" but not observed (grey). Parts not listed leave every cell observed (a
+# connection only through an existing master still brought the whole answer).
+_UNSEEN: dict[Part, tuple[str, ...]] = {
+    Part.DOCKER: (LANES, GATEWAY),  # no container inspected
+    Part.RENDER: (LANES, GATEWAY),  # command, environment, runtime not compared
+    Part.DEPLOYMENT: (LANES, GATEWAY, BOX_WIDE),
+    Part.GATEWAY_PROBE: (GATEWAY,),  # contract and auth from the box's side
+    Part.LOGIN_SHELL: (BOX_WIDE,),
+    Part.VARIABLES: (BOX_WIDE,),
+    Part.BOX_FILE: (BOX_WIDE,),
+    Part.SECRET_SOURCE: (BOX_WIDE,),
+}
+
+
+def unobserved(box: BoxResult) -> dict[str, str]:
+    """Column (LANES: every lane) -> why it was not observed, for a box that was. A partial box
+    (its gateway answered the controller, SSH did not): every column, the gateway included
+    (its container was not inspected)."""
+    if box.partial is not None:
+        why = "only the gateway's answers to the controller were seen"
+        return {LANES: why, GATEWAY: why, BOX_WIDE: why}
+    out: dict[str, str] = {}
+    for error in box.errors:
+        part = getattr(error, "part", None)  # a plain string (made by hand) names no part
+        for col in _UNSEEN.get(part, ()) if isinstance(part, Part) else ():
+            out.setdefault(col, free_text(str(error)))
+    return out
 
 
 def drift_causes(report: DriftReport) -> list[dict[str, Any]]:
@@ -124,8 +165,10 @@ def drift_causes(report: DriftReport) -> list[dict[str, Any]]:
                     "observed": display(d.observed) + (f" ({tag})" if tag else ""),
                     "action": d.action.value,
                     "where": grouped.where(row, order),
-                    "notes": [free_text(n) for n, _ in grouped.per_box(row, "note")],
-                    "sources": [free_text(s) for s, _ in grouped.per_box(row, "source")],
+                    # As text and markdown print them (clean: escaped, wire digests masked):
+                    # free_text's key-shaped-run masking would hide a container's name.
+                    "notes": [clean(n) for n, _ in grouped.per_box(row, "note")],
+                    "sources": [clean(s) for s, _ in grouped.per_box(row, "source")],
                 }
             )
         out.append({"id": cause.id, "boxes": cause.boxes, "entries": cause.entries, "rows": rows})
