@@ -6,9 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.arg_types import directory
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from reconciler.history.diff import Side
+    from reconciler.history.store import RunInfo
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGED = 0, 1, 2
 
@@ -89,7 +95,14 @@ def _cmd_history(args: argparse.Namespace) -> int:
     import sqlite3
 
     from reconciler.history.since import parse_since
-    from reconciler.history.store import HistoryError, boxes_of, opened, runs, set_retention
+    from reconciler.history.store import (
+        HistoryError,
+        boxes_of,
+        opened,
+        reading,
+        runs,
+        set_retention,
+    )
 
     try:
         since = parse_since(args.since) if args.since else None
@@ -104,7 +117,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         print(f"no runs recorded in {path} (no store there yet)")
         return EXIT_OK
     try:
-        with opened(path, create=pruning) as conn:
+        with opened(path, create=True) if pruning else reading(path) as conn:
             if pruning:
                 removed = set_retention(conn, args.keep, args.days)
                 print(f"retention set; {removed} runs removed", file=sys.stderr)
@@ -136,7 +149,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     from reconciler.history.diff import diff_sides
 
-    result = diff_sides(*sides)
+    try:
+        result = diff_sides(*sides)
+    except RecursionError:  # what observed.py's depth bound leaves: deepdiff's own frames
+        print(
+            "error: diff: an observation is nested too deeply to compare (a damaged or "
+            "crafted store or snapshot)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     if args.format == "json":
         import json
 
@@ -147,19 +168,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_CHANGED if result.changed else EXIT_OK
 
 
-def _run_sides(args: argparse.Namespace) -> Any:
+def _run_sides(args: argparse.Namespace) -> tuple[Side, Side] | None:
     import sqlite3
 
-    from reconciler.history.diff import Side
-    from reconciler.history.store import (
-        HistoryError,
-        entries_of,
-        find_run,
-        findings_of,
-        last_two,
-        observations_of,
-        opened,
-    )
+    from reconciler.history.store import HistoryError, reading
 
     if len(args.runs) not in (0, 2):
         print("error: give two runs (RUN_A RUN_B), or none for the last two", file=sys.stderr)
@@ -168,39 +180,76 @@ def _run_sides(args: argparse.Namespace) -> Any:
     if path is None:
         return None
     try:
-        with opened(path, create=False) as conn:
-            if args.runs:
-                chosen = [find_run(conn, ref) for ref in args.runs]
-                for ref, run in zip(args.runs, chosen, strict=True):
-                    if run is None:
-                        print(
-                            f"error: no single run {ref!r} in {path} (a number or a run id)",
-                            file=sys.stderr,
-                        )
-                        return None
-            else:
-                chosen = list(last_two(conn))
-                if len(chosen) < 2:
-                    print(f"error: {path} holds fewer than two runs to compare", file=sys.stderr)
-                    return None
-            a, b = chosen
-            assert a is not None and b is not None
-            if a.command != b.command:
-                print(
-                    f"error: run {a.id} is a {a.command} run and run {b.id} a {b.command} run: "
-                    "compare runs of one command",
-                    file=sys.stderr,
-                )
+        with reading(path) as conn:
+            chosen = _chosen(conn, args.runs, path)
+            if chosen is None:
                 return None
-            return tuple(
-                Side(
-                    f"run {r.id} ({r.command} {r.started_at}, {r.run_id})",
-                    entries_of(conn, r.id),
-                    findings_of(conn, r.id),
-                    observations_of(conn, r.id),
-                )
-                for r in (a, b)
-            )
+            a, b = chosen
+            problem = _unlike(a, b)
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                return None
+            return _side(conn, a), _side(conn, b)
     except (HistoryError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+
+
+def _chosen(
+    conn: sqlite3.Connection, refs: list[str], path: Path
+) -> tuple[RunInfo, RunInfo] | None:
+    """The two runs named, or the last two of one command and fleet; None (said) if none."""
+    from reconciler.history.store import find_run, last_two, runs
+
+    if not refs:
+        pair = last_two(conn)
+        if len(pair) < 2:
+            print(_no_pair(path, pair, len(runs(conn))), file=sys.stderr)
+            return None
+        return pair[0], pair[1]
+    found = []
+    for ref in refs:
+        run = find_run(conn, ref)
+        if run is None:
+            print(f"error: no single run {ref!r} in {path} (a number or a run id)", file=sys.stderr)
+            return None
+        found.append(run)
+    return found[0], found[1]
+
+
+def _no_pair(path: Path, chosen: list[RunInfo], recorded: int) -> str:
+    if recorded < 2:
+        return f"error: {path} holds fewer than two runs to compare"
+    latest = chosen[0]
+    return (
+        f"error: {path} holds no {latest.command} run of {latest.fleet} before run "
+        f"{latest.id} to compare it with; name two runs (reconcile history lists them)"
+    )
+
+
+def _unlike(a: RunInfo, b: RunInfo) -> str | None:
+    """Why two runs cannot be compared: another command, or another fleet (two repositories'
+    inventory/lab.yaml would diff into every entry appearing)."""
+    if a.command != b.command:
+        return (
+            f"run {a.id} is a {a.command} run and run {b.id} a {b.command} run: "
+            "compare runs of one command"
+        )
+    if not a.same_fleet(b):
+        return f"run {a.id} judged {a.fleet} and run {b.id} {b.fleet}: compare runs of one fleet"
+    return None
+
+
+def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
+    """A stored run as the diff reads it, with how each of its boxes was observed."""
+    from reconciler.history.diff import Side
+    from reconciler.history.store import boxes_of, entries_of, findings_of, observations_of
+
+    return Side(
+        f"run {run.id} ({run.command} {run.started_at}, {run.run_id})",
+        entries_of(conn, run.id),
+        findings_of(conn, run.id),
+        observations_of(conn, run.id),
+        boxes={b.box: b.observation for b in boxes_of(conn, run.id)},
+        name=f"run {run.id}",
+    )

@@ -10,24 +10,53 @@ compared in their `comparable` form (observed.py), every digest masked before de
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.history.observed import comparable
-from reconciler.history.record import EntryRow, FindingRow
+from reconciler.history.record import MESH, EntryRow, FindingRow
 
 VALUE_CHARS = 80  # a changed value longer than this is cut in the text
+FULL = "full"  # a box's observation: full | partial | none (record.BoxRow.observation)
+ABSENT = "absent"  # a box the run did not cover (`drift thor` leaves spark and orin out)
 
 
 @dataclass(frozen=True)
 class Side:
-    """One run (or snapshot) as the diff reads it."""
+    """One run (or snapshot) as the diff reads it. `boxes`: each covered box's observation
+    (full | partial | none), as the store's boxes table keeps it; None when not known (every
+    box with entries or observations is then taken as observed in full)."""
 
     label: str
     entries: Sequence[EntryRow] = ()
     findings: Sequence[FindingRow] = ()
     observations: Mapping[str, Any] = field(default_factory=dict)  # box -> snapshot box file
+    boxes: Mapping[str, str] | None = None
+    name: str = ""  # how a line names this side ("run 4"); the label by default
+
+    def observation(self, box: str) -> str:
+        if self.boxes is None:
+            return FULL
+        return self.boxes.get(box, ABSENT)
+
+
+@dataclass(frozen=True)
+class Unseen:
+    """A box not observed in full in both runs: its entries, findings and observed values are
+    not compared (an unreachable box's entries are not "cleared"). `changed`: it was covered
+    by both runs, and observed otherwise (reachable, then not)."""
+
+    box: str
+    a: str  # its observation in the first run (full | partial | none | absent)
+    b: str
+    reason: str  # "thor: not observed in run 5: not compared"
+
+    @property
+    def changed(self) -> bool:
+        return self.a != self.b and ABSENT not in (self.a, self.b)
 
 
 @dataclass(frozen=True)
@@ -58,6 +87,7 @@ class RunDiff:
     findings_cleared: tuple[FindingRow, ...]
     changes: tuple[Change, ...]
     events: tuple[str, ...]  # what the changes mean, one line each ("thor: gateway recreated")
+    not_compared: tuple[Unseen, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -68,32 +98,96 @@ class RunDiff:
             or self.findings_appeared
             or self.findings_cleared
             or self.changes
+            or any(u.changed for u in self.not_compared)
         )
 
 
 def diff_sides(a: Side, b: Side) -> RunDiff:
-    before = {e.key: e for e in a.entries}
-    after = {e.key: e for e in b.entries}
+    unseen = _unseen(a, b)
+    skipped = {u.box for u in unseen}
+    before = {e.key: e for e in a.entries if e.box not in skipped}
+    after = {e.key: e for e in b.entries if e.box not in skipped}
     reworded = tuple(
         EntryChange(before[k], after[k])
         for k in after
         if k in before
         and (before[k].observed, before[k].changed) != (after[k].observed, after[k].changed)
     )
-    f_before = {f.key for f in a.findings}
-    f_after = {f.key for f in b.findings}
-    changes = tuple(_observation_changes(a.observations, b.observations))
+    f_appeared, f_cleared = _findings(
+        [f for f in a.findings if f.box not in skipped],
+        [f for f in b.findings if f.box not in skipped],
+    )
+    changes = tuple(
+        _observation_changes(
+            {k: v for k, v in a.observations.items() if k not in skipped},
+            {k: v for k, v in b.observations.items() if k not in skipped},
+        )
+    )
     return RunDiff(
         a=a.label,
         b=b.label,
         appeared=tuple(e for k, e in after.items() if k not in before),
         cleared=tuple(e for k, e in before.items() if k not in after),
         reworded=reworded,
-        findings_appeared=tuple(f for f in b.findings if f.key not in f_before),
-        findings_cleared=tuple(f for f in a.findings if f.key not in f_after),
+        findings_appeared=f_appeared,
+        findings_cleared=f_cleared,
         changes=changes,
         events=tuple(_events(changes)),
+        not_compared=unseen,
     )
+
+
+def _unseen(a: Side, b: Side) -> tuple[Unseen, ...]:
+    """The boxes not observed in full by both runs, in the runs' order."""
+    boxes = [
+        *(box for side in (a, b) for box in (side.boxes or {})),
+        *(e.box for side in (a, b) for e in side.entries),
+        *(box for side in (a, b) for box in side.observations),
+    ]
+    out: list[Unseen] = []
+    for box in dict.fromkeys(x for x in boxes if x != MESH):
+        seen = (a.observation(box), b.observation(box))
+        if seen != (FULL, FULL):
+            words = [
+                f"{_OBSERVED.get(state, 'observed as ' + state)} in {side.name or side.label}"
+                for state, side in zip(seen, (a, b), strict=True)
+                if state != FULL
+            ]
+            out.append(Unseen(box, *seen, f"{box}: {', '.join(words)}: not compared"))
+    return tuple(out)
+
+
+_OBSERVED = {"partial": "only partly observed", "none": "not observed", ABSENT: "not"}
+
+
+# A digest as a finding's message quotes it (`digest b66cc3…`, reports' 6 hex of a per-run
+# digest) or as the collector sent it: another in every run, so masked before comparing.
+_MESSAGE_DIGEST = re.compile(r"hmac:[0-9a-f]{64}|\b[0-9a-f]{6,12}…")
+
+
+def _findings(
+    a: Sequence[FindingRow], b: Sequence[FindingRow]
+) -> tuple[tuple[FindingRow, ...], tuple[FindingRow, ...]]:
+    """Findings that appeared and cleared, compared as multisets of (box, code, message with
+    its digests masked): a box has one `publish.lane` finding per published lane, and one
+    more or one fewer of them is a change."""
+
+    def key(f: FindingRow) -> tuple[str, str, str]:
+        return (f.box, f.code, _MESSAGE_DIGEST.sub("***", f.message))
+
+    return _more(b, a, key), _more(a, b, key)
+
+
+def _more(these: Sequence[FindingRow], than: Sequence[FindingRow], key: Any) -> tuple[Any, ...]:
+    """The findings of `these` beyond as many alike as `than` holds (their order kept)."""
+    left = Counter(key(f) for f in than)
+    out = []
+    for f in these:
+        if left[key(f)] > 0:
+            left[key(f)] -= 1
+        else:
+            out.append(f)
+    return tuple(out)
 
 
 def _observation_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
@@ -107,7 +201,10 @@ def _observation_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Cha
         if box not in a:
             out.append(Change(box, "(observation)", "added"))
             continue
-        tree = DeepDiff(comparable(a[box]), comparable(b[box]), view="tree")
+        before, after = comparable(a[box]), comparable(b[box])
+        if before == after:  # most boxes: no deepdiff at all
+            continue
+        tree = DeepDiff(before, after, view="tree")
         for report, levels in tree.items():
             change = (
                 "added" if "added" in report else "removed" if "removed" in report else "changed"
@@ -155,7 +252,7 @@ def _events(changes: Sequence[Change]) -> list[str]:
         elif container and c.path.endswith("].started_at") and c.change == "changed":
             if (c.box, container) not in recreated:  # a new container starts, of course
                 out.append(f"{c.box}: {container} restarted at {c.new}")
-        elif container and c.path.endswith("]") and c.change in ("added", "removed"):
+        elif container and c.path == _CONTAINERS + container + "]" and c.change != "changed":
             out.append(f"{c.box}: container {container} {c.change}")
         elif c.path.startswith("login_shell.exports[") and c.path.endswith("]"):
             var = c.path[len("login_shell.exports[") : -1]
@@ -172,11 +269,13 @@ def _events(changes: Sequence[Change]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+_CONTAINERS = "docker.containers["
+
+
 def _container(path: str) -> str | None:
-    prefix = "docker.containers["
-    if not path.startswith(prefix):
+    if not path.startswith(_CONTAINERS):
         return None
-    return path[len(prefix) :].split("]", 1)[0]
+    return path[len(_CONTAINERS) :].split("]", 1)[0]
 
 
 def _short(value: Any) -> str:
@@ -187,9 +286,20 @@ def _short(value: Any) -> str:
 # -- rendering ---------------------------------------------------------------------------------
 
 
+def clean(text: str) -> str:
+    """A line for the terminal, as the reports print box text (report/values.py)."""
+    from reconciler.report.values import clean as escaped
+
+    return escaped(text)
+
+
 def render_text(diff: RunDiff, limit: int = 40) -> str:
     """The diff for a person; `limit`: observed changes printed per box (the rest counted)."""
     lines = [f"diff: {diff.a} -> {diff.b}", ""]
+    if diff.not_compared:
+        lines.append("boxes not observed in full in both")
+        lines += [f"  {u.reason}" for u in diff.not_compared]
+        lines.append("")
     if diff.appeared or diff.cleared or diff.reworded:
         lines.append("drift entries")
         lines += [f"  + {_entry(e)}" for e in diff.appeared]
@@ -225,7 +335,10 @@ def render_text(diff: RunDiff, limit: int = 40) -> str:
                 lines.append(f"    … and {len(mine) - limit} more (--format json lists every one)")
         lines.append("")
     lines.append(_summary(diff))
-    return "\n".join(lines) + "\n"
+    # Every field above came from a box or a snapshot (names, paths, values, a run id read
+    # from a snapshot's index): each line escaped as reports escape them, so an ESC sequence
+    # cannot repaint the terminal nor a newline fake a line. The lines' own text is printable.
+    return "\n".join(clean(line) for line in lines) + "\n"
 
 
 def _entry(e: EntryRow) -> str:
@@ -240,7 +353,8 @@ def _observed(e: EntryRow) -> str:
 
 def _summary(diff: RunDiff) -> str:
     if not diff.changed:
-        return "diff: nothing changed"
+        unseen = f" ({len(diff.not_compared)} boxes not compared)" if diff.not_compared else ""
+        return "diff: nothing changed" + unseen
     parts = [
         f"{len(diff.appeared)} entries appeared",
         f"{len(diff.cleared)} cleared",
@@ -252,6 +366,8 @@ def _summary(diff: RunDiff) -> str:
         )
     boxes = len({c.box for c in diff.changes})
     parts.append(f"{len(diff.changes)} observed values changed on {boxes} boxes")
+    if diff.not_compared:
+        parts.append(f"{len(diff.not_compared)} boxes not compared")
     return "diff: " + ", ".join(parts)
 
 
@@ -280,4 +396,7 @@ def to_json(diff: RunDiff) -> dict[str, Any]:
         "findings_cleared": [vars(f) for f in diff.findings_cleared],
         "events": list(diff.events),
         "changes": [vars(c) for c in diff.changes],
+        "not_compared": [
+            {"box": u.box, "a": u.a, "b": u.b, "reason": u.reason} for u in diff.not_compared
+        ],
     }

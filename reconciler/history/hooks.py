@@ -119,8 +119,15 @@ def finish_drift(
     if outs.history is not None:
         from reconciler.history.record import drift_record
 
-        source = "snapshot" if getattr(args, "from_snapshot", None) else "live"
-        _record(outs.history, drift_record, doc, observations, source, outs.started, took)
+        run = drift_record(
+            doc,
+            observations,
+            source=_source(args),
+            started=outs.started,
+            duration_s=took,
+            root=_fleet_root(args),
+        )
+        _record(outs.history, run)
     return exit_code
 
 
@@ -146,8 +153,15 @@ def finish_audit(
     if outs.history is not None:
         from reconciler.history.record import audit_record
 
-        source = "snapshot" if getattr(args, "from_snapshot", None) else "live"
-        _record(outs.history, audit_record, doc, observations, source, outs.started, took)
+        run = audit_record(
+            doc,
+            observations,
+            source=_source(args),
+            started=outs.started,
+            duration_s=took,
+            root=_fleet_root(args),
+        )
+        _record(outs.history, run)
     return code
 
 
@@ -236,14 +250,23 @@ def _write_metrics(path: Path, registry: Any) -> bool:
     return True
 
 
-def _record(
-    path: Path, build: Any, doc: Any, observations: Any, source: str, started: float, took: float
-) -> None:
+def _source(args: argparse.Namespace) -> str:
+    """Where the run's observations came from: the boxes, or a saved snapshot (a replay)."""
+    return "snapshot" if getattr(args, "from_snapshot", None) else "live"
+
+
+def _fleet_root(args: argparse.Namespace) -> str | None:
+    """The fleet repository the run judged: two repositories may both have
+    inventory/lab.yaml, and `reconcile diff` compares runs of one."""
+    root = _repo_root(args)
+    return str(root) if root is not None else None
+
+
+def _record(path: Path, run: Any) -> None:
     import sqlite3
 
     from reconciler.history.store import HistoryError, opened, record
 
-    run = build(doc, observations, source=source, started=started, duration_s=took)
     try:
         with opened(path) as conn:
             record(conn, run)

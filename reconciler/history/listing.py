@@ -12,8 +12,12 @@ Row = tuple[RunInfo, list[BoxInfo]]
 
 
 def render_text(rows: list[Row], box: str | None, path: Path) -> str:
+    # Cells a store holds as a box or a snapshot gave them (a run id read from a snapshot's
+    # index, a box name): escaped as reports print box text, so none repaints the terminal.
+    from reconciler.report.values import clean
+
     if not rows:
-        return f"no runs recorded in {path}{f' for {box}' if box else ''}\n"
+        return clean(f"no runs recorded in {path}{f' for {box}' if box else ''}") + "\n"
     head = ["#", "started (UTC)", "command", "exit", "reached", "causes", "entries", "took", "run"]
     table = [head]
     for run, boxes in rows:
@@ -30,15 +34,18 @@ def render_text(rows: list[Row], box: str | None, path: Path) -> str:
         errors = sum(b.errors for b in mine)
         table.append(
             [
-                str(run.id),
-                run.started_at.replace("T", " ").rstrip("Z"),
-                run.command + (" (replay)" if run.source == "snapshot" else ""),
-                str(run.exit_code),
-                reached + (f" ({errors} errors)" if errors else ""),
-                causes,
-                entries,
-                f"{run.duration_s:.1f}s",
-                run.run_id,
+                clean(cell)
+                for cell in (
+                    str(run.id),
+                    run.started_at.replace("T", " ").rstrip("Z"),
+                    run.command + (" (replay)" if run.source == "snapshot" else ""),
+                    str(run.exit_code),
+                    reached + (f" ({errors} errors)" if errors else ""),
+                    causes,
+                    entries,
+                    f"{run.duration_s:.1f}s",
+                    run.run_id,
+                )
             ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
@@ -46,7 +53,7 @@ def render_text(rows: list[Row], box: str | None, path: Path) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table
     ]
     note = "causes/entries: drift causes and entries; for audit: the verdicts and findings"
-    return "\n".join([*lines, "", f"{len(rows)} runs in {path}; {note}"]) + "\n"
+    return "\n".join([*lines, "", clean(f"{len(rows)} runs in {path}; {note}")]) + "\n"
 
 
 def render_json(rows: list[Row], box: str | None, path: Path) -> str:
@@ -61,6 +68,7 @@ def render_json(rows: list[Row], box: str | None, path: Path) -> str:
                 "started_at": run.started_at,
                 "duration_s": round(run.duration_s, 3),
                 "inventory": run.inventory,
+                "root": run.root,
                 "exit_code": run.exit_code,
                 "summary": run.summary,
                 "boxes": [vars(b) for b in boxes if box is None or b.box == box],

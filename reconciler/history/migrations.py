@@ -69,6 +69,16 @@ MIGRATIONS: tuple[str, ...] = (
         value INTEGER NOT NULL
     );
     """,
+    # 2: the fleet repository a run judged (its root directory): two repositories may both
+    # have inventory/lab.yaml, and `reconcile diff` compares runs of one fleet. NULL for the
+    # runs recorded before (their fleet is known only by the inventory's path).
+    """
+    ALTER TABLE runs ADD COLUMN root TEXT;
+    """,
 )
 
 VERSION = len(MIGRATIONS)
+# The tables a store of this tool holds (any version): a database with others is not one.
+TABLES = frozenset(
+    {"schema_version", "runs", "boxes", "entries", "findings", "observations", "settings"}
+)

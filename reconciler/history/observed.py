@@ -4,98 +4,96 @@ A box's observation (a snapshot's box file: the collector's JSON and the control
 is reduced to what a person would call a change:
 - every keyed digest (`hmac:<hex>`, anywhere in a value) becomes `***`: digests are keyed per
   run, so they differ between any two runs, and a diff must never print one anyway;
-- a value in clear under a secret name (an environment's `HF_TOKEN`, a `.env` line's or a
-  login export's value, the word after `--api-key` or `--api-key=...` on a command line)
-  becomes `***` too, as the reports mask it: the collector hashes them on the box, but an
-  edited or older snapshot may carry one; and an `error` text is scrubbed as reports scrub it;
+- a value in clear under a secret name (an environment's `HF_TOKEN`, whatever its type, a
+  `.env` line's or a login export's value, the word after `--api-key` or `--api-key=...` on a
+  command line) becomes `***` too, as the reports mask it (masking.py's rules): the
+  collector hashes them on the box, but an edited or older snapshot may carry one; and an
+  `error` text is scrubbed as reports scrub it;
 - what changes on every run is dropped: timings (`ms`, `timings_ms`, `elapsed_s`), the
   collector's clock (`time`) and the page cache's momentary sizes (`meminfo`);
 - lists whose order means nothing are keyed by name: containers by name, images by id,
-  `.env` lines by key, so a recreated container is one changed `id`, not a shifted list.
+  `.env` lines by key, so a recreated container is one changed `id`, not a shifted list;
+- what deepdiff could not compare in reasonable time or stack is compared whole: a part
+  nested deeper than MAX_DEPTH levels (no observation nests more than ten) and a list longer
+  than LONG_LIST items (difflib's ordered compare is quadratic: 16,000 words took 15 s) each
+  become one opaque value, their digest, so a change is still one change.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
-SECRET = "***"
+from reconciler.history import masking
+
+SECRET = masking.MASK
 _DIGEST = re.compile(r"hmac:[0-9a-f]{64}")
 # Keys whose values differ on every run, wherever they occur.
 VOLATILE = frozenset({"ms", "timings_ms", "elapsed_s", "time", "meminfo"})
 # Lists of objects keyed by the first of these fields they hold.
 _LIST_KEYS = ("name", "key", "id", "service")
+MAX_DEPTH = 32  # an observation nests ~10 levels; deeper parts are compared whole
+LONG_LIST = 1000  # longer lists are compared whole (a compose command is a few dozen words)
 
 
-def comparable(doc: Any) -> Any:
+def comparable(doc: Any, depth: int = 0) -> Any:
     """`doc` with digests and clear secrets masked, volatile values dropped, and named lists
     keyed."""
+    if depth >= MAX_DEPTH and isinstance(doc, dict | list):
+        return opaque(doc, f"nested past {MAX_DEPTH} levels")
     if isinstance(doc, dict):
-        if set(doc) == {"secret"} and isinstance(doc["secret"], str):
+        if masking.hashed(doc):
             return SECRET  # a hashed value, as the collector writes it: {"secret": digest}
-        return {k: _under(k, v) for k, v in doc.items() if k not in VOLATILE}
+        return {k: _under(k, v, depth + 1) for k, v in doc.items() if k not in VOLATILE}
     if isinstance(doc, list):
-        keyed = _keyed(doc)
+        keyed = _keyed(doc, depth)
         if keyed is not None:
             return keyed
-        return _argv([comparable(v) for v in doc])
+        out = masking.argv([comparable(v, depth + 1) for v in doc])
+        return opaque(out, f"{len(out)} items") if len(out) > LONG_LIST else out
     if isinstance(doc, str):
-        return _DIGEST.sub(SECRET, doc)
+        return _DIGEST.sub(SECRET, doc) if "hmac:" in doc else doc
     return doc
 
 
-def _under(key: Any, value: Any) -> Any:
-    """`value`, kept under `key`, made comparable: masked when the key names a secret."""
-    from reconciler.report.values import secret_path
-
-    if isinstance(key, str) and key and secret_path(key):
-        if isinstance(value, str | int | float) and value != "" and not isinstance(value, bool):
-            return SECRET
-        if isinstance(value, dict) and value.get("value") not in (None, ""):
-            value = {**value, "value": SECRET}  # a .env line's or a login export's value
-    elif key in ("error", "source") and isinstance(value, str):  # free text from the box
-        from reconciler.scrub import scrub_text
-
-        value = scrub_text(value)
-    return comparable(value)
+def opaque(value: Any, what: str) -> str:
+    """A part compared whole: what it is and a digest of its canonical JSON (after masking:
+    the JSON itself may hold a secret, its digest says only whether it changed)."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    digest = hashlib.sha256(_DIGEST.sub(SECRET, text).encode()).hexdigest()[:12]
+    return f"({what}, sha256 {digest})"
 
 
-def _argv(tokens: list[Any]) -> list[Any]:
-    """A command line's secret flags' values masked: `--api-key WORD`, `--api-key=WORD`."""
-    from reconciler.report.values import secret_path
-
-    out: list[Any] = []
-    masking = False
-    for token in tokens:
-        if masking and isinstance(token, str):
-            out.append(SECRET)
-            masking = False
-            continue
-        masking = False
-        if isinstance(token, str) and token.startswith("-") and len(token) > 1:
-            flag, equals, _ = token.partition("=")
-            if secret_path(flag):
-                if equals:
-                    token = f"{flag}={SECRET}"
-                else:
-                    masking = True
-        out.append(token)
-    return out
+def _under(key: Any, value: Any, depth: int) -> Any:
+    """`value`, kept under `key`, made comparable: masked when the key names a secret (a
+    record's metadata, a `.env` line's `line`, stays readable)."""
+    if key not in masking.COLLECTOR_FIELDS and masking.secret_name(key):
+        if isinstance(value, dict):  # a record (an audit probe's): its timings dropped too
+            value = {k: v for k, v in value.items() if k not in VOLATILE}
+        return masking.under_secret(
+            key, value, lambda field, item: _under(field, item, depth + 1), lambda _: SECRET
+        )
+    if key in ("error", "source") and isinstance(value, str):  # free text from the box
+        value = masking.scrubbed(value)
+    return comparable(value, depth)
 
 
-def _keyed(items: list[Any]) -> dict[str, Any] | None:
+def _keyed(items: list[Any], depth: int) -> dict[str, Any] | None:
     if not items or not all(isinstance(i, dict) for i in items):
         return None
     for field in _LIST_KEYS:
         names = [i.get(field) for i in items]
         if all(isinstance(n, str) and n for n in names):
             out: dict[str, Any] = {}
+            repeats: dict[str, int] = {}  # per label, the last number given: no rescans
             for name, item in zip(names, items, strict=True):
                 label = _DIGEST.sub(SECRET, name)
-                seen, n = label, 1
+                seen = label
                 while seen in out:  # the same name twice (a .env key set twice): both kept
-                    n += 1
-                    seen = f"{label}#{n}"
-                out[seen] = _under(name, item)  # a .env line keyed HF_TOKEN: its value masked
+                    repeats[label] = repeats.get(label, 1) + 1
+                    seen = f"{label}#{repeats[label]}"
+                out[seen] = _under(name, item, depth + 1)  # a .env line keyed HF_TOKEN: masked
             return out
     return None

@@ -61,10 +61,6 @@ class FindingRow:
     severity: str
     message: str
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.box, self.code)
-
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -84,6 +80,7 @@ class RunRecord:
     entries: tuple[EntryRow, ...] = ()
     findings: tuple[FindingRow, ...] = ()
     observations: Mapping[str, Any] = field(default_factory=dict)  # box -> its JSON
+    root: str | None = None  # the fleet repository's directory (which fleet the run judged)
 
 
 def without_digests(value: Any) -> Any:
@@ -108,6 +105,7 @@ def drift_record(
     source: str,
     started: float,
     duration_s: float,
+    root: str | None = None,
 ) -> RunRecord:
     """A drift report document (reconciler/report/json_report.py, version 2) -> its rows."""
     boxes: list[BoxRow] = []
@@ -140,7 +138,7 @@ def drift_record(
             )
             for d in drifts
         )
-    return _record(doc, "drift", source, started, duration_s, boxes, observations, entries)
+    return _record(doc, "drift", source, started, duration_s, boxes, observations, root, entries)
 
 
 def audit_record(
@@ -150,8 +148,9 @@ def audit_record(
     source: str,
     started: float,
     duration_s: float,
+    root: str | None = None,
 ) -> RunRecord:
-    """An audit report document (reconciler/audit/report_json.py, version 2) -> its rows."""
+    """An audit report document (reconciler/audit/report_json.py, version 3) -> its rows."""
     boxes: list[BoxRow] = []
     findings: list[FindingRow] = []
     for box in doc["boxes"]:
@@ -174,7 +173,7 @@ def audit_record(
         FindingRow(MESH, f["code"], f["severity"], f["message"]) for f in doc["mesh"]["findings"]
     )
     return _record(
-        doc, "audit", source, started, duration_s, boxes, observations, findings=findings
+        doc, "audit", source, started, duration_s, boxes, observations, root, findings=findings
     )
 
 
@@ -186,6 +185,7 @@ def _record(
     duration_s: float,
     boxes: list[BoxRow],
     observations: Mapping[str, Any],
+    root: str | None,
     entries: list[EntryRow] | None = None,
     findings: list[FindingRow] | None = None,
 ) -> RunRecord:
@@ -206,4 +206,5 @@ def _record(
         entries=tuple(entries or ()),
         findings=tuple(findings or ()),
         observations=observations,
+        root=root,
     )

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from reconciler.history.store import HistoryError, opened
+from reconciler.history.store import HistoryError, reading
 
 LAST_RUNS = 48  # half a day of a 15-minute timer: enough to see a trend, small on a phone
 
@@ -24,7 +24,7 @@ def drift_counts(
         return {}
     out: dict[str, list[int]] = {}
     try:
-        with opened(path, create=False) as conn:
+        with reading(path) as conn:
             for box in boxes:
                 rows = conn.execute(
                     "SELECT b.entries FROM boxes b JOIN runs r ON r.id = b.run"

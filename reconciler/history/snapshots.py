@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.history.diff import Side
-from reconciler.history.record import EntryRow
+from reconciler.history.record import RunRecord
 
 
 def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Side, Side] | None:
@@ -29,9 +29,20 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
             except (OSError, ValueError) as exc:
                 print(f"error: {directory}/{box}.json: {_reason(exc)}", file=sys.stderr)
                 return None
-        entries = _entries(args, directory)
-        sides.append(Side(f"snapshot {directory}", entries or (), (), observations))
+        judged = _judged(args, directory)
+        if judged is not None:  # how the drift judged each box observed
+            entries, seen = judged.entries, {b.box: b.observation for b in judged.boxes}
+        else:  # no drift judged: how each box file says it was observed
+            entries, seen = (), {box: _observed(doc) for box, doc in observations.items()}
+        label = f"snapshot {directory}"
+        sides.append(Side(label, entries, (), observations, boxes=seen, name=label))
     return sides[0], sides[1]
+
+
+def _observed(doc: Any) -> str:
+    """A box file's observation when no drift judged it: the collector's answer, or none."""
+    answered = isinstance(doc, dict) and isinstance(doc.get("collected"), dict)
+    return "full" if answered and not doc.get("error") else "none"
 
 
 def _index_boxes(directory: Path) -> list[str] | None:
@@ -65,8 +76,9 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _entries(args: argparse.Namespace, directory: str) -> list[EntryRow] | None:
-    """The snapshot's drift entries, or None (said on stderr) without a loadable desired state."""
+def _judged(args: argparse.Namespace, directory: str) -> RunRecord | None:
+    """The snapshot's drift (its entries, and how each box was observed), or None (said on
+    stderr) without a loadable desired state."""
     from reconciler import cli
     from reconciler.desired.problems import DesiredStateError
 
@@ -88,4 +100,4 @@ def _entries(args: argparse.Namespace, directory: str) -> list[EntryRow] | None:
             file=sys.stderr,
         )
         return None
-    return list(drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0).entries)
+    return drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0)

@@ -16,13 +16,13 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reconciler.history.location import prepare, restrict
-from reconciler.history.migrations import MIGRATIONS, VERSION
+from reconciler.history.migrations import MIGRATIONS, TABLES, VERSION
 from reconciler.history.record import EntryRow, FindingRow, RunRecord
 
 DEFAULT_KEEP_RUNS = 1000
@@ -65,6 +65,16 @@ class RunInfo:
     inventory: str
     exit_code: int
     summary: dict[str, Any]
+    root: str | None = None  # the fleet repository; None for a run recorded before it was kept
+
+    def same_fleet(self, other: RunInfo) -> bool:
+        """Runs of one fleet: its inventory, in one repository (when both say which)."""
+        roots = (self.root, other.root)
+        return self.inventory == other.inventory and (None in roots or roots[0] == roots[1])
+
+    @property
+    def fleet(self) -> str:
+        return self.inventory + (f" in {self.root}" if self.root else "")
 
 
 @dataclass(frozen=True)
@@ -80,26 +90,34 @@ class BoxInfo:
     verdict: str | None
 
 
+def reading(path: Path) -> AbstractContextManager[sqlite3.Connection]:
+    """The store at `path` for a command that only reads it (`history`, `diff`, the drift
+    page's trend): opened read-only, never migrated nor changed in any way; a missing store is
+    refused, an empty database reads as a store with no run."""
+    return opened(path, create=False, readonly=True)
+
+
 @contextmanager
-def opened(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
-    """The store at `path`, migrated; `create=False` refuses a missing store (a reader)."""
+def opened(
+    path: Path, *, create: bool = True, readonly: bool = False
+) -> Iterator[sqlite3.Connection]:
+    """The store at `path` to write (a run being recorded, `history --keep`): created when
+    new or empty (`create=False` refuses a missing one), WAL mode, migrated, 0600.
+    `readonly`: see `reading`. Both refuse a database that is not a store of this tool
+    (another application's tables), leaving it as it was."""
     if not create and not path.is_file():
         raise HistoryError(f"history: no store at {path} (no run recorded there yet)")
-    prepare(path)
-    old = os.umask(0o077)  # the database and its -wal/-shm files: 0600 from the start
-    try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    finally:
-        os.umask(old)
+    conn = _connect(path, readonly)
     try:
         try:
-            conn.execute("PRAGMA foreign_keys = ON")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise HistoryError(f"history: {path} cannot use WAL mode ({mode})")
-            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, fast
-            _migrate(conn, path)
-            restrict(path)
+            tables = _ours(conn, path)
+            if not readonly:
+                _make_writable(conn, path)
+            elif "runs" not in tables:  # an empty file, or a store no run was recorded in
+                conn.close()
+                conn = _empty_store()
+            elif _version(conn) > VERSION:
+                raise _newer(path, _version(conn))
             yield conn
         except sqlite3.ProgrammingError:
             raise  # this code's own mistake, not the store's
@@ -113,14 +131,65 @@ def opened(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+    """A writer's connection (the file and its directory created 0600/0700 when missing), or
+    a reader's: `mode=ro`, which can change nothing in the file (no WAL switch, no table)."""
+    old = os.umask(0o077)  # the database and its -wal/-shm files: 0600 from the start
+    try:
+        if readonly:
+            uri = f"{path.absolute().as_uri()}?mode=ro"
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        prepare(path)
+        return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    finally:
+        os.umask(old)
+
+
+def _ours(conn: sqlite3.Connection, path: Path) -> set[str]:
+    """The database's tables, when it is empty or a store of this tool (its tables are among
+    the store's, schema_version with them); else the HistoryError that says whose it is not."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    tables = {str(name) for (name,) in rows}
+    if tables and ("schema_version" not in tables or not tables <= TABLES):
+        others = ", ".join(sorted(tables - TABLES)) or "no schema_version"
+        raise HistoryError(
+            f"history: {path} is not a history store of this tool (its tables: {others}); "
+            "it was left as it is: choose another path with --history"
+        )
+    return tables
+
+
+def _make_writable(conn: sqlite3.Connection, path: Path) -> None:
+    """WAL mode, migrated to this schema, private: only for a store of this tool (_ours)."""
+    conn.execute("PRAGMA foreign_keys = ON")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise HistoryError(f"history: {path} cannot use WAL mode ({mode})")
+    conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, fast
+    _migrate(conn, path)
+    restrict(path)
+
+
+def _empty_store() -> sqlite3.Connection:
+    """What a reader reads in an empty database: a store with no run (in memory: the file
+    is not written)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    _migrate(conn, Path(":memory:"))
+    return conn
+
+
+def _newer(path: Path, version: int) -> HistoryError:
+    return HistoryError(
+        f"history: {path} is at schema version {version}, newer than this reconciler "
+        f"knows ({VERSION}); upgrade, or choose another store with --history"
+    )
+
+
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     current = _version(conn)
     if current > VERSION:
-        raise HistoryError(
-            f"history: {path} is at schema version {current}, newer than this reconciler "
-            f"knows ({VERSION}); upgrade, or choose another store with --history"
-        )
+        raise _newer(path, current)
     for number in range(current + 1, VERSION + 1):
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -129,6 +198,9 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             if done < number:
                 for statement in _statements(MIGRATIONS[number - 1]):
                     conn.execute(statement)
+                # One row, the store's version (not one per migration): what a person or a
+                # check reading the table sees is the version, nothing to take the max of.
+                conn.execute("DELETE FROM schema_version")
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
             conn.execute("COMMIT")
         except BaseException:
@@ -155,7 +227,7 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
     try:
         cur = conn.execute(
             "INSERT INTO runs (run_id, command, source, started_at, started, duration_s,"
-            " inventory, exit_code, summary, report) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " inventory, exit_code, summary, report, root) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.command,
@@ -167,6 +239,7 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
                 run.exit_code,
                 json.dumps(run.summary, sort_keys=True),
                 json.dumps(run.report, ensure_ascii=False),
+                run.root,
             ),
         )
         rid = int(cur.lastrowid or 0)
@@ -221,13 +294,17 @@ class Packed(bytes):
 
 
 def pack(doc: Any, plain: bool = False) -> Packed:
-    """A box's observation as the store keeps it: compact JSON, zlib level 1 (a third of the
-    JSON's size at a fraction of the default level's time).
+    """A box's observation as the store keeps it: every clear secret masked (masking.stored:
+    the store never holds a secret value, whatever snapshot a replay read), then compact JSON,
+    zlib level 1 (a third of the JSON's size at a fraction of the default level's time).
 
     `plain`: a value msgspec read from JSON text (a large replay's snapshot files,
     fast_json.decode_written), plain JSON by construction (no NaN, no lone surrogate, ints
     within 64 bits): msgspec (C) writes it back, where json.dumps took ~1 ms a box, as JSON
     that json reads to the same value."""
+    from reconciler.history.masking import stored
+
+    doc = stored(doc)
     if plain:
         from msgspec import json as c_json
 
@@ -382,8 +459,19 @@ _RUN = (
     ("inventory", "inventory", _text),
     ("exit_code", "exit code", _whole),
     ("summary", "summary", _json_object),
+    ("root", "repository", _opt_text),
 )
-_RUN_COLUMNS = _select(_RUN)
+
+
+def _has_root(conn: sqlite3.Connection) -> bool:
+    """A store at schema version 1 (read, never migrated, by a reader) has no `root`: its
+    runs read as recorded before it was kept."""
+    return any(row[1] == "root" for row in conn.execute("PRAGMA table_info(runs)").fetchall())
+
+
+def _run_columns(conn: sqlite3.Connection) -> str:
+    root = _has_root(conn)
+    return ", ".join(c if root or c != "root" else "NULL" for c, _, _ in _RUN)
 
 
 def _run_info(row: Sequence[Any]) -> RunInfo:
@@ -403,7 +491,7 @@ def runs(
         where.append("started >= ?")
         params.append(since)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
-    rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs{clause} ORDER BY id", params)
+    rows = conn.execute(f"SELECT {_run_columns(conn)} FROM runs{clause} ORDER BY id", params)
     return [_run_info(r) for r in rows.fetchall()]
 
 
@@ -411,13 +499,14 @@ def find_run(conn: sqlite3.Connection, ref: str) -> RunInfo | None:
     """A run by its number in `reconcile history`, or by its run id (or a unique prefix)."""
     # Digits SQLite cannot hold (or non-ASCII ones, which int() may refuse) are no run number:
     # such a reference is looked up as a run id only.
-    if ref.isascii() and ref.isdigit() and int(ref) <= MAX_INTEGER:
-        row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (int(ref),))
+    columns = _run_columns(conn)
+    if ref.isascii() and ref.isdigit() and len(ref) < 20 and int(ref) <= MAX_INTEGER:
+        row = conn.execute(f"SELECT {columns} FROM runs WHERE id = ?", (int(ref),))
         found = row.fetchone()
         if found is not None:
             return _run_info(found)
     rows = conn.execute(
-        f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ? OR run_id LIKE ? ESCAPE '\\'"
+        f"SELECT {columns} FROM runs WHERE run_id = ? OR run_id LIKE ? ESCAPE '\\'"
         " ORDER BY id DESC",
         (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
     ).fetchall()
@@ -428,14 +517,20 @@ def find_run(conn: sqlite3.Connection, ref: str) -> RunInfo | None:
 
 
 def last_two(conn: sqlite3.Connection) -> list[RunInfo]:
-    """The latest run and the one before it of the same command (oldest first)."""
-    row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    """The latest run and the one before it of the same command and fleet (oldest first): the
+    same inventory, in the same repository. A run recorded before the repository was kept
+    (root NULL) is taken for the same fleet when no run names that repository: the first diff
+    after an upgrade still has a pair. Only the latest when there is no such run."""
+    columns = _run_columns(conn)
+    row = conn.execute(f"SELECT {columns} FROM runs ORDER BY id DESC LIMIT 1").fetchone()
     if row is None:
         return []
     latest = _run_info(row)
+    root = "root" if _has_root(conn) else "NULL"
     before = conn.execute(
-        f"SELECT {_RUN_COLUMNS} FROM runs WHERE command = ? AND id < ? ORDER BY id DESC LIMIT 1",
-        (latest.command, latest.id),
+        f"SELECT {columns} FROM runs WHERE command = ? AND inventory = ? AND id < ?"
+        f" AND ({root} IS ? OR {root} IS NULL) ORDER BY ({root} IS ?) DESC, id DESC LIMIT 1",
+        (latest.command, latest.inventory, latest.id, latest.root, latest.root),
     ).fetchone()
     return [_run_info(before), latest] if before is not None else [latest]
 

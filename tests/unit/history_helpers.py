@@ -62,3 +62,47 @@ def recreate_worker_and_drop_shell_key(docs: dict[str, Any]) -> None:
         "source": "~/.profile:9",
         "value": "/data/hf",
     }
+
+
+def replay(capsys: Any, db: Path, snapshot: Path, *more: str, root: Path = INCIDENTS) -> str:
+    """A drift replay of `snapshot` recorded in `db`; its report (text)."""
+    code, out, err = reconcile(
+        capsys, "drift", *more, "--from-snapshot", str(snapshot), "--history", str(db), root=root
+    )
+    assert code in (1, 2) and "warning" not in err, err
+    return out
+
+
+def unreachable(box: str) -> Callable[[dict[str, Any]], None]:
+    """An edit: `box` did not answer (the file a snapshot keeps of a box ssh timed out on)."""
+
+    def edit(docs: dict[str, Any]) -> None:
+        docs[box] = {
+            "box": box,
+            "collected": None,
+            "controller": {},
+            "elapsed_s": 2.3,
+            "error": "ssh: connect to host 10.77.0.11 port 22: Connection timed out",
+        }
+
+    return edit
+
+
+def store_text(db: Path) -> str:
+    """Everything a store holds, as text: every column of every table, observations inflated
+    (as tests/lab/test_history.py searches it for secrets)."""
+    import sqlite3
+    import zlib
+
+    parts: list[str] = []
+    conn = sqlite3.connect(db)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            for row in conn.execute(f"SELECT * FROM {table}"):  # the store's own table names
+                parts += [
+                    zlib.decompress(v).decode() if isinstance(v, bytes) else str(v) for v in row
+                ]
+    finally:
+        conn.close()
+    return "\n".join(parts)
