@@ -8,6 +8,7 @@ appended its managed key again on every run.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,7 @@ from tests.unit.conftest import load_box_program
 collector = load_box_program("box_collector_env_lines", "reconciler/observe/remote/collector.py")
 converge = load_box_program("box_converge_env_lines", "reconciler/apply/remote/converge.py")
 
-BREAKS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 @pytest.mark.parametrize("brk", BREAKS, ids=[f"U+{ord(b):04X}" for b in BREAKS])
@@ -28,6 +29,22 @@ def test_a_line_break_other_than_lf_stays_inside_its_value(brk: str) -> None:
     assert entries[0]["value"] == f"x{brk}GATEWAY_API_KEY=stolen"
     # The converger reads the same entries, at the same lines (its index counts from 0).
     assert {k: (v, i + 1) for k, (v, i) in converge.parse_env(text).items()} == {
+        e["key"]: (e["value"], e["line"]) for e in entries
+    }
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[f"U+{ord(b):04X}" for b in BREAKS])
+def test_the_collector_reads_a_box_file_as_the_converger_does(brk: str, tmp_path: Path) -> None:
+    """Through the collector's one reader (read_text_file), CRLF endings included: the
+    entries, values and lines the converger reads from the same bytes."""
+    data = f"FOO_MODE=x{brk}GATEWAY_API_KEY=stolen\r\nB='2'\r\n".encode()
+    (tmp_path / ".env").write_bytes(data)
+    entries = collector.parse_dotenv(collector.read_text_file(str(tmp_path / ".env")))
+    assert [(e["key"], e["value"], e["line"]) for e in entries] == [
+        ("FOO_MODE", f"x{brk}GATEWAY_API_KEY=stolen", 1),
+        ("B", "2", 2),
+    ]
+    assert {k: (v, i + 1) for k, (v, i) in converge.parse_env(data.decode()).items()} == {
         e["key"]: (e["value"], e["line"]) for e in entries
     }
 

@@ -405,14 +405,16 @@ def _regular(info):
 
 
 def read_text_file(path, limit=FILE_LIMIT):
-    """The text of the regular file at `path`, as open(path, encoding="utf-8").read() gives it
-    (universal newlines), within `limit` bytes; BoxFileError when it is not UTF-8."""
+    """The text of the regular file at `path`, CRLF read as LF, within `limit` bytes;
+    BoxFileError when it is not UTF-8. A lone CR stays: compose's dotenv (and the converger's
+    `env_lines`) ends a `.env` line at LF only, so `A=1<CR>GATEWAY_API_KEY=x` is one entry to
+    them; universal newlines made it two here (JSON and /proc/meminfo read alike either way)."""
     data, _ = read_file(path, limit)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise BoxFileError("not UTF-8") from None
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 def problem_text(exc):
@@ -855,8 +857,8 @@ def _name_end(text, start):
 
 
 def env_lines(text):
-    """`.env` text as compose's dotenv splits it, at LF only (read_text_file has made every
-    line ending one), as the converger's `env_lines`. str.splitlines() also splits at VT, FF,
+    """`.env` text as compose's dotenv splits it, at LF only (read_text_file has read CRLF as
+    LF; a lone CR is part of its line), as the converger's `env_lines`. str.splitlines() also splits at VT, FF,
     FS/GS/RS, NEL, U+2028 and U+2029: a value holding one read as two lines here and one to
     compose, and a line the value spelled (U+2028 `GATEWAY_API_KEY=`) as an entry."""
     lines = text.split("\n")
