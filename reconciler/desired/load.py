@@ -62,11 +62,12 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     listing = layer_listing(root)  # before any layer is read: one added later is not in this state
     inv_doc = _load(root, inv_path)
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
-    outside = _overlays_outside(root, inv, inv_doc)  # the inventory's own paths, before facts
-    if outside:
-        raise DesiredStateError(outside)  # before anything there is read
     if facts is not None:
-        inv = with_facts(inv, facts)
+        inv = with_facts(inv, facts)  # every overlay read from the snapshot's facts/ instead
+    else:  # the inventory's own paths, before anything there is read
+        outside = _overlays_outside(root, inv, inv_doc)
+        if outside:
+            raise DesiredStateError(outside)
     problems = list(_group_membership(inv, inv_doc))
 
     docs, more = _load_group_vars(root, inv)

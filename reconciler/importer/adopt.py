@@ -161,7 +161,7 @@ def _env_pins(view: BoxView, tree: Tree) -> None:
         if any(key.startswith(f"{p}_") for p in _lane_prefixes(tree)):
             continue
         got = view.text(key, lanes)  # the lanes carry it through env_file
-        if got is not None:
+        if got is not None and view.writable(key, got):
             put(tree, ("env", key), got)
 
 

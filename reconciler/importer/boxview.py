@@ -43,6 +43,20 @@ class BoxView:
         self.env: dict[str, EnvLine] = self.doc.envfile_by_key()
         self.by_service: dict[str, Container] = {c.key: c for c in self.doc.containers}
 
+    def writable(self, key: str, got: Sourced) -> bool:
+        """Whether a converge could write `got` as `.env`'s `key` (the loader's rule,
+        desired/types.check_env_value): a value the box holds that no quoting reads back (both
+        ' and $, a control character) is left out, said here, so one such pin costs its key,
+        never the whole import (the adopted state would not validate)."""
+        from reconciler.desired.types import check_env_value
+
+        try:
+            check_env_value(got.value)
+        except ValueError as exc:
+            self.note(f"{key} is left out of the adopted state: {exc}; it stays as the box has it")
+            return False
+        return True
+
     def note(self, what: str) -> None:
         """`what` is shown through the report's scrubber, which masks the text after a
         secret-named `KEY:` or `KEY=` and any long run of letters and digits (a catalog name

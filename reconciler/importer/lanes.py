@@ -101,8 +101,13 @@ def _lane(view: BoxView, c: Container, prefix: str, lanes: Tree, lane: str) -> i
         put(lanes, (lane, "gpu_memory_utilization"), share)
     for suffix in PIN_SUFFIXES:
         got = view.text(f"{prefix}_{suffix}", carriers)
-        if got is not None and _live(KNOB_FLAGS[suffix], got.value, flags):
-            put(lanes, (lane, "env", f"{prefix}_{suffix}"), got)
+        knob = f"{prefix}_{suffix}"
+        if (
+            got is not None
+            and _live(KNOB_FLAGS[suffix], got.value, flags)
+            and view.writable(knob, got)
+        ):
+            put(lanes, (lane, "env", knob), got)
     return window.value if window is not None else None
 
 

@@ -516,3 +516,30 @@ def test_secret_slots_still_ask_for_a_secret_reference(tmp_path: Path) -> None:
         "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: expected a bool, a number, an "
         "integer, a {secret: NAME} or a string, got list [1]"
     ]
+
+
+def test_a_replay_with_its_own_facts_never_judges_the_overlays_it_does_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot that carries its facts/ is read instead of the inventory's overlays: where
+    those point (outside the repository here) is nothing the replay reads, so no refusal; a
+    load that would read them is refused as before."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    example = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
+    root = tmp_path / "repo"
+    shutil.copytree(example, root)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(root / "facts", elsewhere)
+    shutil.copytree(root / "facts", root / "snapshot" / "facts")
+    inventory = root / "inventory" / "lab.yaml"
+    text = inventory.read_text(encoding="utf-8")
+    text = text.replace(
+        "image_overlay: facts/images.yaml", f"image_overlay: {elsewhere}/images.yaml"
+    )
+    text = text.replace("box_overlay: facts/overlay/", f"box_overlay: {elsewhere}/overlay/")
+    inventory.write_text(text, encoding="utf-8")
+    with pytest.raises(DesiredStateError) as caught:
+        load_fleet(root, "lab")
+    assert sorted(p.path for p in caught.value.problems) == ["box_overlay", "image_overlay"]
+    fleet = load_fleet(root, "lab", facts=root / "snapshot" / "facts")
+    assert sorted(fleet.boxes) == ["orin", "spark", "thor"]

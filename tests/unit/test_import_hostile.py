@@ -383,3 +383,28 @@ def test_force_replaces_only_an_empty_or_imported_directory(
     code, text = run_import(capsys, fleet, "--output", str(hand), "--force")
     assert code == 1 and "no group_vars layer says `reconcile import` wrote it" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adopted", "fleet", "hand-written"]
+
+
+# -- a pin no converge could write back ----------------------------------------------------------
+def test_a_pin_no_quoting_reads_back_is_left_out_not_the_whole_import(
+    fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `.env` pin holding both ' and $ (the loader refuses it: the box's writer could not
+    write it back unchanged) costs that key only, said by box and key; the box keeps it."""
+    odd = "triton's $kernel"
+
+    def pinned(collected: Collected) -> None:
+        set_env(collected, "VLLM_GDN_DECODE_KERNEL", odd)
+        for c in collected["docker"]["containers"]:  # the lanes carry it through env_file
+            if c["env"] and "VLLM_GDN_DECODE_KERNEL" in c["env"]:
+                c["env"]["VLLM_GDN_DECODE_KERNEL"] = odd
+
+    edit_box(fleet / "snapshot", "thor", pinned)
+    out = tmp_path / "adopted"
+    code, text = run_import(capsys, fleet, "--output", str(out))
+    assert code == 2, text
+    assert "thor: VLLM_GDN_DECODE_KERNEL is left out of the adopted state" in text
+    assert odd not in text  # the value is never shown
+    adopted = load_fleet(out, "lab")  # the rest of the mesh is adopted and validates
+    assert sorted(adopted.boxes) == ["orin", "spark", "thor"]
+    assert "VLLM_GDN_DECODE_KERNEL" not in adopted.boxes["thor"].env

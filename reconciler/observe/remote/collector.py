@@ -858,9 +858,10 @@ def _name_end(text, start):
 
 def env_lines(text):
     """`.env` text as compose's dotenv splits it, at LF only (read_text_file has read CRLF as
-    LF; a lone CR is part of its line), as the converger's `env_lines`. str.splitlines() also splits at VT, FF,
-    FS/GS/RS, NEL, U+2028 and U+2029: a value holding one read as two lines here and one to
-    compose, and a line the value spelled (U+2028 `GATEWAY_API_KEY=`) as an entry."""
+    LF; a lone CR is part of its line), as the converger's `env_lines`. str.splitlines() also
+    splits at VT, FF, FS/GS/RS, NEL, U+2028 and U+2029: a value holding one read as two lines
+    here and one to compose, and a line the value spelled (U+2028 `GATEWAY_API_KEY=`) as an
+    entry."""
     lines = text.split("\n")
     return lines[:-1] if not lines[-1] else lines  # "" after a final LF is no line
 
