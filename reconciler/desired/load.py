@@ -64,10 +64,6 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
     if facts is not None:
         inv = with_facts(inv, facts)  # every overlay read from the snapshot's facts/ instead
-    else:  # the inventory's own paths, before anything there is read
-        outside = _overlays_outside(root, inv, inv_doc)
-        if outside:
-            raise DesiredStateError(outside)
     problems = list(_group_membership(inv, inv_doc))
 
     docs, more = _load_group_vars(root, inv)
@@ -233,40 +229,6 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
         except DesiredStateError as exc:
             problems += exc.problems
     return docs, problems
-
-
-def _overlays_outside(root: Path, inv: InventorySpec, inv_doc: SourceDoc) -> list[Problem]:
-    """An overlay the inventory names is a file of the repository, as a symlinked layer must
-    be (safe_read.py): `../../x` or an absolute path elsewhere could make the loader read, and
-    its errors describe, anything the operator can read (~/.docker/config.json)."""
-    problems = []
-    for key in ("image_overlay", "box_overlay"):
-        value = getattr(inv, key)
-        if value is None:
-            continue
-        # A box name is one plain path component (models.Name): one check speaks for them all
-        # unless a `..` makes the file system's answer differ per box.
-        many = "{box}" in value and ".." in value.split("/")
-        names = inv.boxes if many else ["box"]
-        if not all(_inside(root, value.replace("{box}", name)) for name in names):
-            at = inv_doc.positions.get((key,), inv_doc.positions[()])
-            message = f"{value!r} is outside the repository: an overlay must be one of its files"
-            problems.append(Problem(at, key, message))
-    return problems
-
-
-def _inside(root: Path, value: str) -> bool:
-    base = os.path.abspath(root)
-    joined = os.path.join(base, value)  # an absolute `value` stays itself
-    if not os.path.abspath(joined).startswith(base + os.sep):
-        return False
-    if ".." not in value.split("/"):
-        # Without `..` the text names the path the kernel walks, and load_yaml refuses every
-        # symlink on it that leaves the repository; no file system call needed per box.
-        return True
-    # `link/..` climbs from the link's target, not from `link`'s directory: ask the file system.
-    real = os.path.realpath(root)
-    return os.path.commonpath([real, os.path.realpath(joined)]) == real
 
 
 def _box_overlays(

@@ -264,12 +264,10 @@ class InventorySpec(Strict):
     group_order: tuple[Name, ...] = ()
     image_overlay: ControllerFile | None = Field(
         default=None,
-        description="YAML map image name -> ref that replaces the catalog's; a file of the "
-        "repository (relative to its root)",
+        description="YAML map image name -> ref that replaces the catalog's",
     )
     box_overlay: ControllerFile | None = Field(
         default=None,
-        description="a last group_vars layer per box, `{box}` in the path (the lab's facts); "
-        "files of the repository (relative to its root)",
+        description="a last group_vars layer per box, `{box}` in the path (the lab's facts)",
     )
     boxes: dict[Name, InventoryBox]

@@ -785,33 +785,6 @@ BAD_INPUTS = [
         ],
     ),
     (
-        "image_overlay_outside",
-        "inventory/hosts.yaml",
-        "group_order: [gpu, jetson]",
-        "group_order: [gpu, jetson]\nimage_overlay: ../../images.yaml",
-        [
-            "inventory/hosts.yaml:2:1: image_overlay: '../../images.yaml' is outside the repository: an overlay must be one of its files",
-        ],
-    ),
-    (
-        "image_overlay_absolute",
-        "inventory/hosts.yaml",
-        "group_order: [gpu, jetson]",
-        "group_order: [gpu, jetson]\nimage_overlay: /root/.docker/config.json",
-        [
-            "inventory/hosts.yaml:2:1: image_overlay: '/root/.docker/config.json' is outside the repository: an overlay must be one of its files",
-        ],
-    ),
-    (
-        "box_overlay_outside",
-        "inventory/hosts.yaml",
-        "group_order: [gpu, jetson]",
-        "group_order: [gpu, jetson]\nbox_overlay: group_vars/../../{box}.yaml",
-        [
-            "inventory/hosts.yaml:2:1: box_overlay: 'group_vars/../../{box}.yaml' is outside the repository: an overlay must be one of its files",
-        ],
-    ),
-    (
         "layer_sets_name_unknown",
         "group_vars/thor.yaml",
         "lobes:\n",

@@ -8,7 +8,6 @@ against the loader's, the caches, the two YAML readers, and values that must nev
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -140,55 +139,21 @@ def test_the_box_splits_as_it_did_wherever_there_is_no_other_break() -> None:
     assert converge.env_lines("a\u2028b\x85c\rd\n", keepends=True) == ["a\u2028b\x85c\rd\n"]
 
 
-# -- 2. overlays stay inside the repository, and their values are never shown -----------------
-@pytest.mark.parametrize(
-    "row", ["image_overlay_outside", "image_overlay_absolute", "box_overlay_outside"]
-)
-def test_an_overlay_outside_the_repository_is_refused_at_the_inventory_line(
-    tmp_path: Path, row: str
-) -> None:
-    _refusals(tmp_path, row)
-
-
-def test_an_overlay_outside_is_refused_before_it_is_read(
+# -- 2. an overlay's values are never shown, wherever it lives --------------------------------
+def test_an_overlay_anywhere_is_described_never_quoted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An inventory may name an overlay outside the repository (the lab's scenarios do, by
+    absolute path); if it names a credentials file by mistake, the refusal says what shape it
+    found, never a value from it."""
     root = _fixture(tmp_path, monkeypatch)
     docker = tmp_path / "config.json"
     docker.write_text('{"auths": {"registry.lan:5000": {"auth": "c2VjcmV0OnBhc3M="}}}\n')
     _add_to_inventory(root, f"image_overlay: {docker}\n")
-    opened: list[str] = []
-    real = os.open
-
-    def spy(path: Any, *args: Any, **kwargs: Any) -> int:
-        opened.append(str(path))
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", spy)
     with pytest.raises(DesiredStateError) as caught:
         load_fleet(root)
-    assert [p.path for p in caught.value.problems] == ["image_overlay"]
-    assert "c2VjcmV0" not in str(caught.value)
-    assert str(docker) not in opened
-
-
-def test_a_dot_dot_after_a_directory_symlink_is_judged_where_it_really_leads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`facts/../images.yaml` names a file of the repository as text, but `facts` is a link
-    to a directory elsewhere, so the kernel climbs from there."""
-    root = _fixture(tmp_path, monkeypatch)
-    elsewhere = tmp_path / "elsewhere" / "sub"
-    elsewhere.mkdir(parents=True)
-    (root / "facts").symlink_to(elsewhere)
-    (tmp_path / "elsewhere" / "images.yaml").write_text("vllm: not-a-ref\n")
-    _add_to_inventory(root, "image_overlay: facts/../images.yaml\n")
-    with pytest.raises(DesiredStateError) as caught:
-        load_fleet(root)
-    assert [str(p) for p in caught.value.problems] == [
-        "inventory/hosts.yaml:1:1: image_overlay: 'facts/../images.yaml' is outside the "
-        "repository: an overlay must be one of its files"
-    ]
+    assert [p.path for p in caught.value.problems] == ["auths"]
+    assert "c2VjcmV0" not in str(caught.value) and "registry.lan" not in str(caught.value)
 
 
 def test_an_overlay_inside_the_repository_still_loads(
@@ -516,30 +481,3 @@ def test_secret_slots_still_ask_for_a_secret_reference(tmp_path: Path) -> None:
         "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: expected a bool, a number, an "
         "integer, a {secret: NAME} or a string, got list [1]"
     ]
-
-
-def test_a_replay_with_its_own_facts_never_judges_the_overlays_it_does_not_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A snapshot that carries its facts/ is read instead of the inventory's overlays: where
-    those point (outside the repository here) is nothing the replay reads, so no refusal; a
-    load that would read them is refused as before."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    example = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
-    root = tmp_path / "repo"
-    shutil.copytree(example, root)
-    elsewhere = tmp_path / "elsewhere"
-    shutil.copytree(root / "facts", elsewhere)
-    shutil.copytree(root / "facts", root / "snapshot" / "facts")
-    inventory = root / "inventory" / "lab.yaml"
-    text = inventory.read_text(encoding="utf-8")
-    text = text.replace(
-        "image_overlay: facts/images.yaml", f"image_overlay: {elsewhere}/images.yaml"
-    )
-    text = text.replace("box_overlay: facts/overlay/", f"box_overlay: {elsewhere}/overlay/")
-    inventory.write_text(text, encoding="utf-8")
-    with pytest.raises(DesiredStateError) as caught:
-        load_fleet(root, "lab")
-    assert sorted(p.path for p in caught.value.problems) == ["box_overlay", "image_overlay"]
-    fleet = load_fleet(root, "lab", facts=root / "snapshot" / "facts")
-    assert sorted(fleet.boxes) == ["orin", "spark", "thor"]
