@@ -4,6 +4,8 @@ pyinfra exec()s this file and turns every public module-level list into a group.
 YAML (group_vars/) is invisible to pyinfra, and its host.data lookup is shallow, so the fleet's
 own loader builds the deep-merged, validated data here. Pick the inventory with FLEET_INVENTORY:
 `hosts` (the real mesh, default) or `lab` (the local lab); group_vars are the same for both.
+The repository is always this file's own ($FLEET_ROOT is not read), and every host's data names
+it (`fleet_root`, `fleet_inventory`): the deploys load the desired state from there.
 """
 
 import sys as _sys
@@ -27,4 +29,9 @@ except _DesiredStateError as _exc:
     print(f"invalid desired state: {_count} problem{'s' if _count != 1 else ''}", file=_sys.stderr)
     raise SystemExit(1) from None
 
-globals().update(_pyinfra_groups(_fleet))
+_groups = _pyinfra_groups(_fleet)
+for _name, _data in _groups["boxes"]:
+    # The deploys plan, converge and verify from exactly this repository and inventory
+    # (reconciler/apply/session.py), never from $FLEET_ROOT or the working directory.
+    _data["fleet_root"] = str(_fleet.root)
+globals().update(_groups)

@@ -3,21 +3,42 @@
 A role proxied to another box is converged on its host first (reconciler.plan.mesh_order), so
 a box that proxies it verifies against a host that is already converged. Each box gets its own
 operation at its own place in the order; pyinfra runs one operation on all its hosts before
-the next, so boxes converge in that order and never at the same time. A last operation
-observes every box again until the mesh has re-formed around the gateway restarts.
+the next, so boxes converge in that order and never at the same time. --serial and --no-wait
+run host by host in no set order instead: refused. With --limit (or a box that could not be
+connected) only the boxes of this run are converged, and only they are verified.
+
+A last operation, from the last box of the run, observes those boxes again until the mesh has
+re-formed around the gateway restarts; it is a no-op when no box had anything to converge.
 """
 
-from pyinfra import host
+import sys
+
+from pyinfra import host, state
+from pyinfra.api.exceptions import PyinfraError
 
 from reconciler.apply.operation import verify_mesh
 from reconciler.apply.session import mesh_boxes
-from roles.box import converge_box
+from reconciler.desired.problems import DesiredStateError
+from roles.box import converge_in_order
 
-order = mesh_boxes(host.data.get("fleet_inventory"))
-for box in host.loop(order):
-    if host.name == box:
-        converge_box()
+# pyinfra keeps its flow flags to itself; its command line says them (click takes no
+# abbreviations, and the deploy runs in a greenlet that cannot see click's context).
+_args = sys.argv[1 : (sys.argv.index("--") if "--" in sys.argv else None)]
+_flow = [flag for flag in ("--serial", "--no-wait") if flag in _args]
+if _flow:
+    raise PyinfraError(
+        f"deploys/mesh.py converges boxes one at a time in mesh order; {' and '.join(_flow)} "
+        "would run them host by host in no set order: run it without"
+    )
 
-# Then the whole mesh once more (checks only), from the last box's place in the order.
-if host.name == order[-1]:
-    verify_mesh(name=f"mesh: verify {', '.join(order)} (no drift left)", boxes=order)
+try:
+    order = mesh_boxes(host.data.dict())
+except DesiredStateError as exc:
+    raise PyinfraError("; ".join(str(p) for p in exc.problems)) from None
+running = {h.name for h in state.inventory.get_active_hosts()}
+boxes = [b for b in order if b in running]  # this run's: --limit, hosts that connected
+converge_in_order(boxes)
+
+# Then this run's boxes once more (checks only), from the last one's place in the order.
+if boxes and host.name == boxes[-1]:
+    verify_mesh(name=f"mesh: verify {', '.join(boxes)} (no drift left)", boxes=boxes)

@@ -164,16 +164,19 @@ def _run_pyinfra(fleet: Fleet, boxes: list[str]) -> None:
     from pyinfra.api.operations import run_ops
 
     from reconciler.desired.pyinfra_data import host_data
-    from roles.box import converge_box
+    from roles.box import converge_in_order
 
-    hosts = [(f"@openssh/{b}", host_data(fleet, b)) for b in boxes]
+    root = {"fleet_root": str(fleet.root)}  # as inventory.py says it
+    hosts = [(f"@openssh/{b}", host_data(fleet, b) | root) for b in boxes]
     inventory = Inventory((hosts, {}))
     state = State(inventory, Config())
     try:
         connect_all(state)
-        add_deploy(state, converge_box)
-        # Host by host in inventory order, which is mesh order: a role's host converges first.
-        run_ops(state, serial=True)
+        # One operation per box at its place in `boxes` (mesh order: a role's host first);
+        # pyinfra's default run takes one operation at a time, so one box at a time. (Its
+        # serial mode would go host by host in the order of a set.)
+        add_deploy(state, converge_in_order, boxes)
+        run_ops(state)
     except PyinfraError as exc:
         # pyinfra stops once no host is left ("No hosts remaining!": every box failed or could
         # not be reached). Each box's outcome is still reported and recorded by the caller; a
