@@ -11,6 +11,7 @@ only, when --metrics is given.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,8 +160,13 @@ def collector_seconds(obs: Any) -> float | None:
     collected = obs.get("collected") if isinstance(obs, dict) else None
     timings = collected.get("timings_ms") if isinstance(collected, dict) else None
     total = timings.get("total") if isinstance(timings, dict) else None
-    if isinstance(total, int | float) and not isinstance(total, bool) and total >= 0:
-        return float(total) / 1000
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        try:
+            seconds = float(total) / 1000
+        except OverflowError:  # an integer past a float's range
+            return None
+        if math.isfinite(seconds) and seconds >= 0:  # never +Inf or NaN on a dashboard
+            return seconds
     return None
 
 

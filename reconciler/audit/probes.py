@@ -11,7 +11,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.observe.probes import body_json, failure, fetch, needs_tls, skip_httpx_cli
+from reconciler.observe.probes import (
+    GRACE_S,
+    Deadline,
+    body_json,
+    failure,
+    fetch,
+    needs_tls,
+    probe_budget,
+    skip_httpx_cli,
+    unanswered,
+    unanswered_gateway,
+    waited,
+)
+from reconciler.observe.transport import Background
 from reconciler.scrub import exception_text
 
 # The response headers that prove a request crossed the mesh (lobes stamps them on every
@@ -52,60 +65,130 @@ def chat_body(model: str | None) -> dict[str, Any]:
     return body
 
 
-def mesh_side(endpoints: list[Endpoint]) -> dict[str, dict[str, Any]]:
+def mesh_side(endpoints: list[Endpoint], timeout: float | None = None) -> dict[str, dict[str, Any]]:
     """Per box, in the shape observe's controller probes have (`health`, `capabilities`,
-    `models_noauth`), plus `audit`: the unauthenticated chat and `/mesh/detect`."""
+    `models_noauth`), plus `audit`: the unauthenticated chat and `/mesh/detect`.
+
+    Every box at once, a thread each (as drift's probes, observe/probes.py), its requests one
+    after another within its `timeout` (default: the run's, observe/fanout.py) from now: a
+    gateway that accepts and never answers costs its own box that time, and delays no other
+    box. A box still going past it (and GRACE_S) is given up: its probes say so."""
+    budget = probe_budget(timeout)
+    deadline = (time.monotonic() + budget, budget)  # from the call: the import below counts
     skip_httpx_cli()
     import httpx  # imported here: only commands that probe pay for it
 
-    out: dict[str, dict[str, Any]] = {}
-    timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
     verify = needs_tls([ep.base for ep in endpoints])
-    with httpx.Client(timeout=timeout, trust_env=False, verify=verify) as c:
-        for ep in endpoints:
-            probes: dict[str, Any] = {"base": ep.base}
-            probes["health"] = _request(c, "GET", ep.base + "/health", keep_body=True)
-            probes["capabilities"] = _request(c, "GET", ep.base + "/capabilities", keep_body=True)
-            probes["models_noauth"] = _request(c, "GET", ep.base + "/v1/models")
-            chat = _request(
-                c, "POST", ep.base + "/v1/chat/completions", json=chat_body(ep.chat_model)
-            )
-            chat["model"] = ep.chat_model
-            probes["audit"] = {
-                "chat_noauth": chat,
-                "mesh_detect": _request(c, "GET", ep.base + "/mesh/detect", keep_body=True),
-            }
-            out[ep.box] = probes
+    with _Client(httpx, verify) as c:
+        jobs = [(ep, Background(_box_probes, c.client, ep, deadline)) for ep in endpoints]
+        out = {ep.box: _waited_box(ep, job, deadline) for ep, job in jobs}
+        c.leave_open = not all(job.done for _, job in jobs)
     return out
 
 
-def prove(attempts: list[ProofAttempt], lanes: list[LanePort]) -> dict[str, Any]:
-    """Phase 2: the weakest-link requests and unauthenticated calls to published lane ports."""
+def _box_probes(c: Any, ep: Endpoint, deadline: Deadline) -> dict[str, Any]:
+    probes: dict[str, Any] = {"base": ep.base}
+    probes["health"] = _request(c, "GET", ep.base + "/health", True, None, deadline)
+    probes["capabilities"] = _request(c, "GET", ep.base + "/capabilities", True, None, deadline)
+    probes["models_noauth"] = _request(c, "GET", ep.base + "/v1/models", False, None, deadline)
+    url = ep.base + "/v1/chat/completions"
+    chat = _request(c, "POST", url, False, chat_body(ep.chat_model), deadline)
+    chat["model"] = ep.chat_model
+    probes["audit"] = {
+        "chat_noauth": chat,
+        "mesh_detect": _request(c, "GET", ep.base + "/mesh/detect", True, None, deadline),
+    }
+    return probes
+
+
+def _waited_box(ep: Endpoint, job: Background, deadline: Deadline) -> dict[str, Any]:
+    budget = deadline[1]
+    try:
+        found: dict[str, Any] = job.result(max(0.0, deadline[0] + GRACE_S - time.monotonic()))
+        return found
+    except TimeoutError:  # given up: every probe of the box says it had no answer in time
+        pass
+    chat = {**unanswered(budget), "model": ep.chat_model}
+    return {
+        "base": ep.base,
+        **unanswered_gateway(budget),
+        "audit": {"chat_noauth": chat, "mesh_detect": unanswered(budget)},
+    }
+
+
+def prove(
+    attempts: list[ProofAttempt], lanes: list[LanePort], timeout: float | None = None
+) -> dict[str, Any]:
+    """Phase 2: the weakest-link requests and unauthenticated calls to published lane ports,
+    all at once, within `timeout` (default: the run's) from now, as mesh_side's."""
+    budget = probe_budget(timeout)
+    deadline = (time.monotonic() + budget, budget)
     skip_httpx_cli()
     import httpx
 
-    proofs, ports = [], []
-    timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
     verify = needs_tls([a.base for a in attempts] + [lane.url for lane in lanes])
-    with httpx.Client(timeout=timeout, trust_env=False, verify=verify) as c:
-        for a in attempts:
-            url = a.base + "/v1/chat/completions"
-            result = _request(c, "POST", url, json=chat_body(a.role))
+    with _Client(httpx, verify) as c:
+        chats = [(a, a.base + "/v1/chat/completions") for a in attempts]
+        proof_jobs = [
+            (a, url, Background(_request, c.client, "POST", url, False, body, deadline))
+            for a, url, body in ((a, url, chat_body(a.role)) for a, url in chats)
+        ]
+        lane_jobs = [
+            (lane, Background(_request, c.client, "GET", lane.url, False, None, deadline))
+            for lane in lanes
+        ]
+        proofs, ports = [], []
+        for a, url, job in proof_jobs:
+            result = waited(job, deadline)
             proofs.append({"via": a.via, "role": a.role, "host": a.host, "url": url, **result})
-        for lane in lanes:
-            result = _request(c, "GET", lane.url)
+        for lane, job in lane_jobs:
+            result = waited(job, deadline)
             ports.append({"box": lane.box, "container": lane.container, "url": lane.url, **result})
+        jobs = [job for *_, job in proof_jobs] + [job for _, job in lane_jobs]
+        c.leave_open = not all(job.done for job in jobs)
     return {"weakest_link": proofs, "lane_ports": ports}
 
 
+class _Client:
+    """The audit's httpx client, shared by its threads (httpx's pool is thread-safe), without
+    a limit on connections (httpx's 100 would make the 101st box wait on the pool). Left open
+    when a thread was given up while still using it: closing the pool under it could wait."""
+
+    def __init__(self, httpx: Any, verify: bool) -> None:
+        timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        self.client = httpx.Client(timeout=timeout, trust_env=False, verify=verify, limits=limits)
+        self.leave_open = False
+
+    def __enter__(self) -> _Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.leave_open:
+            self.client.close()
+
+
 def _request(
-    client: Any, method: str, url: str, keep_body: bool = False, json: Any = None
+    client: Any,
+    method: str,
+    url: str,
+    keep_body: bool = False,
+    json: Any = None,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
+    """One request, its failure included; sent only while its box has time left
+    (`deadline`), each of its waits bounded by what is left."""
     import httpx
 
     started = time.monotonic()
+    timeout = None
+    if deadline is not None:
+        left = deadline[0] - started
+        if left <= 0:
+            return {"status": None, "error": "not sent: its box's time was spent"}
+        timeout = httpx.Timeout(min(READ_S, left), connect=min(CONNECT_S, left))
     try:
-        resp, raw = fetch(client, method, url, json=json)
+        resp, raw = fetch(client, method, url, json=json, deadline=deadline, timeout=timeout)
     except httpx.HTTPError as exc:
         return {"status": None, "error": exception_text(exc)}
     except Exception as exc:  # one gateway's odd answer fails that request, never the others

@@ -57,6 +57,10 @@ def prepare(args: argparse.Namespace) -> RunOutputs | None:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return None
+    problem = _observing_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return None
     history = None
     if not args.no_history and (args.history or not getattr(args, "from_snapshot", None)):
         try:
@@ -65,6 +69,24 @@ def prepare(args: argparse.Namespace) -> RunOutputs | None:
             print(f"error: {exc}", file=sys.stderr)
             return None
     return RunOutputs(history, Path(args.metrics) if args.metrics else None)
+
+
+def _observing_problem(args: argparse.Namespace) -> str | None:
+    """A live run's settings that would fail only once boxes are contacted: the fan-out's
+    environment ($FLEET_MAX_PARALLEL, $FLEET_BOX_TIMEOUT: a traceback, or an error after the
+    collectors started) and `--save-snapshot DIR` (refused after every box was observed)."""
+    if getattr(args, "from_snapshot", None) is None:
+        from reconciler.observe.fanout import settings_problem
+
+        problem = settings_problem()
+        if problem:
+            return problem
+    saving = getattr(args, "save_snapshot", None)
+    if saving:
+        from reconciler.observe.observe import snapshot_target_problem
+
+        return snapshot_target_problem(saving)
+    return None
 
 
 def _repo_root(args: argparse.Namespace) -> Path | None:
@@ -106,9 +128,8 @@ def finish_drift(
     else:  # the same document (render_json_parts writes json.dumps of it), read back
         doc = _decoded("".join(printed_json).encode("utf-8"), True)[0]
     took = time.monotonic() - outs.clock
-    boxes = [b["box"] for b in doc["boxes"]]
     kept = getattr(run, "observations", None) or {}
-    seconds, observations = _observations(kept, args, boxes, outs.history)
+    seconds, observations = _observations(kept, args, doc, outs.history)
     if outs.metrics is not None:
         from reconciler.metrics import drift_registry
 
@@ -142,8 +163,7 @@ def finish_audit(
 
     doc = to_document(report)
     took = time.monotonic() - outs.clock
-    boxes = [b["box"] for b in doc["boxes"]]
-    seconds, observations = _observations(observed, args, boxes, outs.history)
+    seconds, observations = _observations(observed, args, doc, outs.history)
     if outs.metrics is not None:
         from reconciler.metrics import audit_registry
 
@@ -166,12 +186,18 @@ def finish_audit(
 
 
 def _observations(
-    observed: dict[str, Any], args: argparse.Namespace, boxes: list[str], history: Path | None
+    observed: dict[str, Any], args: argparse.Namespace, doc: dict[str, Any], history: Path | None
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Each box's collector time (for the metrics) and, if the run is recorded (`history`),
-    its observation as a snapshot's box file holds it (secrets hashed on the box)."""
+    its observation as a snapshot's box file holds it (secrets hashed on the box).
+
+    Only what the parser took: a kept observation holds no answer it refused (`collected` is
+    None then), and a replay that kept none reads again only the files of the boxes its report
+    (`doc`) judged observed in full (a file it refused, `1e400` read as inf, is neither a
+    box's time nor its record)."""
     from reconciler.metrics import collector_seconds
 
+    boxes = [b["box"] for b in doc["boxes"]]
     if observed:
         # The snapshot file's fields, by reference: dataclasses.asdict would deep-copy every
         # box's whole answer (~100 ms on the lab) only to serialise it.
@@ -185,7 +211,10 @@ def _observations(
         seconds = {b: s for b, obs in kept.items() if (s := collector_seconds(obs)) is not None}
         return seconds, kept if history is not None else {}
     directory = getattr(args, "from_snapshot", None)
-    return _replayed(Path(directory), boxes, history is not None) if directory else ({}, {})
+    if not directory:
+        return {}, {}
+    full = [b["box"] for b in doc["boxes"] if b.get("observation") == "full"]
+    return _replayed(Path(directory), full, history is not None)
 
 
 def _replayed(
@@ -193,10 +222,10 @@ def _replayed(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """A replay that kept no observation reads them from its snapshot, a box at a time, each
     packed for the store as it is read (history/store.py): a 1,000-box replay then holds
-    ~45 MB of packed files, not ~500 MB of parsed ones (its peak was 640 MB). Only the boxes
-    the snapshot's index names (the report judged any other as missing from it), each file
-    within the replay's bound: one the replay refused is not kept either, the report says
-    why."""
+    ~45 MB of packed files, not ~500 MB of parsed ones (its peak was 640 MB). `boxes`: those
+    the report judged observed in full (the parser took their files); of them, only the ones
+    the snapshot's index names, each file within the replay's bound: a file the replay refused
+    is not kept, the report says why."""
     from reconciler.fast_json import LARGE
     from reconciler.history.store import pack
     from reconciler.metrics import collector_seconds

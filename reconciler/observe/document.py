@@ -190,7 +190,9 @@ def load_json(
         return Fault(FaultKind.NOT_JSON, "empty answer")
     try:
         hook = None if keys_unique else _unique_keys
-        return json.loads(text, object_pairs_hook=hook, parse_constant=_no_constant)
+        return json.loads(
+            text, object_pairs_hook=hook, parse_constant=_no_constant, parse_float=_finite
+        )
     except json.JSONDecodeError as exc:
         # msg and position only: JSONDecodeError never quotes the document itself.
         return Fault(FaultKind.NOT_JSON, f"{exc.msg} at line {exc.lineno} column {exc.colno}")
@@ -222,6 +224,15 @@ def _key_hint(key: str) -> str:
 
 def _no_constant(name: str) -> NoReturn:
     raise _Bad("", f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    # `1e400` is JSON, but reads as inf: kept, it would be saved as `Infinity`, which no JSON
+    # reader takes back (msgspec refuses it as out of range, so both readers agree).
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Bad("", "a number out of range")
+    return value
 
 
 # -- field readers ---------------------------------------------------------------------------------
@@ -1128,6 +1139,10 @@ def _host_ip(raw: Any, path: str) -> str:
     if text:
         import ipaddress  # only for a binding to one address ("" is every interface)
 
+        # No IPv6 scope id: ipaddress takes any text after `%` ("fe80::1%]@host:port#"), which
+        # would become the authority of the URL the audit requests. Docker writes none.
+        if "%" in text:
+            _bad(path, "expected an IP address without a scope id")
         try:
             ipaddress.ip_address(text)
         except ValueError:

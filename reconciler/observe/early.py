@@ -15,6 +15,7 @@ from pathlib import Path
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
 from reconciler.observe.collectors import start_collectors
+from reconciler.observe.fanout import box_timeout
 from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import Background, Running
 
@@ -47,10 +48,16 @@ def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) ->
     return launch(inputs, wanted, run_key)
 
 
-def launch(inputs: DriftInputs, boxes: list[str], run_key: str) -> EarlyStart:
-    """The collectors of `boxes` and the controller's probes, started now, not waited for."""
+def launch(
+    inputs: DriftInputs, boxes: list[str], run_key: str, timeout: float | None = None
+) -> EarlyStart:
+    """The collectors of `boxes` and the controller's probes, started now, not waited for.
+    `timeout`: what one box may take (default: the configured one, observe/fanout.py); the
+    probes end within it."""
+    if timeout is None:
+        timeout = box_timeout()
     running = start_collectors(inputs.targets, {box: inputs.payload(box, run_key) for box in boxes})
     # The mesh-side probes need nothing but the URLs: start them too (http.client is imported
     # in that thread, while this one goes on to import the comparison).
-    probes = Background(probe_gateways, {box: inputs.bases[box] for box in boxes})
+    probes = Background(probe_gateways, {box: inputs.bases[box] for box in boxes}, timeout)
     return EarlyStart(inputs, running, run_key, probes)

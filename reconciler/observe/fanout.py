@@ -97,6 +97,18 @@ def limit() -> int:
     return default_limit()
 
 
+def settings_problem() -> str | None:
+    """Why the limit or the timeout this command would use cannot be read (a bad
+    $FLEET_MAX_PARALLEL or $FLEET_BOX_TIMEOUT), said before any box is contacted; None when
+    both are good."""
+    for variable, read in ((LIMIT_ENV, limit), (TIMEOUT_ENV, box_timeout)):
+        try:
+            read()
+        except ValueError as exc:
+            return f"${variable}: {exc}"
+    return None
+
+
 def box_timeout() -> float:
     if "timeout" in _configured:
         return _configured["timeout"]

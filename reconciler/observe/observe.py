@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import InitVar, asdict, dataclass, field
@@ -36,6 +37,7 @@ from reconciler.observe.document import (
     transport_fault,
 )
 from reconciler.observe.early import EarlyStart, launch
+from reconciler.observe.probes import GRACE_S, unanswered_gateway
 from reconciler.observe.transport import Background, Running
 
 # The collector version a snapshot's document is in when it does not say (documents cut down
@@ -121,11 +123,18 @@ def observe(
 ) -> dict[str, BoxObservation]:
     """Observe `boxes`; `early` holds collectors already started from these same inputs.
     `timeout`: what one box may take (default: `--timeout`, FLEET_BOX_TIMEOUT, else 60 s)."""
+    if timeout is None:
+        timeout = fanout.box_timeout()
     if early is None or early.run_key != run_key or set(early.running) != set(boxes):
         if early is not None:
             early.cancel()
-        early = launch(inputs, boxes, run_key)
-    return gather(early.running, early.probes, fanout.box_timeout() if timeout is None else timeout)
+        early = launch(inputs, boxes, run_key, timeout)
+    return gather(early.running, early.probes, timeout)
+
+
+# How long past the run's deadline (its start and one box's timeout) gather still waits for the
+# controller's probes: they end by their own deadline (observe/probes.py GRACE_S) before this.
+PROBES_GRACE_S = 2 * GRACE_S
 
 
 def gather(
@@ -133,7 +142,9 @@ def gather(
 ) -> dict[str, BoxObservation]:
     """Wait for every box's collector and for the controller's probes: one observation each.
     `timeout` is each box's own, counted from its start: a box that hangs costs that, and the
-    other boxes are read (and counted on the progress line) as each answers."""
+    other boxes are read (and counted on the progress line) as each answers. The probes (all
+    started at once, with the collectors) are waited for until `timeout` from here (and
+    PROBES_GRACE_S): past it every box's controller probes say they gave no answer."""
     started = time.monotonic()
     progress = fanout.Progress(len(running))
     try:
@@ -141,7 +152,9 @@ def gather(
     finally:
         progress.close()
     try:
-        controller = probes.result()
+        controller = probes.result(max(0.0, started + timeout + PROBES_GRACE_S - time.monotonic()))
+    except TimeoutError:  # a probe that hangs is its box's failed probe, never the run's hang
+        controller = {box: unanswered_gateway(timeout) for box in running}
     except Exception:  # the probes are a part of each box's observation, never the run's end
         controller = {}
     elapsed = time.monotonic() - started
@@ -231,17 +244,21 @@ def snapshot_observation(
     `in_c`: such a file is read by msgspec (a large replay: load_json, fast_json.LARGE), and,
     unless `raw_kept` (for a caller that reads only the typed document: drift's replay),
     straight into the document (document_c.py), which gives what the two steps below give."""
-    raw = None
-    if path.is_file():
+    try:
         data = _read_limited(path)
+    except FileNotFoundError:
+        raw: Any = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is missing from the snapshot")
+    except NotRegularFile as exc:  # a FIFO, a device, a directory: never read
+        raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is {exc}")
+    except OSError as exc:  # unreadable (permissions, a loop of symlinks): this box's fault
+        raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} cannot be read ({_os_reason(exc)})")
+    else:
         unique = _written_as(data, sha256)
         if in_c and unique and not raw_kept and len(data) <= SNAPSHOT_FILE_LIMIT:
             typed = _typed_snapshot(box, data)
             if typed is not None:
                 return typed
         raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c)
-    if raw is None:
-        raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is missing from the snapshot")
     if not isinstance(raw, Fault) and not isinstance(raw, dict):
         raw = Fault(FaultKind.MALFORMED, "expected an object", box)
     if isinstance(raw, Fault):
@@ -310,27 +327,76 @@ def _is_hex(text: str) -> bool:
 
 def snapshot_box_bytes(directory: Path, box: str) -> bytes:
     """A box's file of a snapshot, for a reader other than the replay (the history, `diff`):
-    read within the replay's bound, ValueError past it (OSError when it cannot be read)."""
+    read within the replay's bound, ValueError past it or when it is not a regular file
+    (NotRegularFile: a FIFO, a device), OSError when it cannot be read."""
     data = _read_limited(directory / f"{box}.json")
     if len(data) > SNAPSHOT_FILE_LIMIT:
         raise ValueError(f"{box}.json is larger than the limit, {SNAPSHOT_FILE_LIMIT} bytes")
     return data
 
 
+class NotRegularFile(ValueError):
+    """A snapshot's file that is not a regular file (its text: `not a regular file (fifo)`)."""
+
+
+_FILE_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFSOCK: "socket",
+}
+
+
+def _regular(info: os.stat_result) -> int:
+    """The size of a regular file's `info`; NotRegularFile naming the type of anything else."""
+    if not stat.S_ISREG(info.st_mode):
+        kind = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "unknown type")
+        raise NotRegularFile(f"not a regular file ({kind})")
+    return info.st_size
+
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
 def _read_limited(path: Path) -> bytes:
-    # Read one byte past the limit at most: load_json then refuses it as too large. The read is
-    # sized by the file (read(n) allocates n bytes first: 16 MB per box for a 150 KB file), and
-    # a file that grew since fstat is read on, up to the same limit.
-    with path.open("rb") as handle:
-        want = min(os.fstat(handle.fileno()).st_size, SNAPSHOT_FILE_LIMIT) + 1
-        data = handle.read(want)
-        if len(data) == want <= SNAPSHOT_FILE_LIMIT:
-            data += handle.read(SNAPSHOT_FILE_LIMIT + 1 - want)
-        return data
+    """A snapshot file's bytes, one past the limit at most (load_json then refuses it as too
+    large). FileNotFoundError when there is none; NotRegularFile for a FIFO, a device, a
+    directory or a socket (a FIFO would block the run forever): the path is stat'ed before it
+    is opened, never opened otherwise (a device's open may act), and the open file is checked
+    again (a file swapped in between), as the collector's read_file does on the box.
+
+    The read is sized by the file (a read of n allocates n bytes first: 16 MB per box for a
+    150 KB file), and a file that grew since fstat is read on, up to the same limit."""
+    _regular(os.stat(path))
+    fd = os.open(path, _OPEN_FLAGS)  # O_NONBLOCK: a FIFO swapped in is not waited on
+    try:
+        cap = SNAPSHOT_FILE_LIMIT + 1
+        want = min(_regular(os.fstat(fd)) + 1, cap)
+        chunks, total = [], 0
+        while total < want:
+            chunk = os.read(fd, want - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total == want:
+                want = cap  # as large as fstat said (it may have grown): read on to the limit
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"": an empty file
+    finally:
+        os.close(fd)
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
 
 
 # -- snapshots -------------------------------------------------------------------------------------
 SNAPSHOT_VERSION = 1
+
+
+# A box file is DIR/<box>.json beside DIR/index.json: a box so named would be overwritten by it.
+INDEX_BOX = "index"
 
 
 def save_snapshot(
@@ -341,25 +407,147 @@ def save_snapshot(
 ) -> None:
     """One JSON file per box plus an index; secrets were hashed on the boxes already.
     `facts`: the desired-state files from outside the repository the run was judged against,
-    copied into facts/ so the snapshot replays anywhere (reconciler/desired/facts.py)."""
+    copied into facts/ so the snapshot replays anywhere (reconciler/desired/facts.py).
+
+    Built whole in a new directory beside DIR, then renamed into place: a save that fails (a
+    full disk, a file too large) leaves the snapshot that was there as it was, never a mix of
+    two runs. ValueError, nothing written, for a DIR `snapshot_target_problem` refuses or a box
+    named `index` (its file would be the index)."""
     import hashlib
+    import shutil
 
     from reconciler.desired.facts import write_facts
 
-    directory.mkdir(parents=True, exist_ok=True)
-    write_facts(directory, facts or {})
-    index = {"snapshot": SNAPSHOT_VERSION, **meta, "boxes": sorted(observations)}
-    if facts:
-        index["facts"] = sorted(facts)
-    digests = {}
-    for name, obs in observations.items():
-        # From parsed dicts, keys sorted (mixed key types would fail): no object of the text
-        # can repeat a key, which its recorded digest lets a replay rely on (`sha256` below).
-        data = (json.dumps(asdict(obs), indent=1, sort_keys=True) + "\n").encode("utf-8")
-        (directory / f"{name}.json").write_bytes(data)
-        digests[name] = hashlib.sha256(data).hexdigest()
-    index["sha256"] = dict(sorted(digests.items()))
-    (directory / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    if INDEX_BOX in observations:
+        raise ValueError(
+            f"a box named {INDEX_BOX!r} cannot be saved in a snapshot: its file would be the "
+            "snapshot's index.json"
+        )
+    problem = snapshot_target_problem(directory)
+    if problem is not None:
+        raise ValueError(problem)
+    real = Path(os.path.realpath(directory))  # a symlink's target is what is replaced
+    real.parent.mkdir(parents=True, exist_ok=True)
+    building = _new_directory_beside(real)
+    try:
+        write_facts(building, facts or {})
+        index = {"snapshot": SNAPSHOT_VERSION, **meta, "boxes": sorted(observations)}
+        if facts:
+            index["facts"] = sorted(facts)
+        digests = {}
+        for name, obs in observations.items():
+            # From parsed dicts, keys sorted (mixed key types would fail): no object of the
+            # text can repeat a key, which its recorded digest lets a replay rely on (`sha256`
+            # below). No NaN or Infinity: the replay would refuse what was written.
+            text = json.dumps(asdict(obs), indent=1, sort_keys=True, allow_nan=False)
+            data = (text + "\n").encode("utf-8")
+            (building / f"{name}.json").write_bytes(data)
+            digests[name] = hashlib.sha256(data).hexdigest()
+        index["sha256"] = dict(sorted(digests.items()))
+        text = json.dumps(index, indent=2, allow_nan=False) + "\n"
+        (building / "index.json").write_text(text, encoding="utf-8")
+        _into_place(building, real)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)  # gone already once renamed into place
+
+
+def _new_directory_beside(real: Path) -> Path:
+    """A new, empty directory next to `real`, with `real`'s mode if it exists (the umask's
+    otherwise, as mkdir makes it)."""
+    try:
+        mode: int | None = stat.S_IMODE(real.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    while True:
+        path = real.with_name(f".{real.name}.saving-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            path.mkdir(0o777)
+        except FileExistsError:
+            continue
+        if mode is not None:
+            path.chmod(mode)
+        return path
+
+
+def _into_place(building: Path, real: Path) -> None:
+    """`building` renamed to `real`; a snapshot there is moved aside first and removed once the
+    new one is in place (put back if it cannot be)."""
+    import errno
+    import shutil
+
+    try:
+        os.rename(building, real)  # nothing there, or an empty directory: replaced at once
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+    aside = building.with_name(building.name + ".old")
+    os.rename(real, aside)
+    try:
+        os.rename(building, real)
+    except BaseException:
+        os.rename(aside, real)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def snapshot_target_problem(path: str | Path, option: str = "--save-snapshot") -> str | None:
+    """Why a snapshot cannot be saved at `path` (said before any box is contacted), or None.
+
+    save_snapshot replaces the directory whole: it must be new, empty, or a snapshot holding
+    only a snapshot's files (a directory of anything else would be dropped with it), never a
+    file, nor the working directory; the nearest existing directory above it must be one we
+    can write (the new snapshot is built there)."""
+    real = Path(os.path.realpath(path))
+    try:
+        mode: int | None = real.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # a name too long, a component that is not a directory
+        return f"{option} {path}: {_os_reason(exc)}"
+    if mode is not None and not stat.S_ISDIR(mode):
+        return f"{option} {path}: not a directory"
+    above = real.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        return f"{option} {path}: {above} is not a directory"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"{option} {path}: the directory {above} is not writable"
+    if mode is None:
+        return None
+    cwd = Path.cwd()
+    if real == cwd or real in cwd.parents:
+        return f"{option} {path}: the working directory (or one above it) is not replaced"
+    foreign = _not_a_snapshots(real)
+    if foreign is not None:
+        return (
+            f"{option} {path}: {foreign}; name a new or empty directory, or an earlier "
+            "snapshot (it is replaced whole)"
+        )
+    return None
+
+
+def _not_a_snapshots(directory: Path) -> str | None:
+    """What in an existing directory is not a snapshot's, or None (empty, or a snapshot)."""
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:
+        return f"it cannot be listed ({_os_reason(exc)})"
+    if not names:
+        return None
+    try:
+        snapshot_index(directory)
+    except (OSError, ValueError):
+        return "it holds files and no snapshot index"
+    for name in sorted(names):
+        entry = directory / name
+        if name == "facts" and entry.is_dir():
+            continue
+        if name.endswith(".json") and entry.is_file():
+            continue
+        return f"it holds {printable(name, 80)!r}, which is not a snapshot's"
+    return None
 
 
 def load_snapshot(directory: Path) -> tuple[dict[str, Any], dict[str, BoxObservation]]:
@@ -381,7 +569,11 @@ def snapshot_index(directory: Path) -> dict[str, Any]:
     (a ValueError) like any other damage, never a traceback. ~100 bytes a box: 16 MB is
     ~150,000 boxes."""
     path = directory / "index.json"
-    index = load_json(_read_limited(path), SNAPSHOT_FILE_LIMIT)
+    try:
+        data = _read_limited(path)
+    except NotRegularFile as exc:  # a FIFO would block the run forever
+        raise ValueError(f"{path}: {exc}") from None
+    index = load_json(data, SNAPSHOT_FILE_LIMIT)
     if isinstance(index, Fault):
         raise ValueError(f"{path}: {index.what}")
     # The index is the run's, not a box's: a damaged one is the run's error (a ValueError the

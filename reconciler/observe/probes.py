@@ -44,29 +44,74 @@ def needs_tls(urls: list[str]) -> bool:
     return any(url.lower().startswith("https:") for url in urls)
 
 
-def probe_gateways(bases: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """{box: base URL} -> {box: {"base", "health", "capabilities", "models_noauth"}}."""
+def probe_gateways(
+    bases: dict[str, str], timeout: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """{box: base URL} -> {box: {"base", "health", "capabilities", "models_noauth"}}.
+
+    `timeout`: what a box may take (default: the run's, observe/fanout.py), counted from now;
+    every probe ends by then, and one still going then (a resolver that hangs) is given up
+    (`unanswered`): the probes return by `timeout` + GRACE_S whatever the gateways do."""
     out: dict[str, dict[str, Any]] = {box: {"base": base} for box, base in bases.items()}
     jobs = [(box, probe, base + path) for box, base in bases.items() for probe, path in PATHS]
     if not jobs:
         return out
+    budget = probe_budget(timeout)
+    deadline = (time.monotonic() + budget, budget)
     # A thread each (not a concurrent.futures pool: it imports logging, ~7 ms of CPU); _get
-    # is bounded by its own timeouts and returns its failures.
+    # is bounded by its own timeouts and the deadline, and returns its failures.
     running = [
-        (box, probe, Background(_get, url, probe != "models_noauth")) for box, probe, url in jobs
+        (box, probe, Background(_get, url, probe != "models_noauth", deadline))
+        for box, probe, url in jobs
     ]
     for box, probe, job in running:
-        out[box][probe] = job.result()
+        out[box][probe] = waited(job, deadline)
     return out
+
+
+# What a probe may take past its box's deadline before it is given up (it is then a daemon
+# thread whose answer nobody reads): the socket's own timeouts end it about then.
+GRACE_S = 0.5
+
+
+def probe_budget(timeout: float | None) -> float:
+    """The seconds a box's probes have: `timeout`, or the run's (observe/fanout.py)."""
+    if timeout is not None:
+        return timeout
+    from reconciler.observe.fanout import box_timeout
+
+    return box_timeout()
+
+
+# A box's deadline: (when, as time.monotonic(); the seconds it was given, for what is said).
+Deadline = tuple[float, float]
+
+
+def waited(job: Background, deadline: Deadline) -> Any:
+    """A probe's result, waited for until `deadline` (and GRACE_S); `unanswered` after."""
+    try:
+        return job.result(max(0.0, deadline[0] + GRACE_S - time.monotonic()))
+    except TimeoutError:
+        return unanswered(deadline[1])
+
+
+def unanswered(budget: float) -> dict[str, Any]:
+    """A probe that gave no answer within its box's time, as a probe's failure reads."""
+    return {"status": None, "error": f"no answer within {budget:g} s"}
+
+
+def unanswered_gateway(budget: float) -> dict[str, Any]:
+    """A gateway none of whose probes finished in time (observe.gather gave up waiting)."""
+    return {probe: unanswered(budget) for probe, _ in PATHS}
 
 
 CONNECT_S, READ_S = 2.0, 3.0  # a gateway that accepts but never answers costs READ_S per read
 
 
-def _get(url: str, keep_body: bool) -> dict[str, Any]:
+def _get(url: str, keep_body: bool, deadline: Deadline | None = None) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        status, raw = plain_get(url)
+        status, raw = plain_get(url, deadline)
     except Exception as exc:  # one gateway's odd answer fails that probe, never the others
         said = exception_text(exc) if _said_in_full(exc) else failure(exc)
         return {"status": None, "error": said}
@@ -98,9 +143,10 @@ def _said_in_full(exc: BaseException) -> bool:
 _READER = "reconciler.observe.remote.collector"
 
 
-def plain_get(url: str) -> tuple[int, bytes]:
+def plain_get(url: str, deadline: Deadline | None = None) -> tuple[int, bytes]:
     """One GET without credentials, proxies or cookies: the status and at most MAX_BODY + 1
     bytes of the body. Raises what the socket or the HTTP reader raise, InvalidURL, or TooSlow.
+    Ends within TOTAL_S, and by its box's `deadline` when there is one.
 
     Plain http (every lab and mesh gateway) goes through the collector's own HTTP/1.1 reader
     (reconciler/observe/remote/collector.py: `Connection`, checked against http.client on the
@@ -120,15 +166,15 @@ def plain_get(url: str) -> tuple[int, bytes]:
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if any(c <= " " or c == "\x7f" for c in path):  # http.client's check, before anything is sent
         raise InvalidURL("a URL with control characters or spaces")
+    end = _end(deadline)
     if parts.scheme == "https":
-        return _https_get(parts.hostname, port, path)
+        return _https_get(parts.hostname, port, path, end)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    deadline = time.monotonic() + TOTAL_S
 
     def connect() -> _Deadline:
-        sock = reader.tcp_connect(parts.hostname or "", port or 80, CONNECT_S)
+        sock = reader.tcp_connect(parts.hostname or "", port or 80, _left(end, CONNECT_S))
         sock.settimeout(READ_S)
-        return _Deadline(sock, deadline)
+        return _Deadline(sock, end)
 
     conn = reader.Connection(connect, host if port in (None, 80) else f"{host}:{port}")
     try:
@@ -139,17 +185,40 @@ def plain_get(url: str) -> tuple[int, bytes]:
         conn.close()
 
 
-class _Deadline:
-    """A gateway's socket that reads on only until the probe's deadline: a gateway dripping
-    bytes stays within every read's timeout, never within this."""
+def _end(deadline: Deadline | None) -> Deadline:
+    """When a probe starting now must end: within TOTAL_S, or by its box's deadline if that
+    comes first (then said as the box's time)."""
+    end = time.monotonic() + TOTAL_S
+    if deadline is None or end <= deadline[0]:
+        return end, TOTAL_S
+    return deadline
 
-    def __init__(self, sock: Any, deadline: float) -> None:
-        self.sock, self.deadline = sock, deadline
+
+def _left(end: Deadline, most: float) -> float:
+    """A socket operation's timeout: at most `most`, and no later than the probe's end."""
+    left = end[0] - time.monotonic()
+    if left <= 0:
+        raise TooSlow(end[1])
+    return min(most, left)
+
+
+class _Deadline:
+    """A gateway's socket that reads on only until the probe's end: a gateway dripping bytes
+    stays within every read's timeout, never within this; a read that starts near the end
+    waits only what is left."""
+
+    def __init__(self, sock: Any, end: Deadline) -> None:
+        self.sock, self.end = sock, end
 
     def recv(self, size: int) -> bytes:
-        if time.monotonic() > self.deadline:
-            raise TooSlow
-        return bytes(self.sock.recv(size))
+        left = _left(self.end, READ_S)
+        if left >= READ_S:
+            return bytes(self.sock.recv(size))
+        self.sock.settimeout(left)
+        try:
+            return bytes(self.sock.recv(size))
+        except TimeoutError:  # the probe's end, not the gateway's read timeout
+            raise TooSlow(self.end[1]) from None
 
     def sendall(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -158,18 +227,18 @@ class _Deadline:
         self.sock.close()
 
 
-def _https_get(hostname: str, port: int | None, path: str) -> tuple[int, bytes]:
+def _https_get(hostname: str, port: int | None, path: str, end: Deadline) -> tuple[int, bytes]:
     import http.client
     import ssl
 
     # Full verification (the system's CA bundle, the host name), as httpx's default.
     context = ssl.create_default_context()
-    conn = http.client.HTTPSConnection(hostname, port, timeout=CONNECT_S, context=context)
-    started = time.monotonic()
+    timeout = _left(end, CONNECT_S)
+    conn = http.client.HTTPSConnection(hostname, port, timeout=timeout, context=context)
     try:
         conn.connect()
         if conn.sock is not None:
-            conn.sock.settimeout(READ_S)
+            conn.sock.settimeout(_left(end, READ_S))
         conn.request("GET", path, headers={"Accept": "*/*", "Connection": "close"})
         resp = conn.getresponse()
         chunks, size = [], 0
@@ -179,8 +248,9 @@ def _https_get(hostname: str, port: int | None, path: str) -> tuple[int, bytes]:
                 break
             chunks.append(chunk)
             size += len(chunk)
-            if time.monotonic() - started > TOTAL_S:
-                raise TooSlow
+            left = _left(end, READ_S)  # TooSlow past the end
+            if conn.sock is not None:  # None once the response holds the connection
+                conn.sock.settimeout(left)
         return resp.status, b"".join(chunks)[: MAX_BODY + 1]
     finally:
         conn.close()
@@ -193,20 +263,34 @@ MAX_BODY, TOTAL_S = 256 * 1024, 10.0
 
 
 class TooSlow(Exception):
-    """The answer kept coming past TOTAL_S."""
+    """The answer kept coming past TOTAL_S (or the box's deadline: `seconds`)."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        super().__init__()
+        self.seconds = TOTAL_S if seconds is None else seconds
 
 
-def fetch(client: Any, method: str, url: str, json: Any = None) -> tuple[Any, bytes]:
+def fetch(
+    client: Any,
+    method: str,
+    url: str,
+    json: Any = None,
+    deadline: Deadline | None = None,
+    timeout: Any = None,
+) -> tuple[Any, bytes]:
     """One request through an httpx client (the audit's): the response (headers and status)
-    and at most MAX_BODY + 1 bytes of its body. Raises what httpx raises, or TooSlow.
+    and at most MAX_BODY + 1 bytes of its body. Raises what httpx raises, or TooSlow: the
+    body is read until TOTAL_S, or its box's `deadline` if sooner. `timeout`: httpx's
+    for this request (the client's when None).
 
     The body is read as it came (`iter_raw`) and decoded here, bounded: httpx would decode a
     Content-Encoding itself with no limit on what it makes, so a 1 KB gzip answer (or `gzip,
     gzip`) could become gigabytes before MAX_BODY is looked at. Identity is asked for; one
     layer of gzip or deflate is still read; any other encoding is a body not read (b"")."""
-    started = time.monotonic()
+    end = _end(deadline)
     headers = {"Accept-Encoding": "identity"}
-    with client.stream(method, url, json=json, headers=headers) as resp:
+    extra = {} if timeout is None else {"timeout": timeout}
+    with client.stream(method, url, json=json, headers=headers, **extra) as resp:
         decode = _bounded_decoder(resp.headers.get("content-encoding", ""))
         if decode is None:
             return resp, b""
@@ -217,8 +301,8 @@ def fetch(client: Any, method: str, url: str, json: Any = None) -> tuple[Any, by
             size += len(chunk)
             if size > MAX_BODY:
                 break
-            if time.monotonic() - started > TOTAL_S:
-                raise TooSlow
+            if time.monotonic() > end[0]:
+                raise TooSlow(end[1])
     return resp, b"".join(chunks)[: MAX_BODY + 1]
 
 
@@ -251,5 +335,5 @@ def body_json(raw: bytes) -> Any:
 def failure(exc: BaseException) -> str:
     """A probe's failure other than httpx's own: its kind only (the text could hold anything)."""
     if isinstance(exc, TooSlow):
-        return f"the answer took over {TOTAL_S:.0f} s"
+        return f"the answer took over {exc.seconds:g} s"
     return f"{type(exc).__name__} reading the answer"

@@ -466,6 +466,10 @@ class Background:
         finally:
             self._done.set()
 
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
     def result(self, timeout: float | None = None) -> Any:
         if not self._done.wait(timeout):
             raise TimeoutError(f"not finished within {timeout} s")
