@@ -33,16 +33,22 @@ class Collected(FactBase[dict[str, Any]]):
     """The collector's document for this host's box (what `drift --save-snapshot` keeps)."""
 
     _box = ""
+    _root: str | None = None
     _inventory: str | None = None
 
     def check_preconditions(self, state: State, host: Host) -> str | None:
-        # The one hook that sees the host before `command` runs: which box, which inventory.
+        # The one hook that sees the host before `command` runs: which box, which repository
+        # (inventory.py's own, as the deploys read it: never FLEET_ROOT or the working
+        # directory), which inventory.
         self._box = str(host.data.get("fleet_box") or host.name)
+        root = host.data.get("fleet_root")
+        self._root = str(root) if root else None
         self._inventory = host.data.get("fleet_inventory")
         return None
 
     def command(self) -> str:
-        return collector_command(_inputs(self._inventory).payload(self._box, RUN_KEY))
+        inputs = _inputs(self._root, self._inventory)
+        return collector_command(inputs.payload(self._box, RUN_KEY))
 
     def process(self, output: list[str]) -> dict[str, Any]:
         """The collector's JSON, once it passed the same checks as `reconcile drift` reads it
@@ -57,10 +63,12 @@ class Collected(FactBase[dict[str, Any]]):
 
 
 @functools.lru_cache(maxsize=2)
-def _inputs(inventory: str | None) -> DriftInputs:
+def _inputs(root: str | None, inventory: str | None) -> DriftInputs:
+    from pathlib import Path
+
     from reconciler.desired.cache import load_fleet_cached
     from reconciler.desired.locate import inventory_file
     from reconciler.drift_inputs import remembered_inputs
 
-    fleet = load_fleet_cached(None, inventory)
+    fleet = load_fleet_cached(Path(root) if root else None, inventory)
     return remembered_inputs(fleet, inventory_file(fleet.root, inventory))

@@ -299,3 +299,29 @@ def test_the_mesh_verify_is_a_change_only_when_a_box_converges(
     add_op(state, operation.verify_mesh, boxes=boxes)
     (host,) = state.inventory
     assert state.get_meta_for_host(host).ops_change == changes
+
+
+def test_the_collected_fact_reads_the_inventorys_repository_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pyinfra inventory.py fact reconciler.observe.fact.Collected` builds the payload from the
+    repository inventory.py names in host data, as the deploys do, whatever FLEET_ROOT or the
+    working directory say."""
+    from types import SimpleNamespace
+
+    from reconciler.observe import fact
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("FLEET_ROOT", str(tmp_path / "not-a-repository"))
+    monkeypatch.chdir(tmp_path)
+    fact._inputs.cache_clear()
+    data = {"fleet_root": str(example), "fleet_inventory": "lab", "fleet_box": "thor"}
+    host = SimpleNamespace(name="thor", data=SimpleNamespace(get=data.get))
+    collected = fact.Collected()
+    assert collected.check_preconditions(None, host) is None  # type: ignore[arg-type]
+    assert collected.command()  # the collector's command line, its payload from the example
+    assert fact._inputs.cache_info().currsize == 1
+    inputs = fact._inputs(str(example), "lab")
+    assert sorted(inputs.boxes) == ["orin", "spark", "thor"]
+    fact._inputs.cache_clear()
