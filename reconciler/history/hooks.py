@@ -83,10 +83,34 @@ def _observing_problem(args: argparse.Namespace) -> str | None:
             return problem
     saving = getattr(args, "save_snapshot", None)
     if saving:
-        from reconciler.observe.observe import snapshot_target_problem
+        from reconciler.observe.observe import (
+            INDEX_BOX,
+            index_box_problem,
+            snapshot_target_problem,
+        )
 
+        if INDEX_BOX in _boxes_to_save(args):
+            return f"--save-snapshot {saving}: {index_box_problem()}"
         return snapshot_target_problem(saving)
     return None
+
+
+def _boxes_to_save(args: argparse.Namespace) -> list[str]:
+    """The boxes a saving run will save, as far as they are known before the desired state is
+    read: the boxes named, or those of the snapshot replayed (`--from-snapshot`). A whole
+    inventory's are known only once it is read: a box of it named `index` is refused by the
+    save (observe.save_snapshot), after the boxes were observed."""
+    named = list(getattr(args, "boxes", None) or [])
+    source = getattr(args, "from_snapshot", None)
+    if named or not source:
+        return named
+    from reconciler.observe.observe import snapshot_index
+
+    try:
+        boxes = snapshot_index(Path(source))["boxes"]
+    except (OSError, ValueError):  # the run says what is wrong with it
+        return []
+    return [str(box) for box in boxes]
 
 
 def _repo_root(args: argparse.Namespace) -> Path | None:

@@ -8,19 +8,34 @@ an environment's `HF_TOKEN='hf_...'`, a `.env` line's or a login export's value,
 `***` before the observation is packed; the document keeps its shape (lists stay lists, nothing
 is dropped), so `reconcile diff` still reads it as a snapshot's box file.
 
-`stored` walks only where a box's values live (the containers' and images' environments and
-command lines, the compose renders' environments and commands, the `.env` lines, the login
-shell's exports, free-text errors): a 1,000-box replay records 1,000 observations of ~3,500
-values each, and a walk over every one of them was a tenth of the whole replay.
+`stored` walks the large, regular parts by their shape (the containers' and images'
+environments and command lines, every compose render's (`render`, `render_login`,
+`render_current`, `render_login_current`, any `render*`) environments and commands, the `.env`
+lines, the login shell's exports): a 1,000-box replay records 1,000 observations of ~3,500
+values each, and a walk over every one of them was a tenth of the whole replay. Everything
+else (the probes' bodies, the controller's probe records, the secret sources, a section a
+newer collector adds, a record's other fields) is small and free-form: it is walked with
+`reconcile diff`'s own rule (observed.comparable: a secret name anywhere, at any depth, masks
+what it holds; a list keyed by name masks the items a secret names; a command line's secret
+flags), so nothing a diff masks is kept in clear, and the store keeps the keyed digests
+(`hmac:...`) a diff masks only because they change every run.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import re
 from collections.abc import Callable, Collection, Mapping
+from itertools import compress, repeat
 from typing import Any
 
 MASK = "***"
+DIGEST = re.compile(r"hmac:[0-9a-f]{64}")  # the collector's keyed digest of a secret
+MAX_DEPTH = 32  # an observation nests ~10 levels; deeper parts are kept (and compared) whole
+# Lists of objects keyed by the first of these fields they hold (observed.comparable).
+LIST_KEYS = ("name", "key", "id", "service")
 # A record's own fields that name or locate a secret without holding it: a `.env` line's
 # `line`, a login export's `source` (scrubbed: it may quote the line), a secret source's
 # `path` and `status`, an audit probe's `status`. Any other field of a record under a secret
@@ -32,7 +47,7 @@ _METADATA = frozenset(
 # `*SECRET*`): they hold names and records, never one value; what is inside them is judged
 # by its own names.
 COLLECTOR_FIELDS = frozenset({"current_env_keys", "envfile_keys", "secret_sources"})
-_FREE_TEXT = ("error", "source")  # free text from the box: scrubbed as reports scrub it
+_FREE_TEXT = frozenset({"error", "source"})  # free text from the box: scrubbed as reports scrub it
 
 
 # Every name judged so far, and those that name secrets: an environment's names are then
@@ -81,34 +96,60 @@ def empty(value: object) -> bool:
 
 
 def under_secret(
-    name: str, value: Any, keep: Callable[[str, Any], Any], hashed_as: Callable[[Any], Any]
+    name: str,
+    value: Any,
+    keep: Callable[[str, Any], Any],
+    hashed_as: Callable[[Any], Any],
+    is_hashed: Callable[[Any], bool] = hashed,
 ) -> Any:
     """`value`, kept under the secret-named key `name`, with nothing of the secret left:
-    - empty: as it is; the collector's hashed form: `hashed_as(value)`;
+    - empty: as it is; the collector's hashed form (`is_hashed`): `hashed_as(value)`;
     - a record (a dict: a `.env` line, a login export, a secret source): its metadata fields
       kept through `keep(field, value)`, `key` kept when it is the record's own name, every
       other field masked (its hashed form through `hashed_as`);
     - anything else (a string, a number, a list of words): `***`."""
     if empty(value):
         return value
-    if hashed(value):
+    if is_hashed(value):
         return hashed_as(value)
     if isinstance(value, dict):
         return {
             field: keep(field, item)
             if field in _METADATA or (field == "key" and item == name)
-            else _field(item, hashed_as)
+            else _field(item, hashed_as, is_hashed)
             for field, item in value.items()
         }
     return MASK
 
 
-def _field(value: Any, hashed_as: Callable[[Any], Any]) -> Any:
+def _field(
+    value: Any, hashed_as: Callable[[Any], Any], is_hashed: Callable[[Any], bool] = hashed
+) -> Any:
     """A record's field that may hold the secret: one level only (a record in a record is
     masked whole), so no crafted nesting makes this recurse."""
     if empty(value):
         return value
-    return hashed_as(value) if hashed(value) else MASK
+    return hashed_as(value) if is_hashed(value) else MASK
+
+
+def opaque(value: Any, what: str) -> str:
+    """A part kept and compared whole: what it is and a digest of its canonical JSON (after
+    masking digests: the JSON itself may hold a secret, its digest says only whether it
+    changed)."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    digest = hashlib.sha256(DIGEST.sub(MASK, text).encode()).hexdigest()[:12]
+    return f"({what}, sha256 {digest})"
+
+
+def keyed_by(items: list[Any]) -> str | None:
+    """The field a list of records is keyed by: the first of LIST_KEYS every item holds as a
+    non-empty string; None: not such a list."""
+    if not items or not all(isinstance(i, dict) for i in items):
+        return None
+    for field in LIST_KEYS:
+        if all(isinstance(n, str) and n for n in (i.get(field) for i in items)):
+            return field
+    return None
 
 
 # Words of command lines seen to be no secret flag (`vllm`, `--port=8000`): a fleet's command
@@ -176,15 +217,8 @@ def stored(doc: Any) -> Any:
     secret masked, digests and the shape kept. `doc` itself when there was nothing to mask:
     nothing is copied but the path to a masked value."""
     if not isinstance(doc, dict):
-        return doc
-    out = _errors(doc, 0)
-    collected = out.get("collected")
-    if isinstance(collected, dict):
-        out = _with(out, "collected", _collected(collected))
-    controller = out.get("controller")
-    if isinstance(controller, dict):
-        out = _with(out, "controller", _errors(controller, 1))
-    return out
+        return _anywhere(doc, 0)
+    return _walked(doc, 0, _DOC)
 
 
 def _with(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
@@ -192,58 +226,250 @@ def _with(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return doc if doc.get(key) is value else {**doc, key: value}
 
 
-def _collected(collected: dict[str, Any]) -> dict[str, Any]:
-    out = _errors(collected, 2)
-    docker = out.get("docker")
-    if isinstance(docker, dict):
-        out = _with(out, "docker", _docker(docker))
-    for render in ("render", "render_login"):
-        section = out.get(render)
-        if isinstance(section, dict) and isinstance(section.get("services"), dict):
-            services = _each(section["services"], _service)
-            out = _with(out, render, _with(section, "services", services))
-    envfile = out.get("envfile")
-    if isinstance(envfile, list):
-        out = _with(out, "envfile", _envfile(envfile))
-    shell = out.get("login_shell")
-    if isinstance(shell, dict) and isinstance(shell.get("exports"), dict):
-        out = _with(out, "login_shell", _with(shell, "exports", _exports(shell["exports"])))
+Walker = Callable[[Any, int], Any]  # a part at its depth -> the part as the store keeps it
+_NESTING = (dict, list)
+
+
+def _walked(doc: dict[str, Any], depth: int, walkers: Mapping[str, Walker]) -> dict[str, Any]:
+    """`doc` (at `depth`) with each part named in `walkers` walked by its walker and every
+    other part by observed.comparable's rule (`_anywhere`): nothing escapes because it is new
+    or not where it was expected. Only what needs a look is looked at, found in C: the keys
+    naming secrets (`secret_names`), the values that nest (`compress`), the free texts."""
+    if depth >= MAX_DEPTH:
+        return _anywhere(doc, depth)  # kept whole (opaque)
+    out: dict[str, Any] | None = None
+    secret = secret_names(doc)
+    if secret and not COLLECTOR_FIELDS.isdisjoint(secret):
+        secret = secret - COLLECTOR_FIELDS  # the collector's own records: judged inside
+    nested = compress(doc.items(), map(isinstance, doc.values(), repeat(_NESTING)))
+    for key, value in nested:
+        if key in secret:
+            continue  # below
+        walker = walkers.get(key)
+        if walker is not None:
+            new = walker(value, depth + 1)
+        elif walkers is _NONE:  # inside a free-form part, already found not clean
+            new = _anywhere(value, depth + 1)
+        else:
+            new = _free(value, depth + 1)
+        if new is not value:
+            if out is None:
+                out = dict(doc)
+            out[key] = new
+    for key in secret:
+        value = doc[key]
+        new = _secret_item(key, value, depth + 1)
+        if new is not value:
+            if out is None:
+                out = dict(doc)
+            out[key] = new
+    for key in _FREE_TEXT.intersection(doc):
+        value = doc[key]
+        if key not in secret and isinstance(value, str):
+            new = _kept(key, value)
+            if new is not value:
+                if out is None:
+                    out = dict(doc)
+                out[key] = new
+    return doc if out is None else out
+
+
+def _collected(collected: Any, depth: int) -> Any:
+    """The collector's answer: every `render*` section is a compose render (`render`,
+    `render_login`, and `render_current`, `render_login_current` of a saving run)."""
+    if not isinstance(collected, dict):
+        return _anywhere(collected, depth)
+    walkers = _SECTIONS
+    renders = [k for k in collected if isinstance(k, str) and k.startswith("render")]
+    if renders:
+        walkers = {**_SECTIONS, **dict.fromkeys(renders, _render)}
+    return _walked(collected, depth, walkers)
+
+
+def _section(walkers: Mapping[str, Walker]) -> Walker:
+    """A walker of a dict by `walkers` (anything else: by the rule anywhere)."""
+
+    def walk(value: Any, depth: int) -> Any:
+        if isinstance(value, dict) and not hashed(value):
+            return _walked(value, depth, walkers)
+        return _anywhere(value, depth)
+
+    return walk
+
+
+def _each_record(walkers: Mapping[str, Walker]) -> Walker:
+    """A walker of a list of records (containers) or a name -> record map (images, compose
+    services), each record's parts by `walkers`."""
+    record = _section(walkers)
+
+    def walk(value: Any, depth: int) -> Any:
+        if isinstance(value, list):
+            return _items(value, lambda item: record(item, depth + 1))
+        if hashed(value):
+            return value
+        return _each(value, lambda item: record(item, depth + 1))
+
+    return walk
+
+
+def _env_walker(env: Any, depth: int) -> Any:
+    """An environment: NAME -> a string, or its digest ({"secret": ...}); every reader refuses
+    a snapshot with any other value in one (test_history_review_fixes)."""
+    return _environment(env) if isinstance(env, dict) else _anywhere(env, depth)
+
+
+def _argv_walker(tokens: Any, depth: int) -> Any:
+    """A command line: a list of words."""
+    return argv(tokens) if isinstance(tokens, list) else _anywhere(tokens, depth)
+
+
+def _envfile_walker(lines: Any, depth: int) -> Any:
+    return _envfile(lines) if isinstance(lines, list) else _anywhere(lines, depth)
+
+
+def _exports_walker(exports: Any, depth: int) -> Any:
+    return _exports(exports) if isinstance(exports, dict) else _anywhere(exports, depth)
+
+
+_CONTAINER: dict[str, Walker] = {
+    "env": _env_walker,
+    "cmd": _argv_walker,
+    "entrypoint": _argv_walker,
+    "args": _argv_walker,
+}
+_IMAGE: dict[str, Walker] = {"env": _env_walker}
+_SERVICE: dict[str, Walker] = {
+    "environment": _env_walker,
+    "command": _argv_walker,
+    "entrypoint": _argv_walker,
+}
+_docker = _section({"containers": _each_record(_CONTAINER), "images": _each_record(_IMAGE)})
+_render = _section({"services": _each_record(_SERVICE)})
+_SECTIONS: dict[str, Walker] = {
+    "docker": _docker,
+    "envfile": _envfile_walker,
+    "login_shell": _section({"exports": _exports_walker}),
+}  # and every `render*` (_collected)
+_DOC: dict[str, Walker] = {"collected": _collected}
+
+
+# -- anywhere else: observed.comparable's rule -----------------------------------------------------
+
+
+def _free(value: Any, depth: int) -> Any:
+    """A free-form part (a probe's body, the controller's probe records, a section or a field
+    no walker knows) at `depth`, walked by the rule anywhere (`_anywhere`); at once itself
+    when it is a list of words seen before, or a small part whose JSON was seen clean (a
+    large one is taken part by part: a gateway's probes differ between boxes, its roles'
+    answers mostly do not)."""
+    if type(value) is list and _plain(value):
+        return value
+    try:
+        text: bytes | None = _encode(value)
+    except Exception:  # anything msgspec will not write (deeper than it goes): walked
+        text = None
+    if text is None:
+        return _anywhere(value, depth)
+    if len(text) > _SMALL_PART:  # a large part (a gateway's probes): its parts one by one
+        if type(value) is dict and depth < MAX_DEPTH and not hashed(value):
+            return _walked(value, depth, _BY_PART)
+        return _anywhere(value, depth)
+    if text in _CLEAN_PARTS:
+        return value
+    out = _anywhere(value, depth)
+    if out is value and len(_CLEAN_PARTS) < _REMEMBERED_PARTS:
+        _CLEAN_PARTS.add(text)
     return out
 
 
-def _docker(docker: dict[str, Any]) -> dict[str, Any]:
-    out = docker
-    containers = docker.get("containers")
-    if isinstance(containers, list):
-        out = _with(out, "containers", _items(containers, _container))
-    images = docker.get("images")
-    if isinstance(images, dict):
-        out = _with(out, "images", _each(images, lambda image: _fields(image, ("env",), ())))
-    return out
+# Small parts (a port list, a probe's answer) seen to hold nothing to mask, as their JSON: a
+# fleet's repeat from box to box. Sound as `scrubbed`'s memory is, and because an observation
+# is JSON (a tuple, which JSON writes as a list, is no part of one).
+_CLEAN_PARTS: set[bytes] = set()
+_SMALL_PART = 2048
+_BY_PART: dict[str, Walker] = {}  # no walker: each part by `_free` (not _NONE: `_anywhere`)
+_REMEMBERED_PARTS = 10_000
 
 
-def _container(container: Any) -> Any:
-    return _fields(container, ("env",), ("cmd", "entrypoint", "args"))
+def _plain(words: list[Any]) -> bool:
+    """Words seen to be no secret flag or name (a fleet's names and command lines repeat)."""
+    try:
+        return _PLAIN_WORDS.issuperset(words)
+    except TypeError:  # an item that is no string
+        return False
 
 
-def _service(service: Any) -> Any:
-    return _fields(service, ("environment",), ("command", "entrypoint"))
+def _anywhere(value: Any, depth: int) -> Any:
+    """A free-form part (a probe's body, the controller's probe records, a section or a field
+    no walker knows) at `depth`, under observed.comparable's rule: a value under a secret
+    name masked wherever it is (`_secret_item`), the items of a list keyed by a secret name
+    too, a command line's secret flags; free text scrubbed; keyed digests kept. Past
+    MAX_DEPTH levels a part is kept whole as `reconcile diff` compares it (`opaque`)."""
+    if isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            return opaque(value, f"nested past {MAX_DEPTH} levels")
+        return value if hashed(value) else _walked(value, depth, _NONE)
+    if isinstance(value, list):
+        if depth >= MAX_DEPTH:
+            return opaque(value, f"nested past {MAX_DEPTH} levels")
+        return _list(value, depth)
+    return value
 
 
-def _fields(doc: Any, environments: tuple[str, ...], command_lines: tuple[str, ...]) -> Any:
-    """A container, image or compose service with its environments and command lines masked."""
-    if not isinstance(doc, dict):
-        return doc
-    out = doc
-    for key in environments:
-        env = doc.get(key)
-        if isinstance(env, dict):
-            out = _with(out, key, _environment(env))
-    for key in command_lines:
-        tokens = doc.get(key)
-        if isinstance(tokens, list):
-            out = _with(out, key, argv(tokens))
-    return out
+_NONE: dict[str, Walker] = {}
+
+
+def _list(items: list[Any], depth: int) -> list[Any]:
+    if _plain(items):  # words seen to be no secret flag: nothing to do
+        return items
+    field = keyed_by(items)
+    if field is not None:  # records keyed by name (observed.comparable): under that name
+        return _items(items, lambda item: _keyed_item(item[field], item, depth + 1))
+    out = items
+    for i, item in compress(enumerate(items), map(isinstance, items, repeat(_NESTING))):
+        new = _anywhere(item, depth + 1)
+        if new is not item:
+            if out is items:
+                out = list(items)
+            out[i] = new
+    return argv(out)
+
+
+def _keyed_item(name: str, item: dict[str, Any], depth: int) -> Any:
+    if name not in COLLECTOR_FIELDS and secret_name(name):
+        return _secret_item(name, item, depth)
+    return _anywhere(item, depth)
+
+
+def _secret_item(name: str, value: Any, depth: int) -> Any:
+    """`value`, kept under the secret name `name`: masked as under_secret masks it, keyed
+    digests kept, a record's metadata judged by the rule anywhere."""
+    masked = under_secret(
+        name, value, lambda field, item: _metadata(field, item, depth), _as_is, _digested
+    )
+    unchanged = isinstance(value, dict) and isinstance(masked, dict)
+    if unchanged and all(masked[k] is v for k, v in value.items()):
+        return value
+    return masked
+
+
+def _metadata(field: str, item: Any, depth: int) -> Any:
+    """A secret record's metadata field (the record at `depth`), as `_walked` keeps it."""
+    if isinstance(item, dict | list):
+        return _anywhere(item, depth + 1)
+    return _kept(field, item)
+
+
+def _encode(value: Any) -> bytes:
+    from msgspec import json as c_json
+
+    return c_json.encode(value)
+
+
+def _digested(value: Any) -> bool:
+    """A secret as the collector hashed it: `{"secret": digest}` or a bare keyed digest (a
+    secret source's or an audit line's `digest`)."""
+    return hashed(value) or (isinstance(value, str) and DIGEST.fullmatch(value) is not None)
 
 
 def _environment(env: dict[str, Any]) -> dict[str, Any]:
@@ -304,20 +530,6 @@ def _kept(field: str, value: Any) -> Any:
 
 def _as_is(value: Any) -> Any:
     return value
-
-
-def _errors(doc: dict[str, Any], depth: int) -> dict[str, Any]:
-    """`doc`'s `error` texts scrubbed, and its sections' down to `depth` levels (the
-    collector's errors sit at most two levels into `collected`: `files[.env].error`)."""
-    out = doc
-    error = doc.get("error")
-    if isinstance(error, str):
-        out = _with(out, "error", _kept("error", error))
-    if depth > 0:
-        for key, section in doc.items():
-            if isinstance(section, dict):
-                out = _with(out, key, _errors(section, depth - 1))
-    return out
 
 
 def _each(mapping: Mapping[str, Any], fix: Callable[[Any], Any]) -> Any:

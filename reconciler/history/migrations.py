@@ -79,6 +79,13 @@ MIGRATIONS: tuple[str, ...] = (
 
 VERSION = len(MIGRATIONS)
 # The tables a store of this tool holds (any version): a database with others is not one.
+# SQLite's own (`sqlite_*`: statistics ANALYZE or PRAGMA optimize writes) are not counted.
 TABLES = frozenset(
     {"schema_version", "runs", "boxes", "entries", "findings", "observations", "settings"}
 )
+
+
+def is_sqlite_internal(table: str) -> bool:
+    """A table SQLite itself keeps (`sqlite_stat1`, `sqlite_stat4`, `sqlite_sequence`): the
+    name `sqlite_` is reserved to SQLite, no application can create one."""
+    return table.lower().startswith("sqlite_")

@@ -21,20 +21,15 @@ is reduced to what a person would call a change:
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from typing import Any
 
 from reconciler.history import masking
 
 SECRET = masking.MASK
-_DIGEST = re.compile(r"hmac:[0-9a-f]{64}")
+_DIGEST = masking.DIGEST
 # Keys whose values differ on every run, wherever they occur.
 VOLATILE = frozenset({"ms", "timings_ms", "elapsed_s", "time", "meminfo"})
-# Lists of objects keyed by the first of these fields they hold.
-_LIST_KEYS = ("name", "key", "id", "service")
-MAX_DEPTH = 32  # an observation nests ~10 levels; deeper parts are compared whole
+MAX_DEPTH = masking.MAX_DEPTH  # an observation nests ~10 levels; deeper parts compared whole
 LONG_LIST = 1000  # longer lists are compared whole (a compose command is a few dozen words)
 
 
@@ -58,12 +53,7 @@ def comparable(doc: Any, depth: int = 0) -> Any:
     return doc
 
 
-def opaque(value: Any, what: str) -> str:
-    """A part compared whole: what it is and a digest of its canonical JSON (after masking:
-    the JSON itself may hold a secret, its digest says only whether it changed)."""
-    text = json.dumps(value, sort_keys=True, default=str)
-    digest = hashlib.sha256(_DIGEST.sub(SECRET, text).encode()).hexdigest()[:12]
-    return f"({what}, sha256 {digest})"
+opaque = masking.opaque  # a part compared whole: what it is and a digest of its JSON
 
 
 def _under(key: Any, value: Any, depth: int) -> Any:
@@ -81,19 +71,17 @@ def _under(key: Any, value: Any, depth: int) -> Any:
 
 
 def _keyed(items: list[Any], depth: int) -> dict[str, Any] | None:
-    if not items or not all(isinstance(i, dict) for i in items):
+    field = masking.keyed_by(items)
+    if field is None:
         return None
-    for field in _LIST_KEYS:
-        names = [i.get(field) for i in items]
-        if all(isinstance(n, str) and n for n in names):
-            out: dict[str, Any] = {}
-            repeats: dict[str, int] = {}  # per label, the last number given: no rescans
-            for name, item in zip(names, items, strict=True):
-                label = _DIGEST.sub(SECRET, name)
-                seen = label
-                while seen in out:  # the same name twice (a .env key set twice): both kept
-                    repeats[label] = repeats.get(label, 1) + 1
-                    seen = f"{label}#{repeats[label]}"
-                out[seen] = _under(name, item, depth + 1)  # a .env line keyed HF_TOKEN: masked
-            return out
-    return None
+    out: dict[str, Any] = {}
+    repeats: dict[str, int] = {}  # per label, the last number given: no rescans
+    for item in items:
+        name = item[field]
+        label = _DIGEST.sub(SECRET, name)
+        seen = label
+        while seen in out:  # the same name twice (a .env key set twice): both kept
+            repeats[label] = repeats.get(label, 1) + 1
+            seen = f"{label}#{repeats[label]}"
+        out[seen] = _under(name, item, depth + 1)  # a .env line keyed HF_TOKEN: masked
+    return out

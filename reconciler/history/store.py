@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.history.location import prepare, restrict
-from reconciler.history.migrations import MIGRATIONS, TABLES, VERSION
+from reconciler.history.migrations import MIGRATIONS, TABLES, VERSION, is_sqlite_internal
 from reconciler.history.record import EntryRow, FindingRow, RunRecord
 
 DEFAULT_KEEP_RUNS = 1000
@@ -147,9 +147,11 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
 
 def _ours(conn: sqlite3.Connection, path: Path) -> set[str]:
     """The database's tables, when it is empty or a store of this tool (its tables are among
-    the store's, schema_version with them); else the HistoryError that says whose it is not."""
+    the store's, schema_version with them); else the HistoryError that says whose it is not.
+    SQLite's own tables (`sqlite_stat1`, `sqlite_stat4` after ANALYZE or PRAGMA optimize,
+    `sqlite_sequence`) are no application's: not counted."""
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    tables = {str(name) for (name,) in rows}
+    tables = {str(name) for (name,) in rows if not is_sqlite_internal(str(name))}
     if tables and ("schema_version" not in tables or not tables <= TABLES):
         others = ", ".join(sorted(tables - TABLES)) or "no schema_version"
         raise HistoryError(

@@ -411,24 +411,26 @@ def save_snapshot(
 
     Built whole in a new directory beside DIR, then renamed into place: a save that fails (a
     full disk, a file too large) leaves the snapshot that was there as it was, never a mix of
-    two runs. ValueError, nothing written, for a DIR `snapshot_target_problem` refuses or a box
-    named `index` (its file would be the index)."""
+    two runs. Where DIR cannot be renamed (its directory is not writable, or DIR is a mount
+    point), built in a hidden directory inside DIR and moved in file by file, the index last
+    (`_moved_in`). A save interrupted earlier is recovered first (`_recover`). ValueError,
+    nothing written, for a DIR `snapshot_target_problem` refuses or a box named `index` (its
+    file would be the index)."""
     import hashlib
     import shutil
 
     from reconciler.desired.facts import write_facts
 
     if INDEX_BOX in observations:
-        raise ValueError(
-            f"a box named {INDEX_BOX!r} cannot be saved in a snapshot: its file would be the "
-            "snapshot's index.json"
-        )
-    problem = snapshot_target_problem(directory)
+        raise ValueError(index_box_problem())
+    problem = snapshot_target_problem(directory)  # and an interrupted save recovered
     if problem is not None:
         raise ValueError(problem)
     real = Path(os.path.realpath(directory))  # a symlink's target is what is replaced
-    real.parent.mkdir(parents=True, exist_ok=True)
-    building = _new_directory_beside(real)
+    in_place = _in_place(real)
+    if not in_place:
+        real.parent.mkdir(parents=True, exist_ok=True)
+    building = _new_directory_in(real) if in_place else _new_directory_beside(real)
     try:
         write_facts(building, facts or {})
         index = {"snapshot": SNAPSHOT_VERSION, **meta, "boxes": sorted(observations)}
@@ -446,9 +448,27 @@ def save_snapshot(
         index["sha256"] = dict(sorted(digests.items()))
         text = json.dumps(index, indent=2, allow_nan=False) + "\n"
         (building / "index.json").write_text(text, encoding="utf-8")
-        _into_place(building, real)
+        if in_place:
+            _moved_in(building, real, {f"{name}.json" for name in observations})
+        else:
+            _into_place(building, real)
     finally:
         shutil.rmtree(building, ignore_errors=True)  # gone already once renamed into place
+
+
+def index_box_problem() -> str:
+    return (
+        f"a box named {INDEX_BOX!r} cannot be saved in a snapshot: its file would be the "
+        "snapshot's index.json"
+    )
+
+
+# A save's own directories, each named with the saving process's id: beside DIR,
+# `.DIR.saving-<pid>-<hex>` (the new snapshot, built) and `.DIR.saving-<pid>-<hex>.old` (the
+# previous one, moved aside for an instant); inside DIR (a save in place),
+# `.saving-<pid>-<hex>`.
+_SAVING = ".saving-"
+_ASIDE = ".old"
 
 
 def _new_directory_beside(real: Path) -> Path:
@@ -459,7 +479,7 @@ def _new_directory_beside(real: Path) -> Path:
     except FileNotFoundError:
         mode = None
     while True:
-        path = real.with_name(f".{real.name}.saving-{os.getpid()}-{os.urandom(4).hex()}")
+        path = real.with_name(f".{real.name}{_SAVING}{os.getpid()}-{os.urandom(4).hex()}")
         try:
             path.mkdir(0o777)
         except FileExistsError:
@@ -469,37 +489,169 @@ def _new_directory_beside(real: Path) -> Path:
         return path
 
 
+def _new_directory_in(real: Path) -> Path:
+    """A new, private, hidden directory inside `real` (a save in place builds there: on
+    DIR's own file system, so each file is then moved in by one rename)."""
+    while True:
+        path = real / f"{_SAVING}{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            path.mkdir(0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
 def _into_place(building: Path, real: Path) -> None:
     """`building` renamed to `real`; a snapshot there is moved aside first and removed once the
-    new one is in place (put back if it cannot be)."""
+    new one is in place. Interrupted (an error, KeyboardInterrupt) with the old one aside and
+    none in place, it is put back; a kill there is recovered by the next save (`_recover`)."""
     import errno
     import shutil
 
+    aside = building.with_name(building.name + _ASIDE)  # this save's own name: none before
     try:
-        os.rename(building, real)  # nothing there, or an empty directory: replaced at once
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-            raise
-    aside = building.with_name(building.name + ".old")
-    os.rename(real, aside)
-    try:
+        try:
+            os.rename(building, real)  # nothing there, or an empty directory: replaced at once
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        os.rename(real, aside)
         os.rename(building, real)
-    except BaseException:
-        os.rename(aside, real)
+    except BaseException:  # told by what is there: an interrupt may come as a rename returns
+        if os.path.lexists(aside) and not os.path.lexists(real):
+            os.rename(aside, real)
         raise
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def _moved_in(building: Path, real: Path, boxes: set[str]) -> None:
+    """A snapshot built in `building` (inside `real`) moved into `real` itself: facts/, each
+    box file, index.json last, each by one rename (atomic); then what the previous snapshot
+    had and this one has not is removed (its box files, its facts/). Not atomic as a whole:
+    until the index is moved, the previous index is read with some of the new box files
+    (which its digests refuse, never read as its own run's); then, until removed, box files
+    the new index does not list lie beside it (never read)."""
+    import shutil
+
+    from reconciler.desired.facts import FACTS
+
+    new_facts = building / FACTS
+    if new_facts.is_dir():
+        if (real / FACTS).is_dir() and not (real / FACTS).is_symlink():
+            os.rename(real / FACTS, building / f"{FACTS}{_ASIDE}")  # removed with `building`
+        os.rename(new_facts, real / FACTS)
+    for name in sorted(boxes):
+        os.replace(building / name, real / name)
+    os.replace(building / "index.json", real / "index.json")
+    for name in os.listdir(real):
+        entry = real / name
+        stale = name.endswith(".json") and name not in boxes and name != "index.json"
+        if stale and (entry.is_file() or entry.is_symlink()):
+            entry.unlink(missing_ok=True)
+    if not new_facts.exists() and (real / FACTS).is_dir():
+        shutil.rmtree(real / FACTS, ignore_errors=True)
+
+
+def _in_place(real: Path) -> bool:
+    """Whether a save writes into DIR itself rather than replace it: DIR is a directory that
+    cannot be renamed, its directory not writable (a DIR of the operator's under a
+    root-owned one), or a mount point (a rename is EBUSY there)."""
+    try:
+        info = real.stat()
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    if not os.access(real.parent, os.W_OK | os.X_OK):
+        return True
+    if os.path.ismount(real):
+        return True
+    try:
+        return info.st_dev != real.parent.stat().st_dev
+    except OSError:
+        return True
+
+
+def _recover(real: Path) -> None:
+    """What an interrupted save left (a kill, a power cut): the previous snapshot still aside
+    with none at DIR is put back (said on stderr); the unfinished builds of processes that
+    are gone are removed, beside DIR and inside it. A live process's are left alone: it may
+    be saving now."""
+    import shutil
+    import sys
+
+    prefix = f".{real.name}{_SAVING}"
+    try:
+        beside = [n for n in os.listdir(real.parent) if n.startswith(prefix)]
+    except OSError:
+        beside = []
+    dead = [n for n in beside if not _alive(n[len(prefix) :])]
+    asides = [n for n in dead if n.endswith(_ASIDE)]
+    if asides and not os.path.lexists(real):
+        newest = max(asides, key=lambda n: _mtime(real.parent / n))
+        try:
+            os.rename(real.parent / newest, real)
+        except OSError:
+            pass
+        else:
+            print(
+                f"note: {real}: an interrupted save had left the previous snapshot aside as "
+                f"{real.parent / newest}; it was put back",
+                file=sys.stderr,
+            )
+    for name in dead:
+        leftover = real.parent / name
+        if os.path.lexists(leftover) and (not name.endswith(_ASIDE) or os.path.lexists(real)):
+            shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        inside = [n for n in os.listdir(real) if n.startswith(_SAVING)]
+    except OSError:
+        inside = []
+    for name in inside:
+        if not _alive(name[len(_SAVING) :]):
+            shutil.rmtree(real / name, ignore_errors=True)
+
+
+def _alive(tag: str) -> bool:
+    """Whether the process that named a save's directory `<pid>-...` may still run (True
+    when the name says no process id: not removed)."""
+    pid_text = tag.split("-", 1)[0]
+    if not pid_text.isdigit() or int(pid_text) <= 0:
+        return True
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's (EPERM), or out of range: kept
+        return True
+    return True
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def snapshot_target_problem(path: str | Path, option: str = "--save-snapshot") -> str | None:
-    """Why a snapshot cannot be saved at `path` (said before any box is contacted), or None.
+    """Why a snapshot cannot be saved at `path` (said before any box is contacted), or None;
+    the same rules as save_snapshot, which calls it. A save interrupted earlier is recovered
+    first (`_recover`): the check and the save then judge the same directory.
 
     save_snapshot replaces the directory whole: it must be new, empty, or a snapshot holding
     only a snapshot's files (a directory of anything else would be dropped with it), never a
-    file, nor the working directory; the nearest existing directory above it must be one we
-    can write (the new snapshot is built there)."""
+    file, nor the working directory. A new one is made in the nearest existing directory
+    above it, which must be writable; an existing one is built beside and renamed over, or,
+    where it cannot be renamed (its directory not writable, a mount point), written into:
+    it must be writable itself then."""
     real = Path(os.path.realpath(path))
     try:
+        _recover(real)
         mode: int | None = real.stat().st_mode
     except FileNotFoundError:
         mode = None
@@ -507,14 +659,14 @@ def snapshot_target_problem(path: str | Path, option: str = "--save-snapshot") -
         return f"{option} {path}: {_os_reason(exc)}"
     if mode is not None and not stat.S_ISDIR(mode):
         return f"{option} {path}: not a directory"
-    above = real.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if not above.is_dir():
-        return f"{option} {path}: {above} is not a directory"
-    if not os.access(above, os.W_OK | os.X_OK):
-        return f"{option} {path}: the directory {above} is not writable"
     if mode is None:
+        above = real.parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            return f"{option} {path}: {above} is not a directory"
+        if not os.access(above, os.W_OK | os.X_OK):
+            return f"{option} {path}: the directory {above} is not writable"
         return None
     cwd = Path.cwd()
     if real == cwd or real in cwd.parents:
@@ -525,6 +677,11 @@ def snapshot_target_problem(path: str | Path, option: str = "--save-snapshot") -
             f"{option} {path}: {foreign}; name a new or empty directory, or an earlier "
             "snapshot (it is replaced whole)"
         )
+    if _in_place(real) and not os.access(real, os.W_OK | os.X_OK):
+        return (
+            f"{option} {path}: neither it nor (to replace it) the directory {real.parent} "
+            "is writable"
+        )
     return None
 
 
@@ -534,6 +691,8 @@ def _not_a_snapshots(directory: Path) -> str | None:
         names = os.listdir(directory)
     except OSError as exc:
         return f"it cannot be listed ({_os_reason(exc)})"
+    if "lost+found" in names and os.path.ismount(directory):  # a file system's own: kept
+        names.remove("lost+found")  # (a mount point is saved into, never replaced)
     if not names:
         return None
     try:

@@ -406,3 +406,81 @@ def test_an_empty_database_reads_as_no_runs_and_is_not_written(
     code, _, err = reconcile(capsys, "diff", "--history", str(db))
     assert code == 1 and "fewer than two runs" in err
     assert db.read_bytes() == b""
+
+
+# -- review of 2026-12-12: every part of an observation masked in the store, as the diff does ---
+
+
+def secrets_everywhere(docs: dict[str, Any]) -> None:
+    """A clear secret in every part a saving run or a probe writes: the box's own renders
+    (`render_current`, `render_login_current`: whole compose services), a gateway's and a
+    lane's probe body, the controller's probe record, a section a newer collector adds."""
+    thor = docs["thor"]["collected"]
+    for render in ("render_current", "render_login_current"):
+        own = json.loads(json.dumps(thor["render"]))
+        gateway = own["services"]["gateway"]
+        gateway["environment"]["GATEWAY_API_KEY"] = CANARY
+        gateway["command"] = [*gateway.get("command", []), "--api-key", CANARY]
+        gateway["entrypoint"] = ["serve", f"--hf-token={CANARY}"]
+        thor[render] = own
+    thor["gateway"]["capabilities"]["body"]["worker"]["api_key"] = CANARY
+    lane = next(iter(thor["lanes"].values()))
+    lane["body"] = {"data": [{"id": "m", "auth": {"hf_token": CANARY}}]}
+    thor["newer_section"] = {"probe": {"headers": {"X_API_KEY": CANARY}}}
+    docs["thor"]["controller"] = {
+        "base": "http://10.0.0.1:8000",
+        "models_key": {"status": 200, "headers": {"authorization": f"Bearer {CANARY}"}},
+    }
+
+
+def test_the_store_masks_the_own_renders_bodies_and_probe_records_as_the_diff_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reconciler.history.masking import stored
+
+    docs = thor_and_spark()
+    secrets_everywhere(docs)
+    doc = docs["thor"]
+    kept = stored(doc)
+    assert CANARY not in json.dumps(kept)
+    assert CANARY not in json.dumps(comparable(doc))  # the diff's view agreed already
+    own = kept["collected"]["render_current"]["services"]["gateway"]
+    assert own["environment"]["GATEWAY_API_KEY"] == "***"
+    assert own["command"][-2:] == ["--api-key", "***"]
+    assert own["entrypoint"] == ["serve", "--hf-token=***"]
+    assert kept["collected"]["gateway"]["capabilities"]["body"]["worker"]["api_key"] == "***"
+    # digests are kept where the diff masks them only because they change every run
+    assert kept["collected"]["secret_sources"] == doc["collected"]["secret_sources"]
+    assert "hmac:" in json.dumps(kept["collected"]["secret_sources"])
+    assert stored(thor_and_spark()["spark"]) == thor_and_spark()["spark"]  # nothing to mask
+    # and through a replay: the store holds none of them
+    edited = edited_snapshot(tmp_path, "own", secrets_everywhere)
+    unvouched(edited)
+    db = tmp_path / "h.sqlite3"
+    replay(capsys, db, edited)
+    with opened(db, create=False) as conn:
+        assert "render_current" in observations_of(conn, 1)["thor"]["collected"]
+    assert CANARY not in store_text(db)
+
+
+# -- review of 2026-12-12: SQLite's own statistics tables are no other application's -----------
+
+
+def test_a_store_after_analyze_is_still_read_and_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite3"
+    replay(capsys, db, SNAPSHOT)
+    replay(capsys, db, SNAPSHOT)
+    with sqlite3.connect(db) as conn:  # what a user's `sqlite3 h.sqlite3 ANALYZE` leaves
+        conn.execute("ANALYZE")
+        conn.execute("PRAGMA optimize")
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert "sqlite_stat1" in tables
+    for command in (["history"], ["diff"]):  # readers
+        code, _, err = reconcile(capsys, *command, "--history", str(db))
+        assert code == 0 and "not a history store" not in err, err
+    replay(capsys, db, SNAPSHOT)  # a writer: recorded, no warning
+    code, out, _ = reconcile(capsys, "history", "--history", str(db), "--format", "json")
+    assert code == 0 and len(json.loads(out)["runs"]) == 3

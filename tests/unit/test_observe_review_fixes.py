@@ -50,6 +50,7 @@ from reconciler.observe.observe import (
     snapshot_box_bytes,
     snapshot_index,
     snapshot_observation,
+    snapshot_target_problem,
 )
 from reconciler.observe.transport import Background
 from tests.unit.history_helpers import (
@@ -585,3 +586,203 @@ def test_a_replay_does_not_read_the_fanout_variables(
     monkeypatch.setenv("FLEET_MAX_PARALLEL", "abc")
     code, _, err = reconcile(capsys, "drift", "--from-snapshot", str(SNAPSHOT))
     assert code == 2 and "FLEET_MAX_PARALLEL" not in err
+
+
+# -- review of 2026-12-12: --save-snapshot into a DIR that cannot be renamed; interrupted saves --
+def _unwritable(monkeypatch: pytest.MonkeyPatch, *directories: Path) -> None:
+    """`directories` not writable, as for a user who does not own them (the tests run as root,
+    which os.access says may write anything)."""
+    real_access = os.access
+    refused = {os.path.realpath(d) for d in directories}
+
+    def access(path: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
+        if mode & os.W_OK and os.path.realpath(path) in refused:
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_a_writable_dir_under_an_unwritable_directory_is_saved_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = tmp_path / "root-owned"
+    parent.mkdir()
+    target = parent / "snap"
+    found = _observations()
+    facts = tmp_path / "images.yaml"
+    facts.write_text("images: {}\n")
+    save_snapshot(target, found, {"run_id": "first"}, {"images.yaml": str(facts)})
+    os.chmod(parent, 0o555)
+    _unwritable(monkeypatch, parent)
+    try:
+        save_snapshot(target, {"thor": found["thor"]}, {"run_id": "second"})
+        assert sorted(p.name for p in target.iterdir()) == ["index.json", "thor.json"]
+        assert sorted(p.name for p in parent.iterdir()) == ["snap"]  # nothing built beside
+        index, again = load_snapshot(target)
+        assert index["run_id"] == "second" and list(again) == ["thor"]
+        # the whole command too: checked early, saved into DIR
+        code, _, err = reconcile(
+            capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--save-snapshot", str(target)
+        )
+        assert code == 2 and "error" not in err, err
+        assert snapshot_index(target)["boxes"] == ["orin", "spark", "thor"]
+        assert sorted(p.name for p in parent.iterdir()) == ["snap"]
+        # a new DIR there cannot be made; nor is an unwritable DIR there written
+        new = snapshot_target_problem(parent / "new")
+        assert new is not None and "is not writable" in new
+        _unwritable(monkeypatch, parent, target)
+        said = snapshot_target_problem(target)
+        assert said is not None and "neither it nor" in said
+    finally:
+        os.chmod(parent, 0o755)
+
+
+def test_a_mount_point_is_saved_into_never_renamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "mnt"
+    target.mkdir()
+    (target / "lost+found").mkdir()  # a file system's own directory: kept
+    real_ismount, real_rename = os.path.ismount, os.rename
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == target or real_ismount(p))
+
+    def rename(src: Any, dst: Any) -> None:  # what the kernel says of a mount point
+        if target in (Path(src), Path(dst)):
+            raise OSError(errno.EBUSY, "Device or resource busy", str(src))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    found = _observations()
+    assert snapshot_target_problem(target) is None
+    save_snapshot(target, found, {"run_id": "first"})
+    save_snapshot(target, {"spark": found["spark"]}, {"run_id": "second"})
+    assert sorted(p.name for p in target.iterdir()) == ["index.json", "lost+found", "spark.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]
+    index, again = load_snapshot(target)
+    assert index["run_id"] == "second" and list(again) == ["spark"]
+
+
+def test_a_mount_point_told_by_its_device_is_saved_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "mnt"
+    save_snapshot(target, _observations(), {"run_id": "first"})
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> Any:  # `target` on another device
+        info = real_stat(path, *args, **kwargs)
+        if Path(path) == target:
+            fields = list(info)
+            fields[2] = info.st_dev + 1  # st_dev
+            return os.stat_result(fields)
+        return info
+
+    monkeypatch.setattr(os, "stat", stat)
+    renamed: list[Any] = []
+    real_rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda s, d: renamed.append(s) or real_rename(s, d))
+    save_snapshot(target, _observations(), {"run_id": "second"})
+    assert target not in [Path(s) for s in renamed]
+    assert snapshot_index(target)["run_id"] == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]
+
+
+def _interrupted_between_the_renames(
+    monkeypatch: pytest.MonkeyPatch, then: BaseException, killed: bool = False
+) -> None:
+    """os.rename raising `then` once the previous snapshot was moved aside; `killed`: and no
+    rename working after it (the process is gone: nothing puts it back)."""
+    real_rename = os.rename
+
+    def rename(src: Any, dst: Any) -> None:
+        if str(dst).endswith(".old"):
+            real_rename(src, dst)
+            if killed:
+                monkeypatch.setattr(os, "rename", _gone)
+            raise then
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def _gone(*_a: Any) -> None:
+    raise OSError(errno.EIO, "the process was killed")
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_an_interrupted_save_puts_the_previous_snapshot_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "snap"
+    found = _observations()
+    save_snapshot(target, found, {"run_id": "first"})
+    before = _tree(target)
+    _interrupted_between_the_renames(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        save_snapshot(target, {b: _later(o) for b, o in found.items()}, {"run_id": "second"})
+    monkeypatch.undo()
+    assert _tree(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap"]
+
+
+def test_a_save_killed_between_its_renames_is_recovered_by_the_next_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "snap"
+    found = _observations()
+    save_snapshot(target, found, {"run_id": "first"})
+    before = _tree(target)
+    dead = _dead_pid()
+    monkeypatch.setattr(os, "getpid", lambda: dead)  # the saver: a process now gone
+    _interrupted_between_the_renames(monkeypatch, KeyboardInterrupt(), killed=True)
+    with pytest.raises(BaseException):  # noqa: B017 - whatever the interrupted save raised
+        save_snapshot(target, {b: _later(o) for b, o in found.items()}, {"run_id": "second"})
+    monkeypatch.undo()
+    assert not target.exists()  # what a kill there leaves: the old snapshot aside
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]
+    stale = tmp_path / f".snap.saving-{dead}-0badc0de"  # a build the kill left
+    shutil.copytree(aside, stale)
+    running = tmp_path / f".snap.saving-{os.getpid()}-00000000"  # a live process's: kept
+    running.mkdir()
+    capsys.readouterr()
+    assert snapshot_target_problem(target) is None  # the early check recovers it
+    assert "it was put back" in capsys.readouterr().err
+    assert _tree(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "snap"]
+    save_snapshot(target, found, {"run_id": "third"})  # and the next save goes on
+    assert snapshot_index(target)["run_id"] == "third"
+
+
+def test_a_save_killed_in_a_mount_point_leaves_nothing_the_next_save_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "mnt"
+    save_snapshot(target, _observations(), {"run_id": "first"})
+    (target / f".saving-{_dead_pid()}-0badc0de").mkdir()  # a save in place, killed
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == target)
+    assert snapshot_target_problem(target) is None
+    assert sorted(p.name for p in target.iterdir()) == sorted(_tree(target))
+
+
+@pytest.mark.parametrize("command", ["drift", "audit"])
+def test_a_box_named_index_is_refused_before_any_box_is_contacted(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    no_box_contacted(monkeypatch)
+    target = tmp_path / "snap"
+    code, out, err = reconcile(capsys, command, "thor", "index", "--save-snapshot", str(target))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: --save-snapshot {target}: a box named 'index' cannot be saved")
+    assert not target.exists()
