@@ -164,15 +164,7 @@ def finish_drift(
     if outs.history is not None:
         from reconciler.history.record import drift_record
 
-        run = drift_record(
-            doc,
-            observations,
-            source=_source(args),
-            started=outs.started,
-            duration_s=took,
-            root=_fleet_root(args),
-        )
-        _record(outs.history, run)
+        _record_run(outs, args, drift_record, doc, observations, took)
     return exit_code
 
 
@@ -197,15 +189,7 @@ def finish_audit(
     if outs.history is not None:
         from reconciler.history.record import audit_record
 
-        run = audit_record(
-            doc,
-            observations,
-            source=_source(args),
-            started=outs.started,
-            duration_s=took,
-            root=_fleet_root(args),
-        )
-        _record(outs.history, run)
+        _record_run(outs, args, audit_record, doc, observations, took)
     return code
 
 
@@ -313,6 +297,27 @@ def _fleet_root(args: argparse.Namespace) -> str | None:
     inventory/lab.yaml, and `reconcile diff` compares runs of one."""
     root = _repo_root(args)
     return str(root) if root is not None else None
+
+
+def _record_run(
+    outs: RunOutputs,
+    args: argparse.Namespace,
+    build: Any,
+    doc: Any,
+    observations: Any,
+    took: float,
+) -> None:
+    """The run's rows (`build`: record.drift_record or audit_record) into the store."""
+    assert outs.history is not None
+    run = build(
+        doc,
+        observations,
+        source=_source(args),
+        started=outs.started,
+        duration_s=took,
+        root=_fleet_root(args),
+    )
+    _record(outs.history, run)
 
 
 def _record(path: Path, run: Any) -> None:
