@@ -61,6 +61,17 @@ class Strict(BaseModel):
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_\-]*$")]
 EnvKey = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+
+
+def _not_index(name: str) -> str:
+    # A snapshot keeps each box as BOX.json beside its own index.json (observe.save_snapshot):
+    # a box named `index` would be overwritten by the index, so it is refused before anything.
+    if name == "index":
+        raise ValueError("a box cannot be named 'index': a snapshot keeps its index as index.json")
+    return name
+
+
+BoxName = Annotated[Name, AfterValidator(_not_index)]
 DigestRef = Annotated[str, AfterValidator(_require_digest)]
 Role = Literal[
     "cortex",
@@ -270,4 +281,4 @@ class InventorySpec(Strict):
         default=None,
         description="a last group_vars layer per box, `{box}` in the path (the lab's facts)",
     )
-    boxes: dict[Name, InventoryBox]
+    boxes: dict[BoxName, InventoryBox]

@@ -481,3 +481,23 @@ def test_secret_slots_still_ask_for_a_secret_reference(tmp_path: Path) -> None:
         "group_vars/thor.yaml:5:3: env.VLLM_GDN_DECODE_KERNEL: expected a bool, a number, an "
         "integer, a {secret: NAME} or a string, got list [1]"
     ]
+
+
+def test_a_box_named_index_is_refused_at_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot keeps each box as BOX.json beside its index.json: `index` is no box's name."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "lab-incidents", root)
+    inventory = root / "inventory" / "lab.yaml"
+    lines = inventory.read_text(encoding="utf-8").splitlines(keepends=True)
+    at = lines.index("  orin:\n")
+    lines[at] = "  index:\n"
+    inventory.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(DesiredStateError) as caught:
+        load_fleet(root, "lab")
+    assert [str(p) for p in caught.value.problems] == [
+        f"inventory/lab.yaml:{at + 1}:3: boxes.index: a box cannot be named 'index': a snapshot "
+        "keeps its index as index.json"
+    ]
