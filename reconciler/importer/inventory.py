@@ -17,7 +17,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from reconciler.importer.printable import escaped
+from reconciler.report.values import clean
 
 OVERLAYS = ("image_overlay", "box_overlay")
 SSH_PATHS = ("ssh_key", "ssh_known_hosts_file")
@@ -43,7 +43,7 @@ def copied_inventory(
         _origin(box, origins.get(name))
     out = io.StringIO()
     out.write(
-        f"# Copied by `reconcile import` from {escaped(source)}: overlays dropped (group_vars/\n"
+        f"# Copied by `reconcile import` from {clean(str(source))}: overlays dropped (group_vars/\n"
         "# holds what runs), ssh paths made absolute, only the adopted boxes kept.\n"
     )
     yaml.dump(data, out)

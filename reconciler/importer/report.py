@@ -8,10 +8,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from reconciler.compare.drift import DriftReport
-from reconciler.importer.printable import escaped
 from reconciler.importer.result import EXIT_FOUND, EXIT_OK, Imported
 from reconciler.importer.why import reason
-from reconciler.report.values import free_text
+from reconciler.report.values import clean, free_text
 
 
 def remaining(done: Imported, inventory: str) -> DriftReport:
@@ -31,7 +30,7 @@ def reasons(report: DriftReport, done: Imported) -> list[str]:
 
 
 def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
-    print(f"wrote {escaped(done.output)}: {', '.join(done.files)}")
+    print(f"wrote {clean(str(done.output))}: {', '.join(done.files)}")
     print(f"adopted {len(done.boxes)} box{'es' if len(done.boxes) != 1 else ''}:")
     for line in done.boxes:
         print(f"  {line}")
@@ -49,8 +48,7 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
         for line in reasons(report, done):
             print(f"    {free_text(line)}")
     # Paths escaped: one that is not UTF-8 would end the report in a UnicodeEncodeError.
-    replay = f" --from-snapshot {escaped(snapshot)}" if snapshot else ""
-    print(
-        f"\ndetails and check: reconcile --root {escaped(done.output)} -i {inventory} drift{replay}"
-    )
+    replay = f" --from-snapshot {clean(str(snapshot))}" if snapshot else ""
+    root = clean(str(done.output))
+    print(f"\ndetails and check: reconcile --root {root} -i {inventory} drift{replay}")
     return EXIT_FOUND if notes or errors or report.drifts else EXIT_OK

@@ -23,7 +23,6 @@ from reconciler.importer.adopt import adopt_box, summary
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
 from reconciler.importer.inventory import copied_inventory
-from reconciler.importer.printable import escaped
 from reconciler.importer.result import EXIT_ERROR, Imported
 from reconciler.importer.sourced import Finding, Sourced, Tree
 from reconciler.importer.verify import observed_again, replayed
@@ -38,6 +37,7 @@ from reconciler.importer.write import (
 )
 from reconciler.importer.yaml_out import dump_layer
 from reconciler.observe.observe import BoxObservation
+from reconciler.report.values import clean
 
 
 def _inventory(root: Path, path: Path) -> InventorySpec:
@@ -137,12 +137,12 @@ def run_import(args: argparse.Namespace) -> int:
     try:
         if snapshot:
             obs = observing.from_snapshot(Path(snapshot), wanted or list(inv.boxes))
-            came_from = f"the snapshot {escaped(snapshot)}"
+            came_from = f"the snapshot {clean(str(snapshot))}"
         else:
             obs = observing.live(root, inv, wanted or list(inv.boxes))
             came_from = "the live boxes"
     except (OSError, ValueError) as exc:
-        print(f"error: {escaped(str(exc))}", file=sys.stderr)
+        print(f"error: {clean(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     missing = [b for b in (wanted or list(inv.boxes)) if b not in obs]
     if missing:

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from reconciler.importer.printable import escaped
+from reconciler.report.values import clean
 
 # What an adopted repository holds at its top (facts/: a snapshot's facts an operator copied in).
 REPOSITORY_DIRS = frozenset({"inventory", "group_vars", "facts"})
@@ -47,17 +47,17 @@ def check_free(output: Path, force: bool, sources: Mapping[str, Path] | None = N
         held = Path(os.path.realpath(source))
         if held == real or real in held.parents:
             raise OutputExists(
-                f"{escaped(output)} holds {what} {escaped(source)}: choose a new directory"
+                f"{clean(str(output))} holds {what} {clean(str(source))}: choose a new directory"
             )
     _never_replaced(output, real)
     if not os.path.lexists(output):
         return
     if not force:
-        raise OutputExists(f"{escaped(output)} already exists (use --force to replace it)")
+        raise OutputExists(f"{clean(str(output))} already exists (use --force to replace it)")
     unexpected = _not_written_by_import(output)
     if unexpected is not None:
         raise OutputExists(
-            f"{escaped(output)} is not a repository `reconcile import` wrote ({unexpected}); "
+            f"{clean(str(output))} is not a repository `reconcile import` wrote ({unexpected}); "
             "--force replaces only an empty directory or one import wrote: choose a new directory"
         )
 
@@ -65,11 +65,11 @@ def check_free(output: Path, force: bool, sources: Mapping[str, Path] | None = N
 def _never_replaced(output: Path, real: Path) -> None:
     """`/`, the home, the current directory, or a directory holding one of them."""
     if real == Path(real.anchor):
-        raise OutputExists(f"{escaped(output)} is the root directory: choose a new directory")
+        raise OutputExists(f"{clean(str(output))} is the root directory: choose a new directory")
     for what, place in _kept_places():
         held = Path(os.path.realpath(place))
         if held == real or real in held.parents:
-            raise OutputExists(f"{escaped(output)} is or holds {what}: choose a new directory")
+            raise OutputExists(f"{clean(str(output))} is or holds {what}: choose a new directory")
 
 
 def _kept_places() -> list[tuple[str, str]]:
@@ -91,10 +91,10 @@ def _not_written_by_import(output: Path) -> str | None:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
             if entry.name not in REPOSITORY_DIRS or not entry.is_dir(follow_symlinks=False):
-                return f"it holds {escaped(entry.name)}"
+                return f"it holds {clean(str(entry.name))}"
             stray = next(_not_yaml(Path(entry.path)), None)
             if stray is not None:
-                return f"it holds {escaped(os.path.relpath(stray, output))}"
+                return f"it holds {clean(str(os.path.relpath(stray, output)))}"
         if entries and not _header_says_import(output / "group_vars"):
             return "no group_vars layer says `reconcile import` wrote it"
     except OSError as exc:
@@ -131,7 +131,7 @@ def build(output: Path, files: Mapping[str, str]) -> Path:
         output.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=f".{output.name}.import-", dir=output.parent))
     except OSError as exc:  # a parent that is a file, a place this user cannot write
-        raise OutputRefused(f"{escaped(output)}: {exc.strerror or exc}") from None
+        raise OutputRefused(f"{clean(str(output))}: {exc.strerror or exc}") from None
     try:
         os.chmod(building, 0o755)
         for name, text in files.items():
@@ -140,11 +140,11 @@ def build(output: Path, files: Mapping[str, str]) -> Path:
             path.write_text(text, encoding="utf-8")
     except OSError as exc:  # a full disk
         discard(building)
-        raise OutputRefused(f"{escaped(output)}: {exc.strerror or exc}") from None
+        raise OutputRefused(f"{clean(str(output))}: {exc.strerror or exc}") from None
     except UnicodeError:  # a path that is not UTF-8 (a copied ssh_key's), which YAML cannot hold
         discard(building)
         raise OutputRefused(
-            f"{escaped(output)}: a path the repository would name is not UTF-8 text"
+            f"{clean(str(output))}: a path the repository would name is not UTF-8 text"
         ) from None
     except BaseException:
         discard(building)  # never a half-built directory left behind, whatever stopped us
