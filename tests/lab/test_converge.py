@@ -340,6 +340,15 @@ def _wait_for_lock(box: str, since: str, timeout: float = 120) -> dict[str, Any]
     raise AssertionError(f"no converge took the lock on {box}")
 
 
+def _wait_for_env_change(box: str, before: bytes, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if env_bytes(box) != before:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the converge of {box} never wrote its .env")
+
+
 def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
     box_ready("thor")
     before_env = env_bytes("thor")
@@ -357,6 +366,9 @@ def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
         if "recreate vllm-rerank" in line:
             break
     holder = _wait_for_lock("thor", started)
+    # The plan names the recreate before the converge starts, and the lock is taken before the
+    # .env is written: kill only once the new .env is in place, so the kill lands mid-way.
+    _wait_for_env_change("thor", before_env)
     os.killpg(proc.pid, signal.SIGKILL)
     sh("thor", f"kill -9 {int(holder['pid'])} 2>/dev/null || true")
     proc.wait(timeout=30)
