@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from reconciler import fast_json
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import BoxResult, DriftReport
+from reconciler.desired.secret_names import adopt_fleet_patterns
 from reconciler.drift_inputs import DriftInputs, drift_inputs
 from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import (
@@ -69,6 +70,7 @@ def run_drift_on(
     """`keep_observations=False` (a report is all the caller wants): a snapshot's boxes are
     read and compared one at a time and not kept, so a replay of 1,000 boxes holds one box's
     observation at a time, not all of them; the run's `observations` are then empty."""
+    adopt_fleet_patterns(inputs.secret_patterns)
     run_id = _new_run_id()
     if from_snapshot is not None and save_to is None and not keep_observations:
         return _replay(inputs, boxes, from_snapshot, run_id)
@@ -142,6 +144,7 @@ def _replayer(
     boxes are read and compared on every core (reconciler/replay_workers.py). Remembered
     expectations are unpickled on first use, each box's apart (drift_inputs._PerBox): each
     worker unpickles only the boxes it compares, from the cache file's pages it reads."""
+    adopt_fleet_patterns(inputs.secret_patterns)  # before the workers fork: they inherit it
     index = snapshot_index(directory)
     present = set(index["boxes"])
     order = [b for b in boxes if b in present] + [b for b in boxes if b not in present]

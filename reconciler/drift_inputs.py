@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from reconciler.desired.entries import EnvEntry
     from reconciler.desired.fleet import Fleet
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: secret_patterns
 PACKAGE = Path(__file__).parent
 
 
@@ -48,6 +48,9 @@ class DriftInputs(NamedTuple):
     bases: dict[str, str]  # gateway base URL per box, as the controller reaches it
     # Desired-state files from outside the repository (desired/facts.py), for --save-snapshot.
     facts: Mapping[str, str] = MappingProxyType({})
+    # Every box's secret_patterns beyond the floor: the run adopts them for its last guards
+    # (secret_names.adopt_fleet_patterns), which judge a name with no box at hand.
+    secret_patterns: tuple[str, ...] = ()
 
     def payload(self, box: str, run_key: str) -> dict[str, Any]:
         # A remembered payload is re-floored on use: an entry written by older code (or edited
@@ -65,7 +68,7 @@ class DriftInputs(NamedTuple):
         expectations = _PerBox.stored(self.expectations, protocol)
         payloads = _PerBox.stored(self.payloads, protocol)
         fields = (self.inventory_file, self.boxes, expectations, payloads, self.targets)
-        return (_remembered, (*fields, self.bases, self.facts))
+        return (_remembered, (*fields, self.bases, self.facts, self.secret_patterns))
 
 
 def _remembered(
@@ -76,9 +79,10 @@ def _remembered(
     targets: dict[str, Target],
     bases: dict[str, str],
     facts: Mapping[str, str],
+    secret_patterns: tuple[str, ...],
 ) -> DriftInputs:
     stored = (_PerBox(*expectations), _PerBox(*payloads))
-    return DriftInputs(inventory_file, boxes, *stored, targets, bases, facts)
+    return DriftInputs(inventory_file, boxes, *stored, targets, bases, facts, secret_patterns)
 
 
 class _PerBox(Mapping[str, Any]):
@@ -182,6 +186,9 @@ def drift_inputs(fleet: Fleet) -> DriftInputs:
             targets=targets(fleet, boxes),
             bases=gateway_bases(fleet, boxes),
             facts=facts_of(fleet),
+            secret_patterns=tuple(
+                dict.fromkeys(p for spec in fleet.boxes.values() for p in spec.secret_patterns)
+            ),
         )
 
 

@@ -29,7 +29,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from reconciler.desired.secret_names import is_secret_name
+from reconciler.desired.secret_names import is_fleet_secret_name
 
 MASK = "***"
 REDACTED = "[redacted]"
@@ -114,7 +114,7 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
 
 def _mask_assignment(match: re.Match[str]) -> str:
     name, sep, value = match.groups()
-    if value in _STATE_WORDS or not is_secret_name(name):
+    if value in _STATE_WORDS or not is_fleet_secret_name(name):
         return match.group(0)
     if ":" in sep and len(value) < _SHORTEST:
         return match.group(0)  # `GATEWAY_API_KEY: a secret's value…` is prose, not a key

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 # The names the mesh's own keys live under, spelled out so the list documents them ...
@@ -73,6 +73,41 @@ def _floor_matches(upper: str) -> bool:
 # path, twice, and a fleet's paths are a few hundred names; ~20 fnmatch calls each were a third
 # of the JSON report's time.
 _floor_matches_remembered = functools.lru_cache(maxsize=4096)(_floor_matches)
+
+
+# The fleet's own patterns beyond the floor (every box's `secret_patterns`), adopted by a drift
+# run once it knows its desired state. The last guards that judge a name without a box at hand
+# (the reports' `secret_path`, the history store's masking, the free-text scrub) then mask a
+# clear value under them too: a snapshot saved before the pattern was added, or edited, holds
+# such values in clear, and the collector's hashing on the box never saw them.
+_fleet_patterns: tuple[str, ...] = ()
+_forgetters: list[Callable[[], None]] = []
+
+
+def fleet_patterns() -> tuple[str, ...]:
+    return _fleet_patterns
+
+
+def adopt_fleet_patterns(patterns: Iterable[str]) -> None:
+    """Make `patterns` (the floor's own are dropped) the fleet's; what was judged under the
+    previous ones is forgotten."""
+    global _fleet_patterns
+    extra = tuple(dict.fromkeys(p for p in patterns if isinstance(p, str) and p not in FLOOR))
+    if extra == _fleet_patterns:
+        return
+    _fleet_patterns = extra
+    for forget in _forgetters:
+        forget()
+
+
+def is_fleet_secret_name(name: str) -> bool:
+    """`is_secret_name` under the adopted fleet patterns."""
+    return is_secret_name(name, _fleet_patterns)
+
+
+def when_patterns_change(forget: Callable[[], None]) -> None:
+    """Call `forget` whenever the fleet's patterns change (a module's memory of judged names)."""
+    _forgetters.append(forget)
 
 
 def added_by_layers(layers: Sequence[Any]) -> list[tuple[Any, Any, int]] | None:

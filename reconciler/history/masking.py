@@ -31,6 +31,8 @@ from collections.abc import Callable, Collection, Mapping
 from itertools import compress, repeat
 from typing import Any
 
+from reconciler.desired.secret_names import when_patterns_change
+
 MASK = "***"
 DIGEST = re.compile(r"hmac:[0-9a-f]{64}")  # the collector's keyed digest of a secret
 MAX_DEPTH = 32  # an observation nests ~10 levels; deeper parts are kept (and compared) whole
@@ -207,6 +209,14 @@ def scrubbed(text: str) -> str:
     from reconciler.scrub import scrub_text
 
     return scrub_text(text)
+
+
+def _forget_judged() -> None:
+    """The fleet's secret patterns changed (secret_names.adopt_fleet_patterns): every name,
+    word, part and text judged under the old ones is judged again."""
+    for memory in (_JUDGED, _SECRET_NAMES, _PLAIN_WORDS, _CLEAN_PARTS):
+        memory.clear()
+    scrubbed.cache_clear()
 
 
 # -- the stored observation --------------------------------------------------------------------
@@ -541,3 +551,6 @@ def _each(mapping: Mapping[str, Any], fix: Callable[[Any], Any]) -> Any:
 def _items(items: list[Any], fix: Callable[[Any], Any]) -> list[Any]:
     out = [fix(item) for item in items]
     return items if all(new is old for new, old in zip(out, items, strict=True)) else out
+
+
+when_patterns_change(_forget_judged)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from enum import Enum
 
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value
-from reconciler.desired.secret_names import is_secret_name
+from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
 from reconciler.scrub import scrub_text
 
 MASK = "***"
@@ -64,7 +64,11 @@ def secret_path(path: str) -> bool:
     """Whether a value under this path is a secret: "HF_TOKEN", "env.HF_TOKEN", "--hf-token",
     the variable or flag it belongs to."""
     last = path.rsplit(".", 1)[-1]
-    return is_secret_name(last.lstrip("-").replace("-", "_").upper() if last[:1] == "-" else last)
+    name = last.lstrip("-").replace("-", "_").upper() if last[:1] == "-" else last
+    return is_fleet_secret_name(name)
+
+
+when_patterns_change(secret_path.cache_clear)
 
 
 def _guard(drift: Drift) -> Drift:
