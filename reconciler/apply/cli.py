@@ -188,6 +188,7 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply.answer import rollback_result
     from reconciler.apply.engine import holder, rollback
     from reconciler.apply.progress import Reporter
+    from reconciler.scrub import scrub_text
 
     if _boxes(list(fleet.boxes), [args.box]) is None:
         return EXIT_ERROR
@@ -199,6 +200,17 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     finally:
         reporter.close()
     result = rollback_result(call.result)
+    if not call.answered and (call.heard or call.timed_out):
+        # The box program spoke, then no result came: it outlives a dropped connection (it
+        # ignores SIGHUP) and may still be restoring files and recreating lanes under its lock.
+        lost = scrub_text(str(call.result.get("failed") or "no result"))
+        print(
+            f"{args.box}: rollback failed: {_line(lost)}; STATE UNKNOWN: the box may still be "
+            f"rolling back; once `reconcile snapshots {args.box}` shows no lock, check it with "
+            f"`reconcile drift {args.box}` or run the rollback again",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     if result is None or not result.ok:
         why = result.failed if result else "the box program gave no rollback result"
         print(f"{args.box}: rollback failed: {_line(why)}", file=sys.stderr)
