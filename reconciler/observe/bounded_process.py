@@ -7,12 +7,17 @@ within OUTPUT_LIMIT_BYTES; this is that bound for pyinfra's commands, with pyinf
 otherwise kept: the same CommandOutput of tagged lines, one gevent greenlet per pipe (pyinfra
 runs its hosts as greenlets: a thread here would hold them up), its `timeout` (TimeoutError),
 its `print_output`. Past the bound the command is killed and fails, saying so on stderr; stderr
-past its own bound is read on and dropped (ssh must never block on a full pipe).
+is read to its end (ssh must never block on a full pipe) and only its last lines within its own
+bound are kept (what a failure says is its last line).
 """
 
 from __future__ import annotations
 
-from queue import Queue
+import contextlib
+import heapq
+import io
+import itertools
+from collections import deque
 from typing import IO, Any
 
 import gevent
@@ -32,60 +37,102 @@ def run_bounded(
     print_prefix: str = "",
 ) -> tuple[int, CommandOutput]:
     """`argv` run (no shell), its output as pyinfra's CommandOutput, within the bounds."""
-    process = Popen(argv, stdin=PIPE if stdin else DEVNULL, stdout=PIPE, stderr=PIPE)
+    data = _stdin_bytes(stdin) if stdin else None  # a bad `stdin` raises before anything runs
+    process = Popen(argv, stdin=PIPE if data is not None else DEVNULL, stdout=PIPE, stderr=PIPE)
     assert process.stdout is not None and process.stderr is not None
-    if stdin:
-        write_stdin(stdin, process.stdin)  # pyinfra's: lines, newline-ended, then closed
-    lines: Queue[OutputLine] = Queue()
-    out = _Reader("stdout", OUTPUT_LIMIT_BYTES, lines, print_output, print_prefix, process)
-    err = _Reader("stderr", STDERR_LIMIT_BYTES, lines, print_output, print_prefix, None)
-    readers = [gevent.spawn(out.read, process.stdout), gevent.spawn(err.read, process.stderr)]
-    done = gevent.wait(readers, timeout=timeout)
-    if len(done) != len(readers):  # as pyinfra: a command past its timeout raises
-        gevent.killall(readers)
+    arrival = itertools.count()  # the two pipes' lines are put back in the order they came
+    out = _Reader("stdout", OUTPUT_LIMIT_BYTES, arrival, print_output, print_prefix, process)
+    err = _Reader("stderr", STDERR_LIMIT_BYTES, arrival, print_output, print_prefix, None)
+    greenlets = [gevent.spawn(out.read, process.stdout), gevent.spawn(err.read, process.stderr)]
+    if data is not None:
+        # Written beside the readers and within the timeout: a command that writes a pipe full
+        # before it reads its stdin would otherwise block the write, and this call, for ever.
+        greenlets.append(gevent.spawn(_feed, data, process.stdin))
+    done = gevent.wait(greenlets, timeout=timeout)
+    if len(done) != len(greenlets):  # as pyinfra: a command past its timeout raises
+        gevent.killall(greenlets)
         process.kill()
         process.wait()
         raise TimeoutError
     code = process.wait()
+    kept = [line for _, line, _ in heapq.merge(out.kept, err.kept, key=lambda kept: kept[0])]
     if out.overflowed:
         said = f"more than {OUTPUT_LIMIT_BYTES} bytes of output: refused (the command was stopped)"
-        lines.put(OutputLine("stderr", said))
+        kept.append(OutputLine("stderr", said))
         code = TOO_MUCH
-    return code, CommandOutput(list(lines.queue))
+    return code, CommandOutput(kept)
+
+
+class _Gathered(io.BytesIO):
+    def close(self) -> None:  # write_stdin closes what it wrote to: its bytes are still wanted
+        pass
+
+
+def _stdin_bytes(stdin: Any) -> bytes:
+    """`stdin` as pyinfra's write_stdin sends it: lines, each newline-ended."""
+    gathered = _Gathered()
+    write_stdin(stdin, gathered)
+    return gathered.getvalue()
+
+
+def _feed(data: bytes, pipe: IO[bytes]) -> None:
+    try:
+        pipe.write(data)
+    except OSError:  # the command ended without reading it all: its status and stderr say why
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            pipe.close()
 
 
 class _Reader:
-    """One pipe read line by line into `lines`, at most `cap` bytes kept. Past the cap,
-    `kill` (stdout: the answer is refused whole) or drain the rest unkept (stderr)."""
+    """One pipe read line by line into `lines`, at most `cap` bytes kept. With `kill`
+    (stdout), the first `cap` bytes, and past them the process is killed (the answer is
+    refused whole); without (stderr), read to its end and the last lines within `cap` kept."""
 
     def __init__(
         self,
         name: str,
         cap: int,
-        lines: Queue[OutputLine],
+        arrival: itertools.count[int],
         print_output: bool,
         prefix: str,
         kill: Any,
     ) -> None:
-        self.name, self.cap, self.lines, self.kill = name, cap, lines, kill
+        self.name, self.cap, self.arrival, self.kill = name, cap, arrival, kill
         self.print_output, self.prefix = print_output, prefix
+        self.kept: deque[tuple[int, OutputLine, int]] = deque()  # (arrival, line, bytes)
         self.size = 0
         self.overflowed = False
 
     def read(self, pipe: IO[bytes]) -> None:
-        while raw := pipe.readline(self.cap + 1 - self.size if not self.overflowed else 65536):
-            if self.overflowed:
-                continue  # stderr past its cap: read on, never kept
+        if self.kill is None:
+            self._keep_last(pipe)
+            return
+        while raw := pipe.readline(self.cap + 1 - self.size):
             self.size += len(raw)
             if self.size > self.cap:
                 self.overflowed = True
-                if self.kill is not None:
-                    self.kill.kill()
-                    return
-                continue
+                self.kill.kill()
+                return
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.put(OutputLine(self.name, line))
+            self.kept.append((next(self.arrival), OutputLine(self.name, line), len(raw)))
             if self.print_output:
+                self._print(line)
+
+    def _keep_last(self, pipe: IO[bytes]) -> None:
+        """stderr: ssh's error and a failing command's exception come last, after whatever a
+        login shell printed first; the earliest lines are dropped to stay within `cap`. What
+        is printed is as before: the lines within the first `cap` bytes."""
+        seen = 0
+        while raw := pipe.readline(self.cap):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.kept.append((next(self.arrival), OutputLine(self.name, line), len(raw)))
+            self.size += len(raw)
+            while self.size > self.cap:
+                self.size -= self.kept.popleft()[2]
+            seen += len(raw)
+            if self.print_output and seen <= self.cap:
                 self._print(line)
 
     def _print(self, line: str) -> None:

@@ -36,17 +36,24 @@ def start_collectors(
     one raises before any box is contacted."""
     sent = controller_values(payloads, os.environ if environ is None else environ)
     size = fanout.limit() if max_parallel is None else max_parallel
+    # Every box's work is made before the first ssh starts: what raises here (secrets too large
+    # for stdin, a box without a target) must raise while no box has been contacted, not after
+    # earlier boxes' ssh clients started and their handles were lost with the exception.
+    work = {
+        box: (targets[box], collector_command(payload), stdin_payload(sent.get(box)))
+        for box, payload in payloads.items()
+    }
 
-    def starter(box: str, payload: dict[str, Any]) -> Callable[[], Running]:
-        command, stdin = collector_command(payload), stdin_payload(sent.get(box))
-        return lambda: spawn(targets[box], command, stdin)
+    def starter(box: str) -> Callable[[], Running]:
+        target, command, stdin = work[box]
+        return lambda: spawn(target, command, stdin)
 
     if len(payloads) <= size:  # every box at once: no line to wait in, nothing to schedule
-        return {box: starter(box, payload)() for box, payload in payloads.items()}
+        return {box: starter(box)() for box in work}
     slots = fanout.Slots(size)
     handles: dict[str, Running] = {}
-    for box, payload in payloads.items():
-        queued = fanout.Queued(box, starter(box, payload), slots)
+    for box in work:
+        queued = fanout.Queued(box, starter(box), slots)
         handles[box] = queued
         slots.take(queued)
     return handles

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
 from reconciler.observe.collectors import start_collectors
-from reconciler.observe.fanout import box_timeout
+from reconciler.observe.fanout import box_timeout, close
 from reconciler.observe.probes import probe_gateways
 from reconciler.observe.transport import Background, Running
 
@@ -33,6 +33,7 @@ class EarlyStart:
         self.probes = probes  # -> {box: {probe: answer}}
 
     def cancel(self) -> None:
+        close(self.running.values())  # first: a cancelled box's slot must start no other box
         for handle in self.running.values():
             handle.cancel()
 

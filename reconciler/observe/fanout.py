@@ -20,7 +20,7 @@ import resource
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from reconciler.observe.transport import CHECK_S, OUTPUT_LIMIT_BYTES, RemoteResult, Running
@@ -126,16 +126,33 @@ class Slots:
         self._lock = threading.Lock()
         self._busy = 0
         self._waiting: deque[Queued] = deque()
+        self._closed = False
         self.peak = 0  # the most boxes that were ever in flight at once (for tests, benchmarks)
 
     def take(self, handle: Queued) -> None:
         with self._lock:
-            if self._busy >= self.size:
+            closed = self._closed
+            if not closed and self._busy >= self.size:
                 self._waiting.append(handle)
                 return
-            self._busy += 1
-            self.peak = max(self.peak, self._busy)
-        handle.begin()
+            if not closed:
+                self._busy += 1
+                self.peak = max(self.peak, self._busy)
+        if closed:
+            handle.never_started()
+        else:
+            handle.begin()
+
+    def close(self) -> None:
+        """Start no more boxes: the run is cancelled. Without this, cancelling the boxes one by
+        one would give each one's slot to the next box in line, opening ssh to every box that
+        had not started yet. The boxes in line end at once as never started."""
+        with self._lock:
+            self._closed = True
+            waiting = list(self._waiting)
+            self._waiting.clear()  # so give_back passes a slot to nobody
+        for handle in waiting:
+            handle.never_started()
 
     def give_back(self) -> None:
         with self._lock:
@@ -176,7 +193,21 @@ class Queued(Running):
         if start is None:
             self._slots.give_back()
             return
-        self._running = start()
+        running = start()
+        with self._lock:
+            self._running = running
+            cancelled = self._cancelled
+        self._started.set()
+        if cancelled:  # cancel() came while it was starting and found nothing to stop
+            running.cancel()
+            self._release()
+
+    def never_started(self) -> None:
+        """Its run was cancelled (Slots.close) before its turn: it holds no slot, and a
+        finish() waiting for its turn returns at once."""
+        with self._lock:
+            self._cancelled = True
+            self._done = True
         self._started.set()
 
     def finish(self, timeout: float, limit: int = OUTPUT_LIMIT_BYTES) -> RemoteResult:
@@ -193,10 +224,11 @@ class Queued(Running):
         return None if self._running is None else self._running.refused_anew(timeout)
 
     def cancel(self) -> None:
-        with self._lock:
+        with self._lock:  # with begin(): exactly one of the two stops a box that is starting
             self._cancelled = True
-        if self._running is not None:
-            self._running.cancel()
+            running = self._running
+        if running is not None:
+            running.cancel()
             self._release()
         elif self._slots.drop(self):
             self._done = True
@@ -208,6 +240,14 @@ class Queued(Running):
                 return
             self._done = True
         self._slots.give_back()
+
+
+def close(handles: Iterable[Running]) -> None:
+    """No box of `handles` that is still waiting for a slot starts from now on (the run is
+    being cancelled: call before cancelling them one by one)."""
+    for handle in handles:
+        if isinstance(handle, Queued):
+            handle._slots.close()
 
 
 # -- progress --------------------------------------------------------------------------------------

@@ -55,12 +55,20 @@ class RemoteResult(NamedTuple):
 # one could stream gigabytes, and a pipe read whole (communicate()) would hold them all in the
 # controller's memory before anything could check the size. observe/document.py refuses answers
 # over its own limit (the same 8 MiB); reading stops one byte past it and the ssh client is
-# killed. Real answers are 120-160 KB. stderr is only ever shown as its last line.
+# killed. Real answers are 120-160 KB. stderr is only ever shown as its last line, so its
+# last STDERR_LIMIT_BYTES are kept (a login shell's noise comes first, ssh's error last).
 OUTPUT_LIMIT_BYTES = 8 * 1024 * 1024
 STDERR_LIMIT_BYTES = 64 * 1024
 _CHUNK = 64 * 1024
 # Whether a box takes a new SSH connection: connect, and its greeting, each within this.
 CHECK_S = 2.0
+# A master's socket path must fit sun_path (NUL included): 108 bytes on Linux, 104 on macOS
+# and the BSDs. ssh binds it first as ControlPath + "." + 16 random characters and
+# then links it into place (mux.c muxserver_listen); a path too long for that makes every ssh
+# exit 255 ("ControlPath too long" or "too long for Unix domain socket"). ControlPath is
+# DIR/%C and %C is 40 hex digits (control_path).
+SUN_PATH_BYTES = 108 if sys.platform.startswith("linux") else 104
+SOCKET_NAME_BYTES = len("/") + 40 + len(".") + 16
 
 
 class UnsafeTarget(ValueError):
@@ -90,7 +98,7 @@ def _runtime_base() -> str:
 @functools.lru_cache(maxsize=8)
 def private_dir(path: Path) -> Path | None:
     """`path`, created 0700 if missing, if it is safe to keep sockets in; else None, said once."""
-    problem = private_dir_problem(path)
+    problem = private_dir_problem(path) or socket_dir_problem(path)
     if problem is None:
         return path
     print(f"reconcile: not sharing SSH connections: {path} {problem}", file=sys.stderr)
@@ -116,6 +124,21 @@ def private_dir_problem(path: Path) -> str | None:
         return f"belongs to uid {info.st_uid}, not to uid {os.getuid()}"
     if info.st_mode & 0o077:
         return f"has mode {stat.S_IMODE(info.st_mode):04o}, not 0700"
+    return None
+
+
+def socket_dir_problem(path: Path) -> str | None:
+    """Why ssh could not keep its masters' sockets in `path` (ControlPath=`path`/%C), or None."""
+    try:
+        ssh_config_path(str(path), "/%C")
+    except UnsafeTarget:
+        return "holds characters ssh's config parser would read as syntax"
+    longest = len(os.fsencode(path)) + SOCKET_NAME_BYTES
+    if longest >= SUN_PATH_BYTES:
+        return (
+            f"is too long: ssh's sockets in it would need {longest} bytes, "
+            f"a socket path holds at most {SUN_PATH_BYTES - 1}"
+        )
     return None
 
 
@@ -179,9 +202,15 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
         key = ssh_config_path(str(target.key_file))
         argv += ["-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes"]
     if target.known_hosts:
+        # The pinned file alone decides which host key is trusted: not the system's known_hosts
+        # files, nor a KnownHostsCommand from the user's ssh config (`none`: OpenSSH 8.5+).
         argv += [
             "-o",
             f"UserKnownHostsFile={ssh_config_path(str(target.known_hosts))}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "KnownHostsCommand=none",
             "-o",
             "StrictHostKeyChecking=yes",
         ]
@@ -222,7 +251,7 @@ class Running:
             return RemoteResult(self.box, None, "", "", self.error)
         proc = self.proc
         out = _Capped(limit + 1, kill=proc)  # one byte past the limit: the parser says too large
-        err = _Capped(STDERR_LIMIT_BYTES, kill=None)  # past the cap: drained, not kept
+        err = _Tail(STDERR_LIMIT_BYTES)  # read to its end, its last bytes kept
         readers = [
             threading.Thread(target=out.drain, args=(proc.stdout,), daemon=True),
             threading.Thread(target=err.drain, args=(proc.stderr,), daemon=True),
@@ -259,9 +288,9 @@ class Running:
 
 
 class _Capped:
-    """One pipe read in chunks into at most `cap` bytes. Past the cap, either the process is
-    killed (stdout: the answer is refused whole anyway) or the rest is read and dropped
-    (stderr: ssh must never block on a full pipe)."""
+    """One pipe (stdout) read in chunks into at most `cap` bytes. Past the cap the process is
+    killed (the answer is refused whole anyway), or, without `kill`, the rest is read and
+    dropped."""
 
     def __init__(self, cap: int, kill: subprocess.Popen[bytes] | None) -> None:
         self.cap = cap
@@ -287,6 +316,25 @@ class _Capped:
 
     def data(self) -> bytes:
         return b"".join(self.chunks)
+
+
+class _Tail:
+    """One pipe (stderr) read to its end, only its last `cap` bytes kept: what is reported is
+    the last line (ssh's error, the collector's exception), and ssh must never block on a full
+    pipe."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+
+    def drain(self, stream: Any) -> None:
+        while chunk := stream.read1(_CHUNK):
+            self.kept += chunk
+            if len(self.kept) > self.cap:
+                del self.kept[: len(self.kept) - self.cap]
+
+    def data(self) -> bytes:
+        return bytes(self.kept)
 
 
 def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Running:

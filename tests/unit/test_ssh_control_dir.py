@@ -7,6 +7,8 @@ Tests run as root, so "another owner" is made with os.chown to nobody."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,14 +21,15 @@ NOBODY = 65534
 
 
 @pytest.fixture
-def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh XDG_RUNTIME_DIR and no remembered verdict from an earlier test."""
-    base = tmp_path / "run"
-    base.mkdir(mode=0o700)
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh XDG_RUNTIME_DIR and no remembered verdict from an earlier test. Under /tmp, not
+    pytest's tmp_path: that is too long for ssh's sockets (transport.socket_dir_problem)."""
+    base = Path(tempfile.mkdtemp(prefix="run", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
     private_dir.cache_clear()
     yield base
     private_dir.cache_clear()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _sockets(base: Path) -> Path:
