@@ -79,18 +79,22 @@ def converged(lab: dict[str, Any], tmp_path: Path) -> Iterator[Outputs]:
     .env lack their keys; orin's gateway runs open as lobes rendered it), holding the lab's
     lock so no other session resets it under the test; every box back to pristine afterwards."""
     out = Outputs()
-    with lifecycle.locked():
-        try:
-            done = out.run("apply", "--yes", "--evidence", str(tmp_path / "ev"),
-                           env=controller_env())  # fmt: skip
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            for path in (tmp_path / "ev").rglob("*"):
-                if path.is_file():
-                    out.texts.append((f"evidence {path.name}", path.read_text()))
-            yield out
-        finally:
-            out.assert_no_secret()
-    labpkg.incidents.reset()  # every box, at once
+    # The reset in a finally: a failed apply (setup) or a leak found at teardown must not
+    # leave the converged mesh to the next test. After the lock: reset takes it itself.
+    try:
+        with lifecycle.locked():
+            try:
+                done = out.run("apply", "--yes", "--evidence", str(tmp_path / "ev"),
+                               env=controller_env())  # fmt: skip
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+                for path in (tmp_path / "ev").rglob("*"):
+                    if path.is_file():
+                        out.texts.append((f"evidence {path.name}", path.read_text()))
+                yield out
+            finally:
+                out.assert_no_secret()
+    finally:
+        labpkg.incidents.reset()  # every box, at once
 
 
 def drift_json(out: Outputs, env: dict[str, str], *boxes: str) -> tuple[int, dict[str, Any]]:
@@ -120,12 +124,17 @@ def test_controller_sourced_keys_drift_to_zero_audit_clean_and_catch_a_lost_key(
     # variable), and keyed access is proven with it on every box, as the mesh now runs keyed.
     # A gateway restarted by the converge lists its peers' proxied roles after a few mesh
     # heartbeats (5 s here): until then thor's contract says so, and nothing else may differ.
+    # A box's error (exit 1: a transient SSH failure, a probe during a restart) is asked again
+    # too, not asserted inside the loop; exit 0 after it means no drift and no error.
     deadline = time.monotonic() + 45
     while True:
-        code, doc = drift_json(out, env)
+        done = out.run("drift", "--format", "json", env=env)
+        assert done.returncode in (0, 1, 2) and done.stdout, done.stderr
+        code, doc = done.returncode, json.loads(done.stdout)
         if code == 0 or time.monotonic() > deadline:
             break
-        left = [e for box in BOXES for e in entries(doc, box)]
+        clean = [b for b in doc["boxes"] if b["reachable"] and not b["errors"]]
+        left = [e for b in clean for e in b["drifts"]]
         assert all(e["kind"] == "contract" and e["path"].endswith(".proxied") for e in left), left
         time.sleep(3)
     assert code == 0, [(box, entries(doc, box)) for box in BOXES]

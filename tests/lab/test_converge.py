@@ -27,6 +27,7 @@ import pytest
 import lab as labpkg
 import lab.lifecycle
 from lab import config, ssh
+from reconciler.apply.engine import UNFIXABLE
 from reconciler.compare.drift import BoxResult, Kind
 from reconciler.desired.envfile import box_env
 from reconciler.desired.load import load_fleet
@@ -79,8 +80,11 @@ def drift(box: str, root: Path = ROOT) -> BoxResult:
 
 
 def left(box: str) -> list[str]:
+    # Errors counted as apply's own verification counts them (engine.settle): a login-shell
+    # trace or variable list that failed is no drift a converge could have left behind.
     result = drift(box)
-    return [f"{d.subject} {d.path}" for d in actionable(result.drifts)] + list(result.errors)
+    errors = [e for e in result.errors if e.part not in UNFIXABLE]
+    return [f"{d.subject} {d.path}" for d in actionable(result.drifts)] + errors
 
 
 def env_bytes(box: str) -> bytes:
@@ -310,6 +314,9 @@ def test_a_lane_that_never_comes_healthy_is_rolled_back_exactly_and_holds_the_lo
     )  # fmt: skip
     try:
         holder = _wait_for_lock("thor", started)
+        # The lock is taken before the .env is written: planned before that, pyinfra would
+        # find nothing to converge (exit 0, no lock asked for). Plan once there is drift.
+        _wait_for_env_change("thor", before_env)
         second = pyinfra("thor", "-y")
         refused = second.stdout + second.stderr
         assert second.returncode != 0
@@ -353,30 +360,56 @@ def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
     box_ready("thor")
     before_env = env_bytes("thor")
     started = utc_now()
+    # Unbuffered: the plan lines (stdout) reach the pipe before the box program's progress
+    # lines (stderr, flushed), so the line matched below is always the plan's.
     proc = subprocess.Popen(
         [str(VENV / "reconcile"), "-i", "lab", "apply", "thor", "--yes", "--evidence",
          str(EVIDENCE)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
     )  # fmt: skip
     assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if "recreate vllm-rerank" in line:
-            break
-    holder = _wait_for_lock("thor", started)
-    # The plan names the recreate before the converge starts, and the lock is taken before the
-    # .env is written: kill only once the new .env is in place, so the kill lands mid-way.
-    _wait_for_env_change("thor", before_env)
-    os.killpg(proc.pid, signal.SIGKILL)
-    sh("thor", f"kill -9 {int(holder['pid'])} 2>/dev/null || true")
-    proc.wait(timeout=30)
-    assert env_bytes("thor") != before_env  # it got past the .env write
-    assert not [p for p in os.listdir(config.box("thor").home / ".lobes") if "fleet-tmp" in p]
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "plan:" in line and "recreate vllm-rerank" in line:
+                break
+        else:
+            raise AssertionError("no plan line recreates vllm-rerank:\n" + "".join(seen))
+        holder = _wait_for_lock("thor", started)
+        # The plan names the recreate before the converge starts, and the lock is taken before
+        # the .env is written: kill only once the new .env is in place, so the kill lands
+        # mid-way.
+        _wait_for_env_change("thor", before_env)
+        os.killpg(proc.pid, signal.SIGKILL)
+        # The box program (its pid is the lock's record, converge.py Lock.acquire) outlives its
+        # ssh. Kill it, then wait (bounded, 60 s) until its process group (it leads its ssh
+        # session: sshd setsid, `bash -c` execs python3) is gone: a `docker compose` child left
+        # running would go on recreating a lane under the next apply.
+        pid = int(holder["pid"])
+        sh("thor", f"pg=$(ps -o pgid= -p {pid} | tr -d ' '); kill -9 {pid} 2>/dev/null; "
+                   'n=0; while [ -n "$pg" ] && pgrep -g "$pg" >/dev/null; do '
+                   "n=$((n+1)); [ $n -le 300 ] || exit 1; sleep 0.2; done")  # fmt: skip
+        proc.wait(timeout=30)
+        assert env_bytes("thor") != before_env  # it got past the .env write
+        assert not [p for p in os.listdir(config.box("thor").home / ".lobes") if "fleet-tmp" in p]
 
-    done = apply("thor")
-    assert done.returncode == 0, "".join(seen) + done.stdout + done.stderr
-    assert left("thor") == []
-    snaps = reconcile("snapshots", "thor").stdout
-    assert "interrupted" in snaps and "verified" in snaps
+        done = apply("thor")
+        assert done.returncode == 0, "".join(seen) + done.stdout + done.stderr
+        assert left("thor") == []
+        snaps = reconcile("snapshots", "thor").stdout
+        assert "interrupted" in snaps and "verified" in snaps
+    finally:
+        # Whatever failed above: no converge of this test may go on under the next test (or
+        # the reset). Stop ours here, then wait until the box program let go of the lock (an
+        # flock: converge.py Lock), since it ignores SIGHUP and finishes without its ssh.
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        proc.stdout.close()
+        # No lock file: no converge ever took it (flock(1) would create one, and fail without
+        # the .fleet directory).
+        lock = "~/.lobes/.fleet/lock"
+        ssh.run(config.box("thor"), f"[ ! -e {lock} ] || flock -w 900 {lock} true", timeout=960)

@@ -87,6 +87,6 @@ def test_second_up_is_warm_and_changes_nothing():
     import lab as labpkg
 
     data = labpkg.up()
+    # Warm and nothing changed is the invariant; how fast is for the benchmarks, not a test.
     assert data["timings"]["last_up_kind"] == "warm"
-    assert data["timings"]["last_up_s"] < 10
     assert all(not changes for changes in data["timings"]["changed"].values())

@@ -21,6 +21,7 @@ import lab as labpkg
 from reconciler.compare.drift import BoxResult, Drift, SecretValue
 from reconciler.desired.load import load_fleet
 from reconciler.drift import run_drift
+from tests.lab import audit_scenarios as sc
 
 pytestmark = pytest.mark.lab
 
@@ -112,6 +113,7 @@ def test_key_exported_in_bashrc_and_gateway_recreated_from_a_login_shell(
     before = entries(observe("thor"))
     canary = "canary-" + "7f3a9c1e5b2d4f60"
     done = labpkg.incidents.shell_exported_key("thor", "GATEWAY_API_KEY", canary)
+    sc.wait_mesh()  # the recreated gateway lists its peers' proxied roles a few beats later
     after_result = observe("thor")
     after = entries(after_result)
     new = after - before

@@ -28,20 +28,24 @@ ROOT = Path(__file__).resolve().parents[2]
 WINDOW = "envfile:WORKER_MAX_MODEL_LEN"
 
 
-def drift(fmt: str) -> subprocess.CompletedProcess[str]:
+def drift(fmt: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(ROOT / ".venv/bin/reconcile"), "--root", str(ROOT), "-i", "lab", "drift",
-         "--format", fmt],
+         "--format", fmt, *extra],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
 
 
 def test_drift_is_grouped_by_cause_in_every_format(
-    lab: Any, pristine: Callable[[str], None]
+    lab: Any, pristine: Callable[[str], None], tmp_path: Path
 ) -> None:
     pristine("thor")
     labpkg.incidents.window_change_lane_only("thor", "WORKER_MAX_MODEL_LEN", 131072)
-    runs = {fmt: drift(fmt) for fmt in ("json", "text", "markdown")}
+    # One observation, rendered three times: three live runs could each see the mesh peers'
+    # proxied roles at another point of their heartbeat lag after the worker's recreate.
+    snap = tmp_path / "snapshot"
+    runs = {"json": drift("json", "--save-snapshot", str(snap))}
+    runs |= {fmt: drift(fmt, "--from-snapshot", str(snap)) for fmt in ("text", "markdown")}
     for fmt, done in runs.items():
         assert done.returncode == 2, (fmt, done.stderr[-2000:])
 

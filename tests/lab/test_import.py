@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import lab as labpkg
+from tests.lab import audit_scenarios as sc
 
 pytestmark = pytest.mark.lab
 
@@ -135,6 +136,7 @@ def test_a_login_shell_key_is_found_while_importing(
     it keyed, its reference pointing at that file, and lists the export as found."""
     pristine("thor")
     did = labpkg.incidents.shell_exported_key("thor", "GATEWAY_API_KEY")
+    sc.wait_mesh()  # the recreated gateway lists its peers' proxied roles a few beats later
     adopted = tmp_path / "adopted"
     done = reconcile(ROOT, "import", "--output", str(adopted))
     assert done.returncode == 2, done.stdout + done.stderr

@@ -77,7 +77,8 @@ def test_gateway_published_on_loopback_is_gone_from_the_bridge(lab, on_box, pris
     assert json.loads(inside)["version"] == "0.91.0"
 
 
-def test_reset_restores_pristine(lab, on_box, http):
+def test_reset_restores_pristine(lab, on_box, http, pristine):
+    pristine("thor")  # reset again afterwards if anything below fails before the reset
     labpkg.incidents.window_change_lane_only("thor", "WORKER_MAX_MODEL_LEN", 131072)
     result = labpkg.incidents.reset("thor")
     assert ".lobes/.env" in result["changed"]["thor"]

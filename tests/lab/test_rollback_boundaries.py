@@ -131,6 +131,14 @@ def test_a_truncated_copy_of_env_never_replaces_it(lab, thor):
         {".env": {"sha256": hashlib.sha256(env + b"X=1\n").hexdigest(), "mode": 0o600}},
         {".env": b"GATEWAY"},
     )
+    # This rollback takes the box's lock (the others are refused before it), which leaves a
+    # released lock: the file, emptied. Start from that state, whatever ran before (no lock
+    # file, or a killed run's record), so `state() == before` checks it was released clean.
+    # Emptied under the flock, as Lock.release does; fails if a converge still holds it.
+    sh(
+        "umask 077 && mkdir -p ~/.lobes/.fleet && "
+        "flock -n ~/.lobes/.fleet/lock truncate -s 0 ~/.lobes/.fleet/lock"
+    )
     before = state()
     done = reconcile("rollback", BOX, "--to", CRAFTED)
     assert done.returncode == 1, done.stdout + done.stderr
