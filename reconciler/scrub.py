@@ -51,11 +51,17 @@ _CREDENTIAL = (
 _BREAK = r"[\r\n]|\\r|\\n"
 # `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN). The
 # colon form takes only a variable written in upper case: in prose a lower-case word before a
-# colon is a label (`secret:gateway_api_key` names a secret, it does not hold one).
+# colon is a label (`secret:gateway_api_key` names a secret, it does not hold one). The name may
+# be a quoted mapping key (`{'HF_TOKEN': 'x'}`, `{"GATEWAY_API_KEY": "x"}`). Each is a name and
+# its separator, then (`_VALUE`) the value: quoted, or up to a blank or one of `,;)}`. A name
+# that holds no secret is passed over up to its separator only, so that its value is read too
+# (`--env=HF_TOKEN=x`, `ERROR: {'HF_TOKEN': 'x'}`); every character is still read a bounded
+# number of times.
 _ASSIGNMENTS = (
-    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
-    r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
+    r"\b([A-Za-z_][A-Za-z0-9_]*)([\"']?\s*=\s*)",
+    r"\b([A-Z_][A-Z0-9_]*)([\"']?\s*:\s*)",
 )
+_VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
 # A command-line flag whose last word names a credential (`--hf-token`, `--hf_token`,
 # `--token`, `--client-secret`, `--db-password`), then its value: after `=` or blanks (quoted, or
 # up to the next blank), or the next item of a printed argument list (`'--token', 'x'`). Only
@@ -90,10 +96,12 @@ def remember(value: str) -> None:
 
 def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) -> str:
     """One short, printable line that holds no secret value, header or key-shaped run."""
-    out = str(text)[: limit * 8]
-    for value in sorted({*_KNOWN, *(s for s in secrets if isinstance(s, str))}, key=len)[::-1]:
-        if len(value) >= _SHORTEST:
-            out = out.replace(value, MASK)
+    known = [
+        value
+        for value in sorted({*_KNOWN, *(s for s in secrets if isinstance(s, str))}, key=len)[::-1]
+        if len(value) >= _SHORTEST
+    ]
+    out = _cut_masked(str(text), limit * 8, known)
     cut = re.search(_CREDENTIAL, out)
     if cut:
         out = out[: cut.start()].rstrip() + " " + REDACTED
@@ -101,8 +109,7 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
     if cut:
         rest = out[cut.end() :]
         out = out[: cut.start()].rstrip() + (" " + REDACTED if rest.strip() else "")
-    for assignment in _ASSIGNMENTS:
-        out = re.sub(assignment, _mask_assignment, out)
+    out = mask_assignments(out)
     out = re.sub(_SECRET_FLAG, _mask_flag, out)
     out = re.sub(_SECRET_ITEM, _mask_item, out)
     out = re.sub(_USERINFO, rf"\1:{MASK}@", out)
@@ -112,13 +119,52 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
-def _mask_assignment(match: re.Match[str]) -> str:
-    name, sep, value = match.groups()
-    if value in _STATE_WORDS or not is_fleet_secret_name(name):
-        return match.group(0)
-    if ":" in sep and len(value) < _SHORTEST:
-        return match.group(0)  # `GATEWAY_API_KEY: a secret's value…` is prose, not a key
-    return f"{name}{sep}{MASK}"
+def _cut_masked(text: str, bound: int, known: list[str]) -> str:
+    """`text` cut to `bound` characters (what the regular expressions below then read: a hostile
+    megabyte string costs no more than a short one), the known secret values masked first, and
+    never the start of a word that went on past the cut (a key or a known value straddling it
+    would leave its prefix). Known values are masked in the text up to `bound` plus the longest
+    of them (at most `bound` more), so one that starts before the cut is masked whole."""
+    window = text[: bound + min(max(map(len, known), default=0), bound)]
+    out = window
+    for value in known:  # longest first
+        out = out.replace(value, MASK)
+    if len(out) > bound:
+        out, following = out[:bound], out[bound]
+    else:
+        following = text[len(window) : len(window) + 1]  # "" when the text ended in the window
+    if following and not following.isspace() and out[-1:] and not out[-1].isspace():
+        kept = out.rsplit(None, 1)
+        out = (kept[0] if len(kept) == 2 else "") + " …"  # the cut word goes, all of it
+    return out
+
+
+def mask_assignments(text: str) -> str:
+    """`NAME=value` and `NAME: value` (the assignments `scrub_text` masks) with a secret-named
+    NAME, as `NAME=***`; the rest of `text` as it is (no cut, no other masking)."""
+    for assignment in _ASSIGNMENTS:
+        text = _masked_assignments(re.compile(assignment), text)
+    return text
+
+
+def _masked_assignments(pattern: re.Pattern[str], text: str) -> str:
+    value_of = re.compile(_VALUE)
+    out: list[str] = []
+    done = at = 0
+    while (found := pattern.search(text, at)) is not None:
+        name, sep = found.groups()
+        at = found.end()  # after the separator: a value not masked is read on
+        if not is_fleet_secret_name(name):
+            continue
+        taken = value_of.match(text, at)
+        if taken is None:
+            continue
+        value = taken.group(0)
+        if value in _STATE_WORDS or (":" in sep and len(value) < _SHORTEST):
+            continue  # `GATEWAY_API_KEY: set`, `: a secret's value…` is prose, not a key
+        out += (text[done:at], MASK)
+        done = at = taken.end()
+    return "".join(out) + text[done:] if out else text
 
 
 def _mask_flag(match: re.Match[str]) -> str:

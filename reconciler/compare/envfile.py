@@ -11,6 +11,7 @@ from reconciler.compare.context import BoxExpectation, secret_of
 from reconciler.compare.drift import BoxError, Drift, Part
 from reconciler.compare.rules import rule
 from reconciler.observe.document import EnvLine, Observed
+from reconciler.scrub import scrub_text
 
 GIB_KIB = 1024 * 1024
 
@@ -30,7 +31,8 @@ def compare_envfile(
             "present",
             None,
             env_rule.action,
-            note=f"the deployment's .env could not be read: {unread}"
+            # the box's own words (an OSError's text): scrubbed as any free text from a box
+            note=f"the deployment's .env could not be read: {scrub_text(unread)}"
             if unread
             else "the deployment has no .env",
         )

@@ -193,11 +193,23 @@ def _masked_argv(tokens: list[Any]) -> list[Any]:
                         new = f"{flag}={MASK}"
                     elif not equals:
                         masking = True
+            if new is token and isinstance(token, str) and ("=" in token or ":" in token):
+                new = _assigned(token)  # `HF_TOKEN=x`, `bash -c 'export GATEWAY_API_KEY=x; ...'`
         if out is None and new != token:
             out = list(tokens[:i])  # the first token to mask: copy what came before it
         if out is not None:
             out.append(new)
     return tokens if out is None else out
+
+
+@functools.lru_cache(maxsize=4096)
+def _assigned(word: str) -> str:
+    """A command word with the value of every assignment to a secret name masked (`HF_TOKEN=***`
+    inside the word), as the reports' guard masks it; the word itself when there is none."""
+    from reconciler.scrub import mask_assignments
+
+    out = mask_assignments(word)
+    return word if out == word else out
 
 
 # Remembered: a fleet's errors and sources repeat from box to box (~40 us a scrub). Sound
@@ -217,6 +229,7 @@ def _forget_judged() -> None:
     for memory in (_JUDGED, _SECRET_NAMES, _PLAIN_WORDS, _CLEAN_PARTS):
         memory.clear()
     scrubbed.cache_clear()
+    _assigned.cache_clear()
 
 
 # -- the stored observation --------------------------------------------------------------------

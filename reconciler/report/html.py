@@ -34,13 +34,17 @@ class Cell:
 def environment() -> Any:
     import jinja2
 
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("reconciler.report", "templates"),
         autoescape=True,  # every value is text, whatever it holds
         undefined=jinja2.StrictUndefined,  # a template typo fails the render, never blank
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # Names the page shows as the other formats do: control and bidi characters escaped (a
+    # U+202E in a lane's or a box's name must not reorder the page, ESC and NUL are no text).
+    env.filters["clean"] = clean
+    return env
 
 
 def columns(lanes: Mapping[str, Sequence[str]], boxes: Sequence[str], seen: set[str]) -> list[str]:
@@ -159,19 +163,26 @@ def drift_causes(report: DriftReport) -> list[dict[str, Any]]:
                 {
                     "symptom": row.symptom,
                     "kind": d.kind.value,
-                    "path": d.path,
+                    "path": clean(d.path),
                     "folded": folded,
                     "desired": display(d.desired),
                     "observed": display(d.observed) + (f" ({tag})" if tag else ""),
                     "action": d.action.value,
-                    "where": grouped.where(row, order),
+                    "where": clean(grouped.where(row, order)),
                     # As text and markdown print them (clean: escaped, wire digests masked):
                     # free_text's key-shaped-run masking would hide a container's name.
                     "notes": [clean(n) for n, _ in grouped.per_box(row, "note")],
                     "sources": [clean(s) for s, _ in grouped.per_box(row, "source")],
                 }
             )
-        out.append({"id": cause.id, "boxes": cause.boxes, "entries": cause.entries, "rows": rows})
+        out.append(
+            {
+                "id": clean(cause.id),
+                "boxes": [clean(box) for box in cause.boxes],
+                "entries": cause.entries,
+                "rows": rows,
+            }
+        )
     return out
 
 
@@ -190,8 +201,8 @@ def render_drift_html(
     for box in report.boxes:
         boxes.append(
             {
-                "name": box.box,
-                "observation": box.observation,
+                "name": clean(box.box),
+                "observation": clean(box.observation),
                 "partial": free_text(box.partial) if box.partial else None,
                 "errors": [free_text(str(e)) for e in box.errors],
                 "entries": len(box.drifts),
@@ -204,8 +215,10 @@ def render_drift_html(
         environment()
         .get_template("drift.html.j2")
         .render(
-            title=f"drift: {report.inventory}",
-            report=report,
+            title=f"drift: {clean(report.inventory)}",
+            inventory=clean(report.inventory),
+            run_id=clean(report.run_id),
+            generated_at=clean(report.generated_at),
             summary=s,
             columns=cols,
             matrix=matrix,

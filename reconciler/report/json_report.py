@@ -115,7 +115,9 @@ def _box(box: BoxResult, ids: set[str]) -> dict[str, Any]:
         "box": box.box,
         "reachable": box.reachable,
         "observation": box.observation,
-        "partial": _jsonable(box.partial),
+        # What the gateway answered the controller: free text from the box, scrubbed as the
+        # errors are (and as text, markdown and HTML show it).
+        "partial": None if box.partial is None else free_json(box.partial),
         # Collector order, not sorted: the first error usually explains the rest.
         "errors": [free_json(e) for e in box.errors],
         # A map of names (not a value), so a fact called "secret" stays a fact.

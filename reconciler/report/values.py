@@ -2,7 +2,7 @@
 
 Everything printed here came from a box, so it is untrusted: control characters are escaped
 (an ESC sequence in a container's env must not repaint the operator's terminal), and a secret is
-`***` wherever it sits, top level or inside a tuple.
+`***` wherever it sits, top level or inside a tuple, or assigned inside a word (`HF_TOKEN=***`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from enum import Enum
 
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
-from reconciler.scrub import scrub_text
+from reconciler.scrub import mask_assignments, scrub_text
 
 MASK = "***"
 FREE_TEXT_LIMIT = 1000  # a finding's message may be long; an error is cut sooner by its maker
@@ -29,6 +29,9 @@ ELLIPSIS = "…"
 # The collector's digest as it travels ("hmac:" + hex). Compare turns `{"secret": digest}` into a
 # SecretValue; if one ever slips through inside a string or a dict, reports still mask it.
 _WIRE_DIGEST = re.compile(r"hmac:[0-9a-fA-F]{16,}")
+# The collector's digest of a value assigned inside a command word (`HF_TOKEN={"secret":
+# "hmac:…"}`, the form of an inline flag's): the guard shows it as `HF_TOKEN=***`.
+_WIRE_FORM = re.compile(r'\{"secret": "[^"]*"\}')
 
 
 # Clear values under a secret name are masked with a key of this process: equal values give
@@ -37,9 +40,11 @@ _GUARD_KEY = os.urandom(32)  # secrets.token_bytes(32), without importing secret
 
 
 def guarded(report: DriftReport) -> DriftReport:
-    """The report with every clear value under a secret-named path masked: the collector hashes
-    them on the box, but a snapshot saved by an older collector or with a narrower list, or an
-    edited one, could still carry one. Reports say `***` whatever they were given.
+    """The report with every clear value under a secret-named path masked, and every assignment
+    to a secret name inside any drift's string values (`HF_TOKEN=x` as a command's word, a
+    `bash -c` script's `export KEY=x`) shown as `NAME=***`: the collector hashes them on the
+    box, but a snapshot saved by an older collector or with a narrower list, or an edited one,
+    could still carry one. Reports say `***` whatever they were given.
 
     Only what masking changes is rebuilt: most drifts under a secret path already carry a
     digest, absence or "" (a 1,000-box report has ~7,000 such, each rebuilt for nothing
@@ -52,9 +57,14 @@ def guarded(report: DriftReport) -> DriftReport:
 
 def guarded_box(box: BoxResult) -> BoxResult:
     """One box of `guarded`: itself when it has nothing to mask."""
-    drifts = [_guard(drift) if secret_path(drift.path) else drift for drift in box.drifts]
-    changed = any(new is not old for new, old in zip(drifts, box.drifts, strict=True))
-    return dataclasses.replace(box, drifts=tuple(drifts)) if changed else box
+    drifts: list[Drift] | None = None  # made at the first drift masking changes
+    for at, drift in enumerate(box.drifts):
+        new = _guard(drift) if secret_path(drift.path) else _guard_words(drift)
+        if new is not drift:
+            if drifts is None:
+                drifts = list(box.drifts)
+            drifts[at] = new
+    return box if drifts is None else dataclasses.replace(box, drifts=tuple(drifts))
 
 
 # Remembered (bounded): a fleet's drifts share a few paths, asked about by every box's report,
@@ -80,7 +90,9 @@ def _guard(drift: Drift) -> Drift:
 
 
 def _masked(value: Value) -> Value:
-    if isinstance(value, str) and value and not _WIRE_DIGEST.search(value):  # else: masked below
+    # A digest as it travels, alone, is masked below (`scrub`); a clear value holding one is not
+    # a digest, it is masked here as a whole.
+    if isinstance(value, str) and value and not _WIRE_DIGEST.fullmatch(value):
         return SecretValue(
             "guard:" + hmac.new(_GUARD_KEY, value.encode(), hashlib.sha256).hexdigest()
         )
@@ -90,6 +102,50 @@ def _masked(value: Value) -> Value:
         same = type(value) is tuple and all(m is v for m, v in zip(masked, value, strict=True))
         return value if same else masked
     return value
+
+
+def _guard_words(drift: Drift) -> Drift:
+    """A drift under any other path, each assignment to a secret name inside its values masked
+    (`HF_TOKEN=x` as a command's word, `export GATEWAY_API_KEY=x; exec "$@"` as a script's):
+    itself if there were none."""
+    desired, observed = _words(drift.desired), _words(drift.observed)
+    if desired is drift.desired and observed is drift.observed:
+        return drift
+    return dataclasses.replace(drift, desired=desired, observed=observed)
+
+
+def _words(value: Value) -> Value:
+    """A string or a tuple of strings with its secret assignments masked (the same object when
+    there were none); any other value as it is."""
+    if type(value) is str:
+        # An assignment needs its `=` or `:`: most values have neither, and `in` is cheap.
+        if "=" not in value and ":" not in value:
+            return value
+        masked = _READ.get(value)
+        if masked is None:
+            masked = _read(value)
+        return masked or value  # "": nothing to mask
+    if type(value) is tuple:
+        words = tuple(_words(v) if type(v) is str else v for v in value)
+        return value if all(w is v for w, v in zip(words, value, strict=True)) else words
+    return value
+
+
+# Each distinct string read once (bounded: a box chooses its values), as its masked text or ""
+# when there is nothing to mask: a fleet's boxes share their command lines and values.
+_READ: dict[str, str] = {}
+_READ_MAX = 8192
+when_patterns_change(_READ.clear)
+
+
+def _read(text: str) -> str:
+    out = _WIRE_FORM.sub(MASK, text) if '{"secret"' in text else text
+    out = mask_assignments(out)
+    masked = "" if out == text else out
+    if len(_READ) >= _READ_MAX:
+        _READ.clear()
+    _READ[text] = masked
+    return masked
 
 
 # Exact types that are neither a SecretValue nor a Mapping (a subclass still takes the checks).

@@ -274,11 +274,14 @@ _CREDENTIAL = re.compile(
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
 _BREAK = re.compile(r"[\r\n]|\\r|\\n")
-# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
+# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN), the
+# name possibly a quoted mapping key (`{'HF_TOKEN': 'x'}`); each a name and its separator, then
+# the value. A name that holds no secret is passed over up to its separator only: its value is
+# read too (`failed: {'HF_TOKEN': 'x'}`).
 _ASSIGNMENTS = tuple(
-    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*%s\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)" % sep)
-    for sep in ("=", ":")
+    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)([\"']?\s*%s\s*)" % sep) for sep in ("=", ":")
 )
+_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+")
 
 # A flag whose last word names a credential (`--hf-token x`, `--password=x`, `'--token', 'x'`
 # in a printed list), and a URL's password (`http://user:pw@host`).
@@ -309,9 +312,18 @@ def scrub(text, secrets=()):
         if cut:
             text = text[: cut.start()].rstrip() + " [redacted]"
 
-    def assignment(match):
-        name, sep, _ = match.groups()
-        return name + sep + "***" if floor_secret(name) else match.group(0)
+    def assignments(pattern, text):
+        pieces = []  # type: list
+        done = at = 0
+        found = pattern.search(text)
+        while found is not None:
+            at = found.end()  # after the separator: a value not masked is read on
+            taken = _VALUE.match(text, at) if floor_secret(found.group(1)) else None
+            if taken:
+                pieces += (text[done:at], "***")
+                done = at = taken.end()
+            found = pattern.search(text, at)
+        return "".join(pieces) + text[done:] if pieces else text
 
     def flag(match):
         groups = match.groups()
@@ -325,7 +337,7 @@ def scrub(text, secrets=()):
         return name + sep + "***" + end
 
     for pattern in _ASSIGNMENTS:
-        text = pattern.sub(assignment, text)
+        text = assignments(pattern, text)
     text = _SECRET_FLAG.sub(flag, text)
     text = _SECRET_ITEM.sub(flag, text)
     text = _USERINFO.sub(r"\1:***@", text)

@@ -160,11 +160,14 @@ _CREDENTIAL = (
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
 _BREAK = r"[\r\n]|\\r|\\n"
-# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN).
+# `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN), the
+# name possibly a quoted mapping key; each a name and its separator, then the value (`_VALUE`).
+# A name that holds no secret is passed over up to its separator only: its value is read too.
 _ASSIGNMENTS = (
-    r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
-    r"\b([A-Z_][A-Z0-9_]*)(\s*:\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
+    r"\b([A-Za-z_][A-Za-z0-9_]*)([\"']?\s*=\s*)",
+    r"\b([A-Z_][A-Z0-9_]*)([\"']?\s*:\s*)",
 )
+_VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
 # A flag whose last word names a credential (`--hf-token x`, `--password=x`, `'--token', 'x'`
 # in a printed list), and a URL's password (`http://user:pw@host`).
 _FLAG_NAME = (
@@ -248,14 +251,34 @@ def floor_secret(name):
     return bool(_FLOOR(name.upper()))
 
 
+def _cut_masked(text, bound, known):
+    """`text` cut to `bound` characters, the known values masked first (in the text up to
+    `bound` plus the longest of them, so one starting before the cut is masked whole), and
+    never the start of a word that went on past the cut (as reconciler/scrub.py's `_cut_masked`)."""
+    window = text[: bound + min(max([len(v) for v in known] or [0]), bound)]
+    out = window
+    for value in known:  # longest first
+        out = out.replace(value, "***")
+    if len(out) > bound:
+        out, following = out[:bound], out[bound]
+    else:
+        following = text[len(window) : len(window) + 1]
+    if following and not following.isspace() and out[-1:] and not out[-1].isspace():
+        kept = out.rsplit(None, 1)
+        out = (kept[0] if len(kept) == 2 else "") + " \u2026"
+    return out
+
+
 def scrub_text(text, secrets=()):
     """One short printable line without a known secret value, a header or a key-shaped run."""
     import re  # only an error's text comes here
 
-    out = str(text)[:2400]
-    for value in sorted(set(_KNOWN) | set(secrets), key=len, reverse=True):
-        if isinstance(value, str) and len(value) >= 4:
-            out = out.replace(value, "***")
+    known = [
+        value
+        for value in sorted(set(_KNOWN) | set(secrets), key=len, reverse=True)
+        if isinstance(value, str) and len(value) >= 4
+    ]
+    out = _cut_masked(str(text), 2400, known)
     cut = re.search(_CREDENTIAL, out)
     if cut:
         out = out[: cut.start()].rstrip() + " [redacted]"
@@ -264,13 +287,23 @@ def scrub_text(text, secrets=()):
         rest = out[cut.end() :]
         out = out[: cut.start()].rstrip() + (" [redacted]" if rest.strip() else "")
 
-    def assignment(match):
-        name, sep, value = match.groups()
-        if value in _STATE_WORDS or not floor_secret(name):
-            return match.group(0)
-        if ":" in sep and len(value) < 4:
-            return match.group(0)
-        return name + sep + "***"
+    def assignments(pattern, text):
+        pieces = []  # type: list
+        done = at = 0
+        found = pattern.search(text)
+        while found is not None:
+            at = found.end()  # after the separator: a value not masked is read on
+            taken = value_of.match(text, at) if floor_secret(found.group(1)) else None
+            value = taken.group(0) if taken else ""
+            if (
+                taken
+                and value not in _STATE_WORDS
+                and (":" not in found.group(2) or len(value) >= 4)
+            ):
+                pieces += (text[done:at], "***")
+                done = at = taken.end()
+            found = pattern.search(text, at)
+        return "".join(pieces) + text[done:] if pieces else text
 
     def run(match):
         token = match.group(0)
@@ -290,8 +323,9 @@ def scrub_text(text, secrets=()):
             return match.group(0)
         return name + sep + "***" + end
 
+    value_of = re.compile(_VALUE)
     for pattern in _ASSIGNMENTS:
-        out = re.sub(pattern, assignment, out)
+        out = assignments(re.compile(pattern), out)
     out = re.sub(_SECRET_FLAG, flag, out)
     out = re.sub(_SECRET_ITEM, flag, out)
     out = re.sub(_USERINFO, r"\1:***@", out)
@@ -570,7 +604,7 @@ class Run:
 
     def mask_argv(self, argv):
         """`--api-key=X` / `--api-key X` (and every flag named like a secret) carry secrets in
-        argv too."""
+        argv too, and so does any word that assigns a secret name (`mask_assignments`)."""
         out = []  # type: list
         hide_next = False
         for arg in argv or []:
@@ -583,9 +617,67 @@ class Run:
             if eq and self.secret_flag(flag):
                 out.append(flag + "=" + json_dumps({"secret": self.digest(value)}))
             else:
-                out.append(arg)
+                out.append(self.mask_assignments(arg) if isinstance(arg, str) else arg)
                 hide_next = isinstance(arg, str) and self.secret_flag(arg)
         return out
+
+    def mask_assignments(self, word):
+        """`word` with the value of every assignment to a secret name hashed, in the form an
+        inline flag's value takes (`HF_TOKEN={"secret": "hmac:..."}`): a command may set a
+        variable itself (`env HF_TOKEN=x vllm ...`, `bash -c 'export KEY=x; exec "$@"'`).
+        An assignment is what reconciler/scrub.py's assignment expressions take for one:
+        `NAME=value`, or `NAME: value` with an upper-case NAME, the NAME possibly quoted
+        (`{"HF_TOKEN": "x"}`), the value quoted or up to a blank or one of `,;)}`; any value
+        but an empty or blank one is hashed (prose has no place in a command). Read without
+        importing re. The render's command and a container's are masked alike with
+        the run's key, so equal commands stay equal and a changed secret reads changed."""
+        if "=" not in word and ":" not in word:  # nearly every word
+            return word
+        out, done, at, size = [], 0, 0, len(word)
+        while at < size:
+            eq, colon = word.find("=", at), word.find(":", at)
+            sep = eq if colon < 0 or 0 <= eq < colon else colon
+            if sep < 0:
+                break
+            at = sep + 1
+            end = sep
+            while end > done and word[end - 1].isspace():
+                end -= 1
+            if end > done and word[end - 1] in "\"'":
+                end -= 1
+            start = end
+            while start > done and word[start - 1] in _NAME:
+                start -= 1
+            name = word[start:end]
+            if (
+                not name
+                or name[0] not in _FIRST
+                or (start > 0 and word[start - 1] in _NAME)  # inside a longer word
+                or (sep == colon and name.upper() != name)  # `label: x` is prose
+                or not self.is_secret(name)
+            ):
+                continue
+            begin = sep + 1
+            while begin < size and word[begin].isspace():
+                begin += 1
+            quote = word[begin : begin + 1]
+            close = word.find(quote, begin + 1) if quote in ("'", '"') else -1
+            if close > 0:
+                value, stop = word[begin + 1 : close], close + 1
+            else:
+                stop = begin
+                while stop < size and not word[stop].isspace() and word[stop] not in ",;)}":
+                    stop += 1
+                value = word[begin:stop]
+            if not value.strip():
+                continue  # nothing assigned, or blanks: no secret (as `masked` reads them)
+            out.append(word[done:begin])
+            out.append(json_dumps({"secret": self.digest(value)}))
+            done = at = stop
+        if not out:
+            return word
+        out.append(word[done:])
+        return "".join(out)
 
     def mask_command(self, entrypoint, command):
         """(entrypoint, command), masked as the ONE line Docker runs: a secret flag ending the
