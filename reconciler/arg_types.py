@@ -1,9 +1,10 @@
 """Command-line values that name a place, checked as argparse reads them.
 
 An empty `--from-snapshot ""` (a script's unset variable) was no snapshot at all: the run went
-to the live boxes instead of replaying. A relative DIR was later joined to `--root` where the
-snapshot carries its facts. So a directory argument is refused when empty and made absolute
-against the working directory, once, here.
+to the live boxes instead of replaying; an empty `-o ""` printed the report instead of writing
+it. So no path argument may be empty. A relative DIR was later joined to `--root` where the
+snapshot carries its facts, so a directory argument is also made absolute against the working
+directory, once, here.
 """
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ import os
 
 def directory(text: str) -> str:
     """A DIR argument: not empty, absolute (against the working directory)."""
+    return os.path.abspath(file_path(text))
+
+
+def file_path(text: str) -> str:
+    """A FILE or PATH argument (-o, --metrics, --history, --evidence, import's --output): not
+    empty, as given. An empty one used to mean "not given": `-o "$OUT"` with OUT unset printed
+    the report instead of writing it, `--history ""` recorded into the default store."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (is a variable unset?)")
     if "\0" in text:
         raise argparse.ArgumentTypeError("a path with a NUL byte")
-    return os.path.abspath(text)
+    return text

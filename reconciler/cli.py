@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler import __version__
-from reconciler.arg_types import directory
+from reconciler.arg_types import directory, file_path
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -396,7 +396,9 @@ def _register_schema(sub: Any) -> None:
         "since layers are partial), for editor completion. schema/desired-state.schema.json is "
         "this output, committed.",
     )
-    schema_p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    schema_p.add_argument(
+        "-o", "--output", metavar="FILE", type=file_path, help="write to FILE instead of stdout"
+    )
     schema_p.add_argument(
         "--report",
         action="store_true",
@@ -425,7 +427,9 @@ def _register_drift(sub: Any) -> None:
         default="text",
         help="report format (html: one self-contained page, docs/html-report.md)",
     )
-    drift_p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    drift_p.add_argument(
+        "-o", "--output", metavar="FILE", type=file_path, help="write the report to FILE"
+    )
     drift_p.add_argument(
         "--save-snapshot",
         type=directory,
@@ -474,7 +478,9 @@ def _register_import(sub: Any) -> None:
     import_p.add_argument(
         "--from-snapshot", type=directory, metavar="DIR", help="adopt saved observations"
     )
-    import_p.add_argument("--output", required=True, metavar="NEWROOT", help="new repository")
+    import_p.add_argument(
+        "--output", required=True, metavar="NEWROOT", type=file_path, help="new repository"
+    )
     import_p.add_argument("--force", action="store_true", help="replace an existing NEWROOT")
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reconciler.arg_types import file_path
 from reconciler.cli import _boxes
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ def register(sub: Any, load: Any) -> None:
     apply_p.add_argument(
         "--evidence",
         metavar="DIR",
+        type=file_path,
         default=os.environ.get(EVIDENCE_ENV, "evidence"),
         help=f"where evidence records go (default: ${EVIDENCE_ENV} or ./evidence)",
     )

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from reconciler.arg_types import directory
+from reconciler.arg_types import directory, file_path
 
 FORMATS = ("text", "json", "markdown", "html")
 EXIT_ERROR = 1
@@ -31,7 +31,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_audit)
     p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes to audit (default: all)")
     p.add_argument("--format", choices=FORMATS, default="text", help="report format")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", type=file_path, help="write the report to FILE"
+    )
     p.add_argument(
         "--save-snapshot",
         type=directory,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler.arg_types import directory
+from reconciler.arg_types import directory, file_path
 
 if TYPE_CHECKING:
     import sqlite3
@@ -37,7 +37,12 @@ def register(subparsers: Any) -> None:
         metavar="WHEN",
         help="runs started since: 2026-11-30, 2026-11-30T18:00 (UTC), or an age: 90m, 6h, 7d",
     )
-    h.add_argument("--history", metavar="PATH", help="the store (default: the user's state dir)")
+    h.add_argument(
+        "--history",
+        metavar="PATH",
+        type=file_path,
+        help="the store (default: the user's state dir)",
+    )
     h.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     h.add_argument("--keep", type=_count, metavar="N", help="keep at most N runs (0: any number)")
     h.add_argument("--days", type=_count, metavar="D", help="keep D days of runs (0: any age)")
@@ -65,7 +70,12 @@ def register(subparsers: Any) -> None:
         metavar=("DIR_A", "DIR_B"),
         help="compare two saved snapshots (--save-snapshot) instead of recorded runs",
     )
-    d.add_argument("--history", metavar="PATH", help="the store (default: the user's state dir)")
+    d.add_argument(
+        "--history",
+        metavar="PATH",
+        type=file_path,
+        help="the store (default: the user's state dir)",
+    )
     d.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 

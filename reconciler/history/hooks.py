@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reconciler.arg_types import file_path
+
 EXIT_ERROR = 1
 
 
@@ -23,12 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics",
         metavar="FILE",
+        type=file_path,
         help="also write Prometheus metrics to FILE (atomically; for node_exporter's textfile "
         "collector)",
     )
     parser.add_argument(
         "--history",
         metavar="PATH",
+        type=file_path,
         help="record the run in this SQLite store (default: $XDG_STATE_HOME/fleet-reconciler/"
         "history.sqlite3; a replay --from-snapshot is recorded only with --history)",
     )

@@ -19,6 +19,16 @@ EMPTY = {
     "audit --from-snapshot": ["audit", "--from-snapshot", ""],
     "import --from-snapshot": ["import", "--from-snapshot", "", "--output", "/tmp/never"],
     "diff --from-snapshot": ["diff", "--from-snapshot", str(SNAPSHOT), ""],
+    # A file or path argument: `-o ""` printed the report instead of writing it, `--history ""`
+    # recorded into the default store, `--metrics ""` wrote nothing, all without a word.
+    "drift -o/--output": ["drift", "--from-snapshot", str(SNAPSHOT), "-o", ""],
+    "drift --metrics": ["drift", "--from-snapshot", str(SNAPSHOT), "--metrics", " "],
+    "drift --history": ["drift", "--from-snapshot", str(SNAPSHOT), "--history", ""],
+    "audit -o/--output": ["audit", "--from-snapshot", str(SNAPSHOT), "-o", ""],
+    "schema -o/--output": ["schema", "--report", "-o", ""],
+    "history --history": ["history", "--history", ""],
+    "apply --evidence": ["apply", "thor", "--yes", "--evidence", ""],
+    "import --output": ["import", "--from-snapshot", str(SNAPSHOT), "--output", ""],
 }
 
 
