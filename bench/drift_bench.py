@@ -1,12 +1,17 @@
 """Benchmark `reconcile drift` on the three-box lab against the floor, in one run.
 
 The floor is the least any drift tool must do: one SSH command per box, all boxes in
-parallel, running `docker inspect` of the compose project's containers. The peer is pyinfra's
-own API (connect, then run that same command through its SSH connector). Every timing is the
-median of N runs taken in this one process, so the table compares like with like; absolute
-seconds depend on the machine and its load, the ratios much less.
+parallel, running `docker inspect` of the compose project's containers, with the ssh options
+the tool's own ssh_argv sets (reconciler/observe/transport.py). The peer is pyinfra's own API
+(connect, then run that same command through its SSH connector), given each box's ssh settings
+computed before the timing. Every timing is the median of N rounds taken in this one process,
+each round running every row once in an order shuffled anew (seeded, the seed in the output),
+so the table compares like with like; absolute seconds depend on the machine and its load, the
+ratios much less. The issue's goals for three boxes (a repeated run within 3x the warm floor,
+a run with new connections within 1.5x the cold floor) are computed from the same rounds.
 
-    .venv/bin/python bench/drift_bench.py [--runs 7] [--output BENCHMARKS.md] [--baseline DIR]
+    .venv/bin/python bench/drift_bench.py [--runs 7] [--seed S] [--output BENCHMARKS.md]
+        [--baseline DIR]
 
 Needs the lab up (`python -m lab up`).
 """
@@ -15,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -26,15 +33,23 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reconciler.desired.fingerprint import entry_name  # noqa: E402
 from reconciler.desired.load import load_fleet  # noqa: E402
+from reconciler.desired.pyinfra_data import host_data  # noqa: E402
 from reconciler.drift_inputs import targets  # noqa: E402
-from reconciler.observe.transport import Target, control_dir, refuse_unsafe  # noqa: E402
+from reconciler.observe.transport import (  # noqa: E402
+    Target,
+    control_dir,
+    ssh_argv,
+    ssh_config_path,
+)
 
 INSPECT = "docker inspect $(docker ps -aq --filter label=com.docker.compose.project=lobes)"
 
@@ -45,23 +60,36 @@ def warm_sockets() -> Path:
     return Path(tempfile.mkdtemp(prefix="fleet-bench-ssh-"))
 
 
-def floor_ssh(target: Target, warm: bool = False) -> list[str]:
-    """Plain OpenSSH. Cold: a fresh connection each time, what an operator's loop would do.
-    Warm: through a persisted master, as a repeated `reconcile drift` runs (issue 12)."""
-    refuse_unsafe(target)  # `-l` and `--` as in ssh_argv; never a user or host like `-o...`
+# The options of ssh_argv that share connections: the floor sets its own.
+SHARING = ("ControlMaster", "ControlPath", "ControlPersist")
+
+
+def floor_ssh(target: Target, warm: bool = False, command: str = INSPECT) -> list[str]:
+    """Plain OpenSSH with every option the tool's ssh_argv sets (batch mode, timeouts, the key
+    alone with IdentitiesOnly, the pinned known_hosts alone: GlobalKnownHostsFile=/dev/null,
+    KnownHostsCommand=none), but the floor's own connection sharing, never the tool's masters.
+    Cold: a fresh connection each time, what an operator's loop would do. Warm: through a
+    persisted master, as a repeated `reconcile drift` runs (issue 12)."""
     sharing = (
-        ["-o", "ControlMaster=auto", "-o", f"ControlPath={warm_sockets()}/%C",
+        ["-o", "ControlMaster=auto", "-o",
+         f"ControlPath={ssh_config_path(str(warm_sockets()), '/%C')}",
          "-o", "ControlPersist=120"]
         if warm
         else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     )  # fmt: skip
-    return [
-        "ssh", "-l", target.user, "-p", str(target.port), "-i", str(target.key_file),
-        "-o", "BatchMode=yes",
-        "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-        *sharing,
-        "--", target.hostname, INSPECT,
-    ]  # fmt: skip
+    # ssh_argv refuses a user or host ssh could read as an option (`-l` and `--` as there).
+    tool = iter(ssh_argv(target, command))
+    argv: list[str] = []
+    for arg in tool:
+        if arg == "--":
+            return [*argv, *sharing, arg, *tool]
+        if arg == "-o":
+            value = next(tool)
+            if value.split("=", 1)[0] not in SHARING:
+                argv += [arg, value]
+        else:
+            argv.append(arg)
+    raise AssertionError(f"ssh_argv gave no `--`: {argv}")
 
 
 def floor(warm: bool) -> Callable[[list[Target]], None]:
@@ -89,17 +117,32 @@ def close_warm_floor() -> None:
         )
 
 
-def run_pyinfra(_targets: list[Target]) -> None:
-    # A separate process: the import cost of pyinfra is part of what a user pays.
-    code = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("pyinfra_peer.py"))],
-        cwd=ROOT,
-        capture_output=True,
-        check=False,
-        env={**os.environ, "FLEET_INVENTORY": "lab"},
-    )
-    if code.returncode != 0:
-        raise SystemExit(f"pyinfra peer failed: {code.stderr.decode()[-500:]}")
+def peer_hosts(fleet: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Each box's ssh settings as pyinfra's host data (host, user, port, key, the pinned
+    known_hosts), as inventory.py gives them to pyinfra: computed before any timing."""
+    return [
+        (box, {k: v for k, v in host_data(fleet, box).items() if k.startswith("ssh_")})
+        for box in fleet.boxes
+    ]
+
+
+def run_pyinfra(hosts: list[tuple[str, dict[str, Any]]]) -> Callable[[list[Target]], None]:
+    """pyinfra's API in a separate process (Python's start and importing pyinfra are part of
+    what a user pays, as the tool's row pays its own), given the hosts' settings: it neither
+    imports nor loads the tool's desired state."""
+    spec = json.dumps(hosts)
+
+    def run(_targets: list[Target]) -> None:
+        code = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("pyinfra_peer.py")), spec],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        )
+        if code.returncode != 0:
+            raise SystemExit(f"pyinfra peer failed: {code.stderr.decode()[-500:]}")
+
+    return run
 
 
 def drift_cli(tree: Path = ROOT) -> Callable[[list[Target]], None]:
@@ -143,18 +186,23 @@ class Method:
 class Result:
     seconds: float  # median wall time of one run
     cpu: float  # median CPU of the processes it started here (ssh clients, Python)
+    walls: tuple[float, ...] = ()  # every round's wall time, in the rounds' order
 
 
-def medians(methods: list[Method], all_targets: list[Target], runs: int) -> list[Result]:
-    """Interleaved rounds: every round times each method once, in a rotating order, so a
-    change in the machine's load during the benchmark touches every method alike."""
+def medians(
+    methods: list[Method], all_targets: list[Target], runs: int, rng: random.Random
+) -> list[Result]:
+    """Interleaved rounds: every round times each method once, in an order shuffled anew each
+    round (`rng`), so a change in the machine's load during the benchmark, or what one row
+    leaves behind for the next, touches every method alike."""
     for m in methods:  # warm-up: page cache, the box's render cache, the ssh master
         m.run(all_targets)
     walls: list[list[float]] = [[] for _ in methods]
     cpus: list[list[float]] = [[] for _ in methods]
-    for round_no in range(runs):
-        shift = round_no % len(methods)
-        for index in [*range(shift, len(methods)), *range(shift)]:
+    for _round in range(runs):
+        order = list(range(len(methods)))
+        rng.shuffle(order)
+        for index in order:
             m = methods[index]
             if m.before:
                 m.before()
@@ -164,7 +212,8 @@ def medians(methods: list[Method], all_targets: list[Target], runs: int) -> list
             walls[index].append(time.perf_counter() - started)
             cpus[index].append(_children_cpu() - cpu_before)
     return [
-        Result(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)
+        Result(statistics.median(w), statistics.median(c), tuple(w))
+        for w, c in zip(walls, cpus, strict=True)
     ]
 
 
@@ -183,11 +232,55 @@ def forgetting(tree: Path) -> Callable[[], None]:
     return forget_inputs
 
 
+REPEATED = "`reconcile drift`, repeated (ssh master up, inputs remembered)"
+NEW_CONNECTIONS = "`reconcile drift`, new ssh connections"
 DRIFT_ROWS = (
-    ("`reconcile drift`, repeated (ssh master up, inputs remembered)", None),
-    ("`reconcile drift`, new ssh connections", "close"),
+    (REPEATED, None),
+    (NEW_CONNECTIONS, "close"),
     ("`reconcile drift` after an edit (loads and validates the YAML)", "forget"),
 )
+WARM_FLOOR = "floor, warm: the same through persisted ssh masters"
+
+
+def cold_floor_name(boxes: int) -> str:
+    return f"floor: {boxes} parallel OpenSSH `docker inspect`, new connections"
+
+
+def goal(what: str, limit: float, tool: Result, floor: Result) -> str:
+    """One goal of the issue as measured: the ratio of the medians decides; each round's own
+    ratio (tool and floor from the same round) says how steady it was."""
+    ratio = tool.seconds / floor.seconds
+    rounds = [t / f for t, f in zip(tool.walls, floor.walls, strict=True)]
+    within = sum(r <= limit for r in rounds)
+    spread = (
+        f"; each round's own ratio {min(rounds):.2f}x to {max(rounds):.2f}x, within {limit:g}x "
+        f"in {within} of {len(rounds)} rounds"
+        if rounds
+        else ""
+    )
+    return (
+        f"- {what} within {limit:g}x: {'met' if ratio <= limit else 'not met'} "
+        f"({ratio:.2f}x the medians{spread})."
+    )
+
+
+def goals(by_name: dict[str, Result], boxes: int) -> list[str]:
+    """Issue 12's goals for the three-box lab, computed from this run's rounds."""
+    return [
+        f"Goals (issue 12), {boxes} boxes, from these rounds:",
+        goal(
+            "a repeated run against the warm floor",
+            3,
+            by_name[REPEATED],
+            by_name[WARM_FLOOR],
+        ),
+        goal(
+            "a run with new connections against the cold floor",
+            1.5,
+            by_name[NEW_CONNECTIONS],
+            by_name[cold_floor_name(boxes)],
+        ),
+    ]
 
 
 def drift_methods(tree: Path, label: str = "") -> list[Method]:
@@ -204,6 +297,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument(
+        "--seed", type=int, help="seed of each round's shuffled order (default: a random one)"
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="a checkout of an earlier version (with its own .venv, and .lab linked to this "
@@ -219,17 +315,19 @@ def main() -> int:
         )
     fleet = load_fleet(ROOT, "lab")
     all_targets = list(targets(fleet, list(fleet.boxes)).values())
-    n = args.runs
+    hosts = peer_hosts(fleet)  # before any timing: the peer is given them
+    boxes = len(all_targets)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     methods = [
-        Method("floor: 3 parallel OpenSSH `docker inspect`, new connections", floor(warm=False)),
-        Method("floor, warm: the same through persisted ssh masters", floor(warm=True)),
-        Method("pyinfra 3.10 API: connect + the same command", run_pyinfra),
+        Method(cold_floor_name(boxes), floor(warm=False)),
+        Method(WARM_FLOOR, floor(warm=True)),
+        Method(f"pyinfra {version('pyinfra')} API: connect + the same command", run_pyinfra(hosts)),
         *drift_methods(ROOT),
     ]
     if args.baseline:
         methods += drift_methods(args.baseline.resolve(), BASELINE_LABEL)
     try:
-        results = medians(methods, all_targets, n)
+        results = medians(methods, all_targets, args.runs, random.Random(seed))
     finally:
         close_warm_floor()
     cold, warm = results[0].seconds, results[1].seconds
@@ -237,10 +335,11 @@ def main() -> int:
     lines = [
         "# Benchmarks",
         "",
-        f"`bench/drift_bench.py`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, on the three-box lab "
-        f"(`python -m lab up`), {os.cpu_count()} cores shared by the controller and all three "
-        f"boxes, load average {load:.1f} at the end. Median of {args.runs} interleaved rounds "
-        "(each round runs every row once, in a rotating order); ratios are to the floors "
+        f"`bench/drift_bench.py`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, on the {boxes}-box lab "
+        f"(`python -m lab up`), {os.cpu_count()} cores shared by the controller and all "
+        f"{boxes} boxes, load average {load:.1f} at the end. Median of {args.runs} interleaved "
+        "rounds (each round runs every row once, in an order shuffled anew each round: "
+        f"Python's `random.Random({seed})`); ratios are to the floors "
         "measured in the same rounds: a run that opens new connections against the cold "
         "floor, a run through persisted masters against the warm one. CPU is what the row's "
         "own processes on the controller used (ssh clients, Python), not the boxes' side.",
@@ -254,6 +353,7 @@ def main() -> int:
         f"| {r.cpu:.3f} |"
         for m, r in ours
     ]
+    lines += ["", *goals({m.name: r for m, r in ours}, boxes)]
     if args.baseline:
         lines += baseline_section(args.baseline, methods, results, cold)
     lines += EXPLANATION
@@ -316,12 +416,16 @@ EXPLANATION = [
     "",
     "## What each row does",
     "",
-    "- **floor**: three `ssh` processes at once, each a new connection running",
+    "- **floor**: one `ssh` process a box, all at once, each a new connection running",
     "  `docker inspect` of the compose project's containers: the least any drift tool must do.",
-    "  *Warm*: the same three commands through persisted ssh masters (ControlPersist), as a",
+    "  Its ssh options are the tool's own (ssh_argv: BatchMode, the key alone with",
+    "  IdentitiesOnly, the pinned known_hosts alone), its connection sharing its own.",
+    "  *Warm*: the same commands through persisted ssh masters (ControlPersist), as a",
     "  repeated drift run connects: the floor to compare a repeated run with.",
     "- **pyinfra**: pyinfra's own API in a fresh process (its default paramiko connector):",
-    "  connect to the three boxes and run that same command (bench/pyinfra_peer.py).",
+    "  connect to the boxes and run that same command (bench/pyinfra_peer.py). It is given",
+    "  each box's ssh settings (host, user, port, key, pinned known_hosts), computed before",
+    "  the timing: the row is Python's start, importing pyinfra, connecting and the command.",
     "- **`reconcile drift`**: the whole command, JSON report on stdout. On each box one",
     "  collector run reads and hashes `.env` and the compose files, inspects containers and",
     "  images over the Engine API, renders the compose project twice (scrubbed and under the",
