@@ -42,6 +42,23 @@ apt_install_missing() {
 }
 apt_install_missing "${APT_PACKAGES[@]}"
 
+# On a systemd machine docker-registry's postinst enables and starts docker-registry.service,
+# a host-wide registry on :5000 (every address) that takes the port from the lab registry on
+# 10.77.0.1:5000. The lab only uses the binary: switch that unit off. A no-op unless systemd
+# runs (/run/systemd/system, as sd_booted() checks) and the unit is active or enabled; never
+# fails the script.
+disable_host_registry() {
+    [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1 || return 0
+    systemctl is-active --quiet docker-registry.service 2>/dev/null \
+        || systemctl is-enabled --quiet docker-registry.service 2>/dev/null \
+        || return 0
+    echo "disabling docker-registry.service (it would hold :5000, the lab registry's port)"
+    systemctl disable --now docker-registry.service >/dev/null 2>&1 \
+        || echo "warning: could not disable docker-registry.service; the lab registry needs :5000" >&2
+    return 0
+}
+disable_host_registry
+
 # Tools only the tests use, in a step of their own (FLEET_SETUP_SKIP_TEST_TOOLS=1 skips it: the
 # demo, and the fresh-root check, which proves the lab's set-up):
 # - Debian's chromium, for the HTML report's test in a real headless browser
@@ -65,7 +82,9 @@ fi
 
 # The Debian packages ship services for a host-wide dockerd/registry/sshd. The lab starts its
 # own instances in namespaces; a host-wide one would only compete for :5000 and :22. Nothing
-# here starts them (no systemd in CI), and we do not stop anything we did not start.
+# here starts them (no systemd in CI), and we do not stop anything we did not start, with one
+# exception above: docker-registry.service, which installing docker-registry starts under
+# systemd and which makes the lab registry unable to bind.
 
 mkdir -p "$TOOLS" "$PLUGIN_DIR"
 

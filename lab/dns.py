@@ -10,12 +10,14 @@ no lookup ever leaves 10.77.0.0/24.
 from __future__ import annotations
 
 from .config import BOXES, BRIDGE_ADDR, LOG_DIR, RUN_ROOT
-from .proc import LabError, log, read_pid, running, spawn, stop_pidfile, wait_for
+from .proc import Identity, LabError, log, read_pid, running, spawn, stop_pidfile, wait_for
 
 BINARY = "/usr/sbin/dnsmasq"
 PIDFILE = RUN_ROOT / "dnsmasq.pid"
 ARGV_FILE = RUN_ROOT / "dnsmasq.argv"
 SERVER = BRIDGE_ADDR
+# What the pid in PIDFILE must be to count as ours (pids are reused; see proc.is_program).
+_IDENTITY: Identity = {"program": BINARY, "argv_has": f"--pid-file={PIDFILE}"}
 
 
 def argv() -> list[str]:
@@ -38,21 +40,21 @@ def argv() -> list[str]:
 
 def ensure() -> None:
     want = "\0".join(argv())
-    if running(PIDFILE) and ARGV_FILE.exists() and ARGV_FILE.read_text() == want:
+    if running(PIDFILE, **_IDENTITY) and ARGV_FILE.exists() and ARGV_FILE.read_text() == want:
         return
-    stop_pidfile(PIDFILE)
+    stop_pidfile(PIDFILE, **_IDENTITY)
     RUN_ROOT.mkdir(parents=True, exist_ok=True)
     ARGV_FILE.write_text(want)
     log(f"dnsmasq {SERVER}:53")
     spawn(argv(), LOG_DIR / "dnsmasq.log")
     try:
-        wait_for(lambda: running(PIDFILE), timeout=10, what="dnsmasq")
+        wait_for(lambda: running(PIDFILE, **_IDENTITY), timeout=10, what="dnsmasq")
     except LabError:
         raise LabError((LOG_DIR / "dnsmasq.log").read_text()[-1000:]) from None
 
 
 def stop() -> None:
-    if stop_pidfile(PIDFILE):
+    if stop_pidfile(PIDFILE, **_IDENTITY):
         log("stopped dnsmasq")
     ARGV_FILE.unlink(missing_ok=True)
 

@@ -16,9 +16,15 @@ from pathlib import Path
 from .config import BRIDGE_ADDR, DOCKER, LOG_DIR, REGISTRY, Box, Builder
 from .dns import SERVER as DNS_SERVER
 from .network import in_netns
-from .proc import LabError, log, run, running, spawn, stop_pidfile, wait_for
+from .proc import Identity, LabError, log, run, running, spawn, stop_pidfile, wait_for
 
 DOCKERD = "/usr/sbin/dockerd"
+
+
+def _identity(engine: Box | Builder) -> Identity:
+    """What the pid in the engine's pidfile must be to count as its dockerd (pids are reused;
+    see proc.is_program): dockerd, started with that very --pidfile."""
+    return {"program": DOCKERD, "argv_has": str(engine.dockerd_pidfile)}
 
 
 def _daemon_json(engine: Box | Builder) -> str:
@@ -120,9 +126,9 @@ def start(engine: Box | Builder) -> bool:
     want = "\0".join(argv) + "\0" + _daemon_json(engine)
     argv_file = _argv_file(engine)
     same = argv_file.exists() and argv_file.read_text() == want
-    if same and running(engine.dockerd_pidfile) and responds(engine):
+    if same and running(engine.dockerd_pidfile, **_identity(engine)) and responds(engine):
         return False
-    stop_pidfile(engine.dockerd_pidfile, timeout=60)
+    stop_pidfile(engine.dockerd_pidfile, timeout=60, **_identity(engine))
     engine.data_root.mkdir(parents=True, exist_ok=True)
     engine.docker_socket.unlink(missing_ok=True)
     argv_file.write_text(want)
@@ -148,11 +154,11 @@ def container_ids(engine: Box | Builder) -> list[str]:
 
 def stop(engine: Box | Builder) -> None:
     """Remove every container (fast: no per-container stop timeout), then stop dockerd."""
-    if running(engine.dockerd_pidfile) and responds(engine):
+    if running(engine.dockerd_pidfile, **_identity(engine)) and responds(engine):
         ids = container_ids(engine)
         if ids:
             run([DOCKER, "-H", engine.docker_host, "rm", "-f", *ids], check=False, timeout=120)
-    if stop_pidfile(engine.dockerd_pidfile, timeout=30):
+    if stop_pidfile(engine.dockerd_pidfile, timeout=30, **_identity(engine)):
         log(f"stopped dockerd {engine.name}")
     engine.docker_socket.unlink(missing_ok=True)
 
@@ -185,6 +191,8 @@ def registry_reachable_from(box: Box) -> bool:
                 box,
                 [
                     "curl",
+                    "--noproxy",
+                    "*",  # the lab's own registry: never through a proxy
                     "-fsS",
                     "-o",
                     "/dev/null",

@@ -85,7 +85,8 @@ def check(
             h.problems.append(f"{svc}: no container")
         elif lane.state != "running" or lane.health != "healthy":
             h.problems.append(f"{svc}: {lane.state}/{lane.health}")
-    own = client or httpx.Client(timeout=3)
+    # trust_env=False: a gateway is a lab address; http_proxy/ALL_PROXY must not send it away.
+    own = client or httpx.Client(timeout=3, trust_env=False)
     try:
         try:
             r = own.get(f"{box.gateway_origin}/health")

@@ -11,13 +11,15 @@ import shutil
 import httpx
 
 from .config import BRIDGE_ADDR, LOG_DIR, REGISTRY, RUN_ROOT, STATE_ROOT
-from .proc import LabError, log, running, spawn, stop_pidfile, wait_for
+from .proc import Identity, LabError, log, running, spawn, stop_pidfile, wait_for
 
 BINARY = "/usr/bin/docker-registry"
 PIDFILE = RUN_ROOT / "registry.pid"
 CONFIG = RUN_ROOT / "registry.yml"
 STORAGE = STATE_ROOT / "registry"
-URL = f"http://{REGISTRY}"
+URL = f"http://{REGISTRY}"  # requests to it ignore *_proxy (trust_env=False): lab-only address
+# What the pid in PIDFILE must be to count as ours (pids are reused; see proc.is_program).
+_IDENTITY: Identity = {"program": BINARY, "argv_has": str(CONFIG)}
 
 _CONFIG_TEXT = f"""\
 # docker-registry of the fleet lab (written by lab/registry.py)
@@ -38,7 +40,7 @@ http:
 
 def healthy() -> bool:
     try:
-        return httpx.get(f"{URL}/v2/", timeout=1.0).status_code == 200
+        return httpx.get(f"{URL}/v2/", timeout=1.0, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -48,9 +50,9 @@ def ensure() -> None:
     changed = not CONFIG.exists() or CONFIG.read_text() != _CONFIG_TEXT
     if changed:
         CONFIG.write_text(_CONFIG_TEXT)
-    if running(PIDFILE) and not changed and healthy():
+    if running(PIDFILE, **_IDENTITY) and not changed and healthy():
         return
-    stop_pidfile(PIDFILE)
+    stop_pidfile(PIDFILE, **_IDENTITY)
     STORAGE.mkdir(parents=True, exist_ok=True)
     log(f"registry {REGISTRY}")
     proc = spawn([BINARY, "serve", str(CONFIG)], LOG_DIR / "registry.log")
@@ -77,14 +79,19 @@ def has_manifest(ref: str) -> bool:
         ]
     )
     try:
-        r = httpx.head(f"{URL}/v2/{repo}/manifests/{digest}", headers={"Accept": accept}, timeout=3)
+        r = httpx.head(
+            f"{URL}/v2/{repo}/manifests/{digest}",
+            headers={"Accept": accept},
+            timeout=3,
+            trust_env=False,
+        )
     except httpx.HTTPError:
         return False
     return r.status_code == 200
 
 
 def stop() -> None:
-    if stop_pidfile(PIDFILE):
+    if stop_pidfile(PIDFILE, **_IDENTITY):
         log("stopped registry")
 
 

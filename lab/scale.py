@@ -357,15 +357,21 @@ def _sshd_config(b: ScaleBox, hang: bool = False) -> str:
     )
 
 
+def _sshd_identity(b: ScaleBox) -> dict[str, str]:
+    """What the pid in a scale box's sshd pidfile must be to count as its sshd (pids are
+    reused; proc.is_program): sshd with this box's config on its command line."""
+    return {"program": "/usr/sbin/sshd", "argv_has": str(b.run_dir / "sshd_config")}
+
+
 def _sshd(b: ScaleBox, hang: bool = False) -> None:
     b.run_dir.mkdir(parents=True, exist_ok=True)
     cfg = b.run_dir / "sshd_config"
     text = _sshd_config(b, hang)
     changed = not cfg.exists() or cfg.read_text() != text
     cfg.write_text(text)
-    if running(b.sshd_pidfile) and not changed:
+    if running(b.sshd_pidfile, **_sshd_identity(b)) and not changed:
         return
-    stop_pidfile(b.sshd_pidfile)
+    stop_pidfile(b.sshd_pidfile, **_sshd_identity(b))
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     spawn(
         ["nsenter", f"--net=/run/netns/{b.netns}", "--", "/usr/sbin/sshd", "-D", "-f", str(cfg),
@@ -487,7 +493,7 @@ def _remove(fleet: list[ScaleBox]) -> None:
             ids = run([*engine.docker_cli, "ps", "-aq", "--filter", label], check=False)
             if ids.stdout.split():
                 run([*engine.docker_cli, "rm", "-f", *ids.stdout.split()], check=False)
-        stop_pidfile(b.sshd_pidfile)
+        stop_pidfile(b.sshd_pidfile, **_sshd_identity(b))
         if Path("/run/netns", b.netns).exists():
             run(["ip", "netns", "del", b.netns], check=False)
         if ok(["ip", "link", "show", "dev", b.veth]):

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from .config import CLIENT_KEY, KNOWN_HOSTS, LOG_DIR, SSH_DIR, Box
 from .network import in_netns
-from .proc import log, run, running, spawn, stop_pidfile, wait_for
+from .proc import Identity, log, run, running, spawn, stop_pidfile, wait_for
 
 HOSTKEY_DIR = SSH_DIR / "hostkeys"
+SSHD = "/usr/sbin/sshd"
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -91,6 +92,13 @@ def config_text(head: list[str], *, address: str, hostkey: Path, pidfile: Path, 
     )
 
 
+def _identity(box: Box) -> Identity:
+    """What the pid in the box's sshd pidfile must be to count as its sshd (pids are reused;
+    see proc.is_program): sshd with this box's config file on its command line (its process
+    title keeps it: "sshd: /usr/sbin/sshd -D -f <config> ... [listener]")."""
+    return {"program": SSHD, "argv_has": str(config_path(box))}
+
+
 def _listening(box: Box) -> bool:
     try:
         with socket.create_connection((box.address, 22), timeout=0.5):
@@ -105,9 +113,9 @@ def ensure(box: Box) -> None:
     changed = not cfg.exists() or cfg.read_text() != text
     if changed:
         cfg.write_text(text)
-    if running(box.sshd_pidfile) and not changed:
+    if running(box.sshd_pidfile, **_identity(box)) and not changed:
         return
-    stop_pidfile(box.sshd_pidfile)
+    stop_pidfile(box.sshd_pidfile, **_identity(box))
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
     run(["/usr/sbin/sshd", "-t", "-f", cfg])
     log(f"sshd {box.name} {box.address}:22")
@@ -121,11 +129,11 @@ def ensure(box: Box) -> None:
         LOG_DIR / f"sshd-{box.name}.out",
     )
     wait_for(
-        lambda: _listening(box) and running(box.sshd_pidfile),
+        lambda: _listening(box) and running(box.sshd_pidfile, **_identity(box)),
         timeout=10,
         what=f"sshd on {box.name}",
     )
 
 
 def stop(box: Box) -> None:
-    stop_pidfile(box.sshd_pidfile)
+    stop_pidfile(box.sshd_pidfile, **_identity(box))

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -125,21 +126,84 @@ def ensure_tarball(cache_dir: Path) -> Path:
     return tarball
 
 
+DEBOOTSTRAP_TIMEOUT = 900  # s per attempt; a healthy run takes about a minute
+
+
 def _debootstrap(tool: str, scratch: Path, attempts: int = 2) -> Path:
-    """Run debootstrap into a fresh directory; one retry, since a mirror hiccup is common."""
+    """Run debootstrap into a fresh directory; one retry, since a mirror hiccup is common.
+
+    Each attempt gets DEBOOTSTRAP_TIMEOUT seconds; a stuck one (a mirror that stops sending)
+    is killed with its whole process group and counts as a failed attempt.
+    """
     tail = ""
     for attempt in range(1, attempts + 1):
         root = scratch / f"root-{attempt}"
-        done = subprocess.run(
-            [tool, f"--variant={VARIANT}", f"--include={','.join(INCLUDE)}", SUITE, str(root),
-             debian_mirror()],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode == 0:
+        argv = [tool, f"--variant={VARIANT}", f"--include={','.join(INCLUDE)}", SUITE, str(root),
+                debian_mirror()]  # fmt: skip
+        returncode, output = _run_bounded(argv, DEBOOTSTRAP_TIMEOUT)
+        if returncode == 0:
             return root
-        tail = (done.stdout + done.stderr)[-3000:]
+        if returncode is None:
+            tail = f"timed out after {DEBOOTSTRAP_TIMEOUT}s (killed); output so far:\n"
+            tail += output[-3000:]
+        else:
+            tail = output[-3000:]
+        # A killed debootstrap leaves its /proc, /sys (and in a container /dev bind) mounts in
+        # the target: detach them first, or the rmtree would walk into the host's.
+        _unmount_under(root)
         shutil.rmtree(root, ignore_errors=True)
-    raise RuntimeError(f"debootstrap failed {attempts} times; last output:\n{tail}")
+    raise RuntimeError(
+        f"debootstrap failed {attempts} times ({DEBOOTSTRAP_TIMEOUT}s allowed each); "
+        f"last output:\n{tail}"
+    )
+
+
+def _run_bounded(argv: list[str], timeout: float) -> tuple[int | None, str]:
+    """(returncode, stdout+stderr); returncode None when it ran out of time and was killed.
+
+    A session of its own, so the kill reaches debootstrap's children (wget, dpkg, chroot)
+    too: killing only the shell script would leave them holding the output pipe.
+    """
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # something left the group and holds the pipe
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            out = ""
+        return None, out or ""
+
+
+def _unmount_under(root: Path) -> None:
+    """Lazily unmount every mount point at or below `root`, deepest first."""
+    prefix = os.path.realpath(root)  # mountinfo shows resolved paths
+    points = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split()
+            if len(fields) < 5:
+                continue
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            if point == prefix or point.startswith(prefix + "/"):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False, timeout=60)
 
 
 def import_base(docker: Docker, tarball: Path) -> str:

@@ -43,7 +43,8 @@ def on_box(lab: dict[str, Any]) -> Callable[..., subprocess.CompletedProcess[str
 
 @pytest.fixture(scope="session")
 def http(lab: dict[str, Any]) -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=5) as client:
+    # trust_env=False: every target is a lab address; http_proxy/ALL_PROXY must not apply.
+    with httpx.Client(timeout=5, trust_env=False) as client:
         yield client
 
 

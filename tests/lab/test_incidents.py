@@ -72,7 +72,7 @@ def test_gateway_published_on_loopback_is_gone_from_the_bridge(lab, on_box, pris
     url = lab["boxes"]["orin"]["gateway_url"]
     labpkg.incidents.gateway_published_on("orin", "127.0.0.1")
     with pytest.raises(httpx.HTTPError):
-        httpx.get(f"{url}/health", timeout=2)
+        httpx.get(f"{url}/health", timeout=2, trust_env=False)
     inside = on_box("orin", "curl -fsS 127.0.0.1:8000/health").stdout
     assert json.loads(inside)["version"] == "0.91.0"
 
