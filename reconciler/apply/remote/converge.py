@@ -51,6 +51,11 @@ class Failed(Exception):
     """A step that did not work; the message is for the operator and holds no values."""
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGINT (on_stop), raised where the program is: not a Failed, so no `except
+    Failed` on the way swallows it; the converge's own `except Exception` rolls back."""
+
+
 # -- payload: checked whole before the lock, the snapshot or any container is touched --------------
 # The controller runs this same check before it sends (reconciler/apply/payload.py loads these
 # functions from this file), so one set of rules holds on both sides. Messages name the field,
@@ -209,9 +214,12 @@ def _validate_converge(p, home):
         src = _dict("box_secrets.%s" % name, src)
         _home_path("box_secrets.%s.path" % name, src.get("path"), home)
         _named("box_secrets.%s.key" % name, src.get("key"), ENV_KEY)
-    for i, key in enumerate(_list("env_keys", p.get("env_keys", []))):
+    env_keys = _list("env_keys", p.get("env_keys", []))
+    for i, key in enumerate(env_keys):
         if key not in managed:
             raise Failed("env_keys[%d]: not a key of managed_env" % i)
+        if key in env_keys[:i]:  # written twice, an absent key was appended twice
+            raise Failed("env_keys[%d]: %s is listed twice" % (i, key))
     for i, item in enumerate(_list("restore", p.get("restore", []))):
         item = _dict("restore[%d]" % i, item)
         _named("restore[%d].name" % i, item.get("name"), COMPOSE_NAME)
@@ -347,7 +355,7 @@ def scrub(text, secrets=()):
 def reason_of(exc, secrets=()):
     """What went wrong, never what a file or a value held: our own messages are written to hold
     names only; an OSError gives its errno text and file name; anything else only its type."""
-    if isinstance(exc, Failed):
+    if isinstance(exc, (Failed, Stopped)):
         text = str(exc)
     elif isinstance(exc, OSError):
         name = os.path.basename(str(exc.filename)) if exc.filename else ""
@@ -710,6 +718,9 @@ def check_managed_files(box):
 
 
 # -- lock ----------------------------------------------------------------------------------------
+LOCK_WAIT_S = 1.0  # how long acquire() retries a lock held for a moment
+
+
 class Lock:
     """`~/.lobes/.fleet/lock`: an flock held while this process lives, plus who and since when."""
 
@@ -743,12 +754,21 @@ class Lock:
     def acquire(self, holder):
         private_dir(self.fleet)
         fd = self.open_fd(os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            # A listing holds the lock for a moment (is_held): a converge waits that out; one
+            # still held after LOCK_WAIT_S is another run's.
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                busy = exc.errno in (errno.EAGAIN, errno.EACCES)
+                if busy and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                os.close(fd)
+                if not busy:
+                    raise
             who = self.holder()
             raise Failed(
                 "locked: another converge of this box is running, held by %s (pid %s on %s) "
@@ -787,7 +807,8 @@ class Lock:
         own_dir(self.fleet)
         fd = self.open_fd(os.O_RDWR)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Shared: two listings never see each other as a converge.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return False
         except OSError:
             return True
@@ -1062,13 +1083,37 @@ def snapshots_dir(box, create=True):
     return path
 
 
+def snapshot_order(sid):
+    """The order of snapshot ids, oldest first: by time, then by the -N taken within it (the
+    plain id is the first, -2 the second, -10 after -9). As text, -10 sorted before -2."""
+    base, _, n = sid.partition("-")
+    return base, int(n) if n else 1
+
+
+def snapshot_ids(root):
+    """The snapshot ids in `root` (a snapshots dir), oldest first."""
+    return sorted((n for n in os.listdir(root) if SNAPSHOT_ID.match(n)), key=snapshot_order)
+
+
 def new_snapshot_id(root):
-    base = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    sid, n = base, 1
-    while os.path.lexists(os.path.join(root, sid)):
+    """An id after every existing one, so the newest snapshot is always the last listed (the
+    one a rollback without --to takes, the last one pruned): the clock's second, or, when the
+    clock is at or behind the newest id (stepped back, or the same second), that id's -N+1."""
+    base, n = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), 1
+    existing = snapshot_ids(root)
+    if existing:
+        newest = snapshot_order(existing[-1])
+        if newest[0] >= base:
+            base, n = newest[0], newest[1] + 1
+    while True:
+        sid = base if n == 1 else "%s-%d" % (base, n)
+        if n > 9999:
+            raise Failed("no snapshot id left after %s; prune the snapshots" % base)
+        if not os.path.lexists(os.path.join(root, sid)) and not os.path.lexists(
+            os.path.join(root, "." + sid + ".partial")
+        ):
+            return sid
         n += 1
-        sid = "%s-%d" % (base, n)
-    return sid
 
 
 def take_snapshot(box, meta):
@@ -1217,14 +1262,18 @@ def record_status(box, sid, status, **more):
 
 
 def list_snapshots(box):
+    """This box's snapshot ids, oldest first (snapshot_order)."""
     root = snapshots_dir(box, create=False)
-    return sorted(n for n in os.listdir(root) if SNAPSHOT_ID.match(n)) if root else []
+    return snapshot_ids(root) if root else []
 
 
-def prune(box, keep):
+def prune(box, keep, protect=()):
+    """All but the newest `keep` snapshots removed, never one of `protect` (the snapshot of
+    this run, the one holding a copy this run's restore list names)."""
     root = snapshots_dir(box)
     for sid in list_snapshots(box)[:-keep] if keep > 0 else []:
-        shutil.rmtree(os.path.join(root, sid), ignore_errors=True)
+        if sid not in protect:
+            shutil.rmtree(os.path.join(root, sid), ignore_errors=True)
     for name in os.listdir(root):
         if name.startswith(".") and name.endswith(".partial"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)  # a killed snapshot
@@ -1677,7 +1726,6 @@ def converge(box, lock):
         box, {"holder": p["holder"], "plan": p.get("titles", []), "services": p["services"]}
     )
     emit("snapshot", id=sid)
-    prune(box, int(p.get("keep", 10)))
     touched = []  # services recreated, in order: what a rollback must put back
     created = []  # services that had no container before
     try:
@@ -1726,9 +1774,34 @@ def converge(box, lock):
         message = reason_of(exc, box.secrets)
         emit("failed", message=message)
         rolled = rollback(box, sid, touched, created, reason=message)
+        prune_after(box, sid)
         return {"ok": False, "snapshot": sid, "failed": message, "rollback": rolled}
-    set_status(box, sid, "applied", touched=touched)
+    disarm_stop()  # applied: a stop now would roll back nothing (see on_stop)
+    # The work is done: a status that cannot be written (a full disk) is a warning, never a
+    # failure that would lose the snapshot id the controller needs.
+    if not record_status(box, sid, "applied", touched=touched):
+        emit("note", message="snapshot %s: could not record its status applied" % sid)
+    prune_after(box, sid)
     return {"ok": True, "snapshot": sid, "touched": touched}
+
+
+def prune_after(box, sid):
+    """Old snapshots pruned once this run's work (or its rollback) is over, never before: not
+    this run's snapshot, nor the newest holding a copy the restore list names (the only stored
+    copy a later restore of the same pin can find). Best effort: a warning, never a failure."""
+    try:
+        protect = {sid}
+        root = snapshots_dir(box)
+        ids = list_snapshots(box)
+        for item in box.p.get("restore") or []:
+            sha = item.get("sha256")
+            for other in reversed(ids) if sha else []:
+                if verified_copy(os.path.join(root, other, item["name"]), sha) is not None:
+                    protect.add(other)
+                    break
+        prune(box, int(box.p.get("keep", 10)), protect)
+    except (OSError, ValueError, Failed) as exc:
+        emit("note", message="old snapshots not pruned: %s" % reason_of(exc, box.secrets))
 
 
 # -- rollback ------------------------------------------------------------------------------------
@@ -1808,6 +1881,7 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
 
     Whatever stops it is recorded in the snapshot's status (a scrubbed reason: names, never
     file contents or values), so `reconcile snapshots` shows a rollback that did not finish."""
+    disarm_stop()  # a stop now (SIGTERM, SIGINT) must not cut the rollback short
     emit("step", step="rollback", subject=sid, status="start", reason=scrub(reason, box.secrets))
     try:
         hashes = hashes_or_empty(box)
@@ -1820,27 +1894,35 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
                 box.compose("rm", "-s", "-f", service, timeout=300)
         differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
-        for service in order:
-            if service in before:
-                recreate(box, service, lanes.get(service))
+        recreated = [s for s in order if s in before]  # one with no container before: none now
+        for service in recreated:
+            recreate(box, service, lanes.get(service))
         now = containers(box)
+        # Unequal: a container whose config differs from the snapshot's, and one that is there
+        # now but was not then, or was then but is not now (removed by the converge).
         unequal = sorted(
-            s
-            for s, c in before.items()
-            if s in now and label_hash(now[s]) != (c or {}).get("config_hash")
+            {
+                s
+                for s, c in before.items()
+                if s in now and label_hash(now[s]) != (c or {}).get("config_hash")
+            }
+            | (set(before) ^ set(now))
         )
         result = {
             "ok": True,
             "snapshot": sid,
             "files": restored,
-            "recreated": order,
+            "recreated": recreated,
             "config_equal": not unequal,
             "unequal": unequal,
         }
-        set_status(box, sid, "rolled-back", reason=reason, rollback=result)
     except Exception as exc:  # any failure, ours or not: recorded, then reported
         result = {"ok": False, "snapshot": sid, "failed": reason_of(exc, box.secrets)}
         record_status(box, sid, "rollback-failed", reason=reason, rollback=result)
+    else:
+        # The rollback is done: a status that cannot be written is a warning, not a failure.
+        if not record_status(box, sid, "rolled-back", reason=reason, rollback=result):
+            emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
 
@@ -1920,10 +2002,39 @@ def run_action(box, payload):
         lock.release()
 
 
+_STOP = {"armed": False}
+
+
+def on_stop(signum, frame):
+    """The first SIGTERM/SIGINT stops the run as a failure (a converge's except rolls back);
+    once a rollback runs, or the work is applied, a stop is ignored so that it completes."""
+    if _STOP["armed"]:
+        _STOP["armed"] = False
+        raise Stopped("stopped by %s" % signal.Signals(signum).name)
+
+
+def disarm_stop():
+    _STOP["armed"] = False
+
+
 def main():
     # A dropped connection must not stop a step halfway (SIGPIPE is already ignored by Python;
     # emit() swallows the write errors).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A stop (systemd, an operator's kill or Ctrl-C) fails the run where it is: a converge
+    # rolls back as for any failure, under its lock, before it exits.
+    stops = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_stop) for sig in stops}
+    _STOP["armed"] = True
+    try:
+        return run_main()
+    finally:
+        disarm_stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_main():
     secrets = []  # type: list
     try:
         try:
@@ -1944,6 +2055,7 @@ def main():
         result = run_action(box, payload)
     except Exception as exc:  # still one result line, never a traceback with values in it
         result = {"ok": False, "failed": reason_of(exc, secrets)}
+    disarm_stop()  # the result line is written whole
     emit("result", **result)
     return 0 if result.get("ok") else 1
 
