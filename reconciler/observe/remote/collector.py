@@ -174,6 +174,7 @@ _FLAG_NAME = (
     r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
 )
 _SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+_ANY_FLAG = r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 _SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
 _USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
 _STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
@@ -269,9 +270,14 @@ def _cut_masked(text, bound, known):
     return out
 
 
-def scrub_text(text, secrets=()):
-    """One short printable line without a known secret value, a header or a key-shaped run."""
+def scrub_text(text, secrets=(), is_secret=None):
+    """One short printable line without a known secret value, a header or a key-shaped run.
+    `is_secret`: the run's judgement of a name (the payload's patterns over the floor); the
+    floor alone without one."""
     import re  # only an error's text comes here
+
+    def judged(name):
+        return floor_secret(name) or (is_secret is not None and is_secret(name))
 
     known = [
         value
@@ -293,7 +299,7 @@ def scrub_text(text, secrets=()):
         found = pattern.search(text)
         while found is not None:
             at = found.end()  # after the separator: a value not masked is read on
-            taken = value_of.match(text, at) if floor_secret(found.group(1)) else None
+            taken = value_of.match(text, at) if judged(found.group(1)) else None
             value = taken.group(0) if taken else ""
             if (
                 taken
@@ -327,6 +333,13 @@ def scrub_text(text, secrets=()):
     for pattern in _ASSIGNMENTS:
         out = assignments(re.compile(pattern), out)
     out = re.sub(_SECRET_FLAG, flag, out)
+    if is_secret is not None and "-" in out:  # a flag the payload's patterns name (`--db-cred`)
+
+        def named_flag(match):
+            name = match.group(1).lstrip("-").replace("-", "_").upper()
+            return flag(match) if is_secret(name) else match.group(0)
+
+        out = re.sub(_ANY_FLAG, named_flag, out)
     out = re.sub(_SECRET_ITEM, flag, out)
     out = re.sub(_USERINFO, r"\1:***@", out)
     out = re.sub(_RUN, run, out)
@@ -334,12 +347,13 @@ def scrub_text(text, secrets=()):
     return out if len(out) <= 300 else out[:299] + "\u2026"
 
 
-def exception_text(exc):
-    """`Type: reason`, the reason taken from what the exception is whenever that says enough."""
-    return "%s: %s" % (type(exc).__name__, _reason(exc))
+def exception_text(exc, is_secret=None):
+    """`Type: reason`, the reason taken from what the exception is whenever that says enough;
+    `is_secret` as scrub_text takes it."""
+    return "%s: %s" % (type(exc).__name__, _reason(exc, is_secret))
 
 
-def _reason(exc):
+def _reason(exc, is_secret=None):
     seen, link = [], exc  # type: list, BaseException | None
     while link is not None and link not in seen and len(seen) < 6:
         seen.append(link)
@@ -348,7 +362,7 @@ def _reason(exc):
             return known
         nested = getattr(link, "reason", None)  # urllib's URLError wraps the socket's error
         link = nested if isinstance(nested, BaseException) else (link.__cause__ or link.__context__)
-    return scrub_text(exc) or "no detail"
+    return scrub_text(exc, is_secret=is_secret) or "no detail"
 
 
 def _known_reason(exc):
@@ -451,10 +465,10 @@ def read_text_file(path, limit=FILE_LIMIT):
     return text.replace("\r\n", "\n") if "\r" in text else text
 
 
-def problem_text(exc):
+def problem_text(exc, is_secret=None):
     """Why a box file could not be read, in a few words (`not a regular file (fifo)`,
     `permission denied (EACCES)`)."""
-    return str(exc) if isinstance(exc, BoxFileError) else _reason(exc)
+    return str(exc) if isinstance(exc, BoxFileError) else _reason(exc, is_secret)
 
 
 def shown_name(name):
@@ -558,7 +572,7 @@ class Run:
     def file_problem(self, name, exc):
         """Record why the box file `name` could not be read (`exc`), under the name the answer
         may carry (`shown_name`); the reason."""
-        why = problem_text(exc)
+        why = problem_text(exc, self.is_secret)
         with self._lock:
             self.file_errors.setdefault(shown_name(name), why)
         return why
@@ -586,15 +600,24 @@ class Run:
         # (_gateway_api_key) and .env's lines say "empty" for it (audit_envfile_keys).
         return {"secret": self.digest(value)} if value.strip() else ""
 
+    def masked_value(self, name, value):
+        """`masked`, and a value whose name is no secret but that carries one
+        (`VLLM_ARGS=--api-key sk-...`) with that secret hashed inline (`mask_words`)."""
+        if value is None or self.is_secret(name):
+            return self.masked(name, value)
+        return self.mask_words(value)
+
     def mask_env_list(self, items):
         out = {}
         for item in items or []:
             name, _, value = item.partition("=")
-            out[name] = self.masked(name, value)
+            out[name] = self.masked_value(name, value)
         return out
 
     def mask_env_map(self, env):
-        return {k: self.masked(k, "" if v is None else str(v)) for k, v in (env or {}).items()}
+        return {
+            k: self.masked_value(k, "" if v is None else str(v)) for k, v in (env or {}).items()
+        }
 
     def secret_flag(self, flag):
         """`--api-key`, `--hf-token`, `--db-password`: a flag named like a secret carries one."""
@@ -617,7 +640,7 @@ class Run:
             if eq and self.secret_flag(flag):
                 out.append(flag + "=" + json_dumps({"secret": self.digest(value)}))
             else:
-                out.append(self.mask_assignments(arg) if isinstance(arg, str) else arg)
+                out.append(self.mask_words(arg) if isinstance(arg, str) else arg)
                 hide_next = isinstance(arg, str) and self.secret_flag(arg)
         return out
 
@@ -678,6 +701,99 @@ class Run:
             return word
         out.append(word[done:])
         return "".join(out)
+
+    def mask_words(self, word):
+        """`word` with every secret it carries hashed inline, in `mask_assignments`' form:
+        an assignment to a secret name, the value of a flag named like a secret
+        (`sh -c "vllm serve m --api-key sk-..."`, `--hf-token=x`; judged as `secret_flag`
+        judges a flag of its own) and a credential after `Bearer ` or `Authorization: `
+        (`curl -H 'Authorization: Bearer x'`). Read without importing re."""
+        spans = self._inline_secrets(word) if ("--" in word or _may_credential(word)) else ()
+        if not spans:
+            return self.mask_assignments(word)
+        out, done = [], 0
+        for start, stop in spans:
+            out.append(self.mask_assignments(word[done:start]))
+            out.append(json_dumps({"secret": self.digest(word[start:stop])}))
+            done = stop
+        out.append(self.mask_assignments(word[done:]))
+        return "".join(out)
+
+    def _inline_secrets(self, word):
+        """(start, stop) of each secret value a flag or a credential header carries in `word`,
+        in order, none overlapping."""
+        found = []
+        size = len(word)
+        at = word.find("--")
+        while at >= 0:
+            end = at + 2
+            while end < size and (word[end] in _NAME or word[end] == "-"):
+                end += 1
+            flag = word[at:end]
+            prev = word[at - 1] if at else " "
+            if (
+                end > at + 2
+                and word[at + 2] != "-"
+                and not (prev in _NAME or prev == "-")
+                and self.secret_flag(flag)
+            ):
+                begin = end
+                if word[end : end + 1] == "=":
+                    begin = end + 1
+                elif word[end : end + 1].isspace():
+                    while begin < size and word[begin].isspace():
+                        begin += 1
+                    if word.startswith("--", begin):
+                        begin = -1  # the next flag: this one is bare
+                else:
+                    begin = -1
+                span = _value_span(word, begin) if begin >= 0 else None
+                if span:
+                    found.append(span)
+            at = word.find("--", end)
+        if _may_credential(word):
+            lower = word.lower()
+            for marker in ("bearer", "authorization"):
+                at = lower.find(marker)
+                while at >= 0:
+                    end = at + len(marker)
+                    begin = -1
+                    if at == 0 or not lower[at - 1].isalnum():
+                        begin = end
+                        if marker == "authorization":
+                            if lower[begin : begin + 1] in ("'", '"'):
+                                begin += 1
+                            while begin < size and word[begin].isspace():
+                                begin += 1
+                            if word[begin : begin + 1] in (":", "="):
+                                begin += 1
+                            else:
+                                begin = -1
+                        elif not word[end : end + 1].isspace():
+                            begin = -1
+                    if begin >= 0:
+                        while begin < size and word[begin].isspace():
+                            begin += 1
+                        scheme = begin
+                        while scheme < size and word[scheme].isalpha():
+                            scheme += 1
+                        if marker == "authorization" and scheme > begin:
+                            after = scheme
+                            while after < size and word[after].isspace():
+                                after += 1
+                            if after > scheme and after < size:
+                                begin = after  # `Basic x`, `Bearer x`: the credential
+                        span = _value_span(word, begin)
+                        if span:
+                            found.append(span)
+                    at = lower.find(marker, end)
+        found.sort()
+        spans = []  # type: list
+        for start, stop in found:
+            if spans and start < spans[-1][1]:
+                continue  # `Authorization: Bearer x` is found twice
+            spans.append((start, stop))
+        return spans
 
     def mask_command(self, entrypoint, command):
         """(entrypoint, command), masked as the ONE line Docker runs: a secret flag ending the
@@ -778,12 +894,23 @@ def _output(pid, name, fds, limits, deadline):
     for fd in fds:
         poller.register(fd, select.POLLIN)
     open_fds = set(fds)
+    exited_at = None  # when the child was seen gone: what it left behind may hold its pipes
     while open_fds:
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             _kill(pid)
             raise TimeoutError("timed out")
-        for fd, _ in poller.poll(left * 1000):
+        if exited_at is None and _exited(pid):
+            exited_at = now
+        if exited_at is not None:
+            wait = exited_at + DRAIN_S - now
+            if wait <= 0:  # `sleep 30 &` in a login profile: its output is not the child's
+                _kill_group(pid)
+                break
+        else:
+            wait = CHECK_S
+        for fd, _ in poller.poll(min(left, wait) * 1000):
             data = os.read(fd, 65536)
             if not data:
                 poller.unregister(fd)
@@ -815,8 +942,9 @@ def _spawn_in(cwd, program, argv, environ, actions):
     try:
         os.chdir(cwd)
         return os.posix_spawn(
-            program, list(argv), environ, file_actions=actions, setsigdef=(SIGPIPE, SIGXFSZ)
-        )
+            program, list(argv), environ, file_actions=actions, setsigdef=(SIGPIPE, SIGXFSZ),
+            setsid=True,  # its own session and process group: what it leaves behind is killed
+        )  # fmt: skip
     finally:
         os.fchdir(here)
         os.close(here)
@@ -836,7 +964,7 @@ def _subprocess_run(argv, env, cwd, timeout, stdin_text, limits):
     pipe = subprocess.PIPE
     proc = subprocess.Popen(
         argv, stdin=None if stdin_text is None else pipe, stdout=pipe, stderr=pipe, env=env,
-        cwd=cwd, bufsize=0,
+        cwd=cwd, bufsize=0, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + timeout
     code = -9  # what the child is if reading it fails: killed (_output killed and reaped it)
@@ -881,7 +1009,31 @@ def _wait(pid, deadline):
         time.sleep(0.001)
 
 
+# A child gone while its pipes stay open (a background job holds them) is read DRAIN_S more,
+# then its process group is killed; whether it is gone is asked every CHECK_S while it runs.
+DRAIN_S = 0.2
+CHECK_S = 0.1
+
+
+def _exited(pid):
+    """Whether the child `pid` has ended (not reaped: its process group stays its own)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except (AttributeError, OSError):
+        return False
+
+
+def _kill_group(pid):
+    """Kill what is left of the child's process group (the child started one: setsid)."""
+    try:
+        if os.getpgid(pid) == pid:  # still its own group: never this process's
+            os.killpg(pid, 9)
+    except OSError:
+        pass
+
+
 def _kill(pid):
+    _kill_group(pid)
     try:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
@@ -911,6 +1063,29 @@ def _text(data):
 # re (with enum, ~5 ms a run); tests/unit/test_collector_cpu.py holds it to the expression.
 _FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME = _FIRST | frozenset("0123456789")
+
+
+def _may_credential(word):
+    """Whether `word` may hold `Bearer x` or `Authorization: x` (a cheap look first)."""
+    return "earer" in word or "EARER" in word or "uthoriz" in word or "UTHORIZ" in word
+
+
+def _value_span(word, begin):
+    """(start, stop) of the value starting at `begin` in `word`: quoted (its inside), or up
+    to a blank, a quote or one of `,;)}`; None for an empty one."""
+    size = len(word)
+    quote = word[begin : begin + 1]
+    if quote in ("'", '"'):
+        close = word.find(quote, begin + 1)
+        if close > begin + 1 and word[begin + 1 : close].strip():
+            return begin + 1, close
+        return None
+    stop = begin
+    while stop < size and not word[stop].isspace() and word[stop] not in ",;)}'\"":
+        stop += 1
+    return (begin, stop) if stop > begin else None
+
+
 _LETTERS = _FIRST - {"_"}
 
 
@@ -1515,7 +1690,7 @@ def _prune(cache_dir):
 def render(run, project, env):
     code, out, err = compose_cached(run, project, env, ["config", "--format", "json"])
     if code != 0:
-        return {"error": _last_line(err) or "docker compose config exited %d" % code}
+        return {"error": _last_line(err, run) or "docker compose config exited %d" % code}
     try:
         doc = json_loads(out)
     except ValueError as exc:
@@ -1541,16 +1716,16 @@ def variables(run, project, env):
         run, project, env, ["config", "--variables", "--format", "json"]
     )
     if code != 0:
-        return {"error": _last_line(err)}
+        return {"error": _last_line(err, run)}
     try:
         return {"names": sorted(json_loads(out))}
     except ValueError:
         return {"error": "unreadable variables"}
 
 
-def _last_line(text):
+def _last_line(text, run=None):
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return scrub_text(lines[-1]) if lines else ""
+    return scrub_text(lines[-1], is_secret=run and run.is_secret) if lines else ""
 
 
 # -- login shell ------------------------------------------------------------------------------
@@ -1639,7 +1814,7 @@ def login_shell(run):
         env=base, timeout=run.timeout, stdin_text="",
     )  # fmt: skip
     if code != 0 and not out:
-        return {"error": _last_line(err) or "bash exited %d" % code}, {}
+        return {"error": _last_line(err, run) or "bash exited %d" % code}, {}
     env = env_entries(out)
     origins = {}
     for line in err.splitlines():
@@ -1658,7 +1833,7 @@ def login_shell(run):
     for name, value in sorted(env.items()):
         if name in noise or base.get(name) == value:
             continue
-        exports[name] = {"value": run.masked(name, value), "source": origins.get(name)}
+        exports[name] = {"value": run.masked_value(name, value), "source": origins.get(name)}
     return {"exports": exports}, {k: v for k, v in env.items() if k != "PS4"}
 
 
@@ -1773,6 +1948,11 @@ class Connection:
     with a budget, each read waits at most what is left of it, then the request fails as
     timed out. The connection's socket must then take `settimeout`."""
 
+    # `until`: a monotonic time no request may go past, whatever its budget (one deadline for
+    # a series of requests); `max_body`: a body over this many bytes fails as OverLimit.
+    until = None  # type: float | None
+    max_body = None  # type: int | None
+
     def __init__(self, connect, host, budget=None):
         self.connect, self.host, self.budget = connect, host, budget
         self.sock, self.buf, self.deadline = None, b"", None
@@ -1800,6 +1980,11 @@ class Connection:
         request += b"\r\n" + (body or b"")
         if self.budget is not None:
             self.deadline = time.monotonic() + self.budget
+        if self.until is not None:
+            self.deadline = min(self.deadline or self.until, self.until)
+        cap = self.max_body if limit is None else None
+        if cap is not None:
+            limit = cap + 1
         if self.sock is None:
             self.sock = self.connect()
         self._time_left()
@@ -1812,6 +1997,9 @@ class Connection:
         if not 200 <= status < 300:
             limit = error_limit
         content = self._body(method, status, version, got, limit)
+        if cap is not None and len(content) > cap:
+            self.close()
+            raise OverLimit("%s answered over %d bytes (stopped)" % (path, cap))
         return status, got, content
 
     def _time_left(self):
@@ -1843,8 +2031,17 @@ class Connection:
                 return line
 
     def _read(self, size):
-        while len(self.buf) < size and self._fill():
-            pass
+        if len(self.buf) < size:  # read on in pieces, joined once: a large body reads linearly
+            parts, have = [self.buf], len(self.buf)
+            self.buf = b""
+            while have < size:
+                self._time_left()
+                data = self.sock.recv(max(65536, min(size - have, 1 << 20)))  # type: ignore[union-attr]
+                if not data:
+                    break
+                parts.append(data)
+                have += len(data)
+            self.buf = b"".join(parts)
         out, self.buf = self.buf[:size], self.buf[size:]
         return out
 
@@ -1951,11 +2148,17 @@ class Connection:
         return b"".join(parts)
 
     def _to_end(self, limit):
-        while (limit is None or len(self.buf) < limit) and self._fill():
-            pass
-        out = self.buf if limit is None else self.buf[:limit]
+        parts, have = [self.buf], len(self.buf)
+        while limit is None or have < limit:
+            self._time_left()
+            data = self.sock.recv(65536)  # type: ignore[union-attr]
+            if not data:
+                break
+            parts.append(data)
+            have += len(data)
+        out = b"".join(parts)
         self.buf = b""
-        return out
+        return out if limit is None else out[:limit]
 
 
 def unix_connection(path, timeout):
@@ -2062,6 +2265,8 @@ def engine_inspect(run):
     if path is None:
         return None
     conn = unix_connection(path, run.timeout)
+    conn.until = time.monotonic() + run.timeout  # every request within the one timeout
+    conn.max_body = OUTPUT_LIMIT  # as a child's output: more is not held
     try:
         label = json_dumps({"label": ["com.docker.compose.project=" + run.p["project"]]})
         listed = engine_get(conn, "/containers/json?all=1&filters=" + quote(label))
@@ -2087,13 +2292,13 @@ def cli_inspect(run):
         env=run.scrubbed_env(),
     )
     if code != 0:
-        return {"error": _last_line(err) or "docker ps exited %d" % code}
+        return {"error": _last_line(err, run) or "docker ps exited %d" % code}
     ids = out.split()
     if not ids:
         return [], []
     code, out, err = run.run(["docker", "inspect"] + ids, env=run.scrubbed_env())
     if code != 0:
-        return {"error": _last_line(err)}
+        return {"error": _last_line(err, run)}
     inspected = json_loads(out)
     image_ids = sorted({c.get("Image") for c in inspected if c.get("Image")})
     images = []
@@ -2492,7 +2697,7 @@ def audit_host_network(run):
         env=run.scrubbed_env(),
     )
     if code != 0:
-        return {"error": _last_line(err) or "docker ps exited %d" % code}
+        return {"error": _last_line(err, run) or "docker ps exited %d" % code}
     return {"containers": sorted(out.split())}
 
 
@@ -2517,7 +2722,7 @@ def collect(payload, sent=None):
             try:
                 results[name] = fn(*args)
             except Exception as exc:  # one failed part must not lose the rest
-                results[name] = {"error": exception_text(exc)}
+                results[name] = {"error": exception_text(exc, run.is_secret)}
             timings[name] = int((time.monotonic() - begun) * 1000)
 
         return Thread(wrapped)
@@ -2531,16 +2736,34 @@ def collect(payload, sent=None):
     names = list(
         dict.fromkeys([".env"] + list(run.p["compose_files"]) + list(run.p.get("extra_files", [])))
     )
+    # The main thread's parts: an OSError (an unlistable deployment directory) is the box's
+    # problem, named in the answer, never a traceback instead of one.
     if doc["deploy_dir_exists"]:
-        for entry in sorted(os.listdir(run.deploy)):
+        try:
+            listed = sorted(os.listdir(run.deploy))
+        except OSError as exc:
+            listed = []
+            run.file_problem(".", exc)
+        for entry in listed:
             if entry.startswith("docker-compose") and entry.endswith((".yml", ".yaml")):
                 names.append(entry)
-    doc["files"] = file_facts(run, list(dict.fromkeys(names)))
-    doc["envfile"], current = envfile_fact(run)
-    doc["secret_sources"], secret_values = secret_sources(run, sent)
+    try:
+        doc["files"] = file_facts(run, list(dict.fromkeys(names)))
+    except OSError as exc:
+        doc["files"] = {}
+        run.file_problem(".", exc)
+    try:
+        doc["envfile"], current = envfile_fact(run)
+    except OSError as exc:
+        doc["envfile"], current = None, {}
+        run.file_problem(".env", exc)
+    try:
+        doc["secret_sources"], secret_values = secret_sources(run, sent)
+    except OSError as exc:
+        doc["secret_sources"], secret_values = {}, {}
+        doc["secret_sources_error"] = exception_text(exc, run.is_secret)
     if payload.get("audit"):
         threads.append(task("audit", audit_section, run, secret_values))
-    current_text = deployed_env(run)  # read once, with envfile_fact
     # A render starts from the box's own .env: one that is there but cannot be read (a FIFO,
     # a directory, not UTF-8) would be rendered as if it were empty. Not rendered, said why.
     unread = run.file_errors.get(".env")
@@ -2549,6 +2772,10 @@ def collect(payload, sent=None):
     bases = {}  # render name -> the basis of the .env it renders
     own = None  # a project of the box's own .env, when the payload asks and it differs
     try:
+        try:
+            current_text = deployed_env(run)
+        except OSError:
+            current_text = None  # said in file_errors by envfile_fact
         if doc["deploy_dir_exists"]:
             desired_text = desired_envfile(run, current_text, secret_values)
             project = Shadow(run, workspace, desired_text)
