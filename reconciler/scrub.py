@@ -25,6 +25,7 @@ Stdlib only and cheap to import: the repeated-drift path uses it.
 from __future__ import annotations
 
 import errno as errno_names
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -160,9 +161,7 @@ def _may_name_a_secret(text: str) -> bool:
     in upper case; a fleet pattern's case is only widened). A few C searches instead of two
     regular-expression scans: the reports' guard reads every drift value with `=` or `:`, and
     a 1,000-box mesh's seeds (a URL per member, each box's own) made the scans 1.6 s of CPU."""
-    fragments = _FRAGMENTS.get("all")
-    if fragments is None:
-        fragments = _FRAGMENTS["all"] = _literal_runs((*FLOOR, *fleet_patterns()))
+    fragments = _pattern_runs()
     if not fragments:  # a pattern with no literal run (`*`): anything may name a secret
         return True
     upper = text.upper()
@@ -184,8 +183,13 @@ def _literal_runs(patterns: Iterable[str]) -> tuple[str, ...]:
     return tuple(r for r in runs if not any(o != r and o in r for o in runs))
 
 
-_FRAGMENTS: dict[str, tuple[str, ...]] = {}  # "all": the runs of the floor and fleet patterns
-when_patterns_change(_FRAGMENTS.clear)
+@functools.cache
+def _pattern_runs() -> tuple[str, ...]:
+    """The literal runs of the floor's and the fleet's patterns (forgotten when they change)."""
+    return _literal_runs((*FLOOR, *fleet_patterns()))
+
+
+when_patterns_change(_pattern_runs.cache_clear)
 
 
 def _masked_assignments(pattern: re.Pattern[str], text: str) -> str:

@@ -121,10 +121,7 @@ def _words(value: Value) -> Value:
         # An assignment needs its `=` or `:`: most values have neither, and `in` is cheap.
         if "=" not in value and ":" not in value:
             return value
-        masked = _READ.get(value)
-        if masked is None:
-            masked = _read(value)
-        return masked or value  # "": nothing to mask
+        return _read(value) or value  # "": nothing to mask
     if type(value) is tuple:
         words = tuple(_words(v) if type(v) is str else v for v in value)
         return value if all(w is v for w, v in zip(words, value, strict=True)) else words
@@ -133,19 +130,14 @@ def _words(value: Value) -> Value:
 
 # Each distinct string read once (bounded: a box chooses its values), as its masked text or ""
 # when there is nothing to mask: a fleet's boxes share their command lines and values.
-_READ: dict[str, str] = {}
-_READ_MAX = 8192
-when_patterns_change(_READ.clear)
-
-
+@functools.lru_cache(maxsize=8192)
 def _read(text: str) -> str:
     out = _WIRE_FORM.sub(MASK, text) if '{"secret"' in text else text
     out = mask_assignments(out)
-    masked = "" if out == text else out
-    if len(_READ) >= _READ_MAX:
-        _READ.clear()
-    _READ[text] = masked
-    return masked
+    return "" if out == text else out
+
+
+when_patterns_change(_read.cache_clear)
 
 
 # Exact types that are neither a SecretValue nor a Mapping (a subclass still takes the checks).
