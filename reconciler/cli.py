@@ -119,7 +119,9 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             preload(outs)  # the boxes are working: import what comes after their answers
         try:
             if _json_replay(args) and replays_in_parts(len(boxes)):
-                run: DriftRun | PartsReport = replay_parts(inputs, boxes, Path(args.from_snapshot))
+                recorded = outs.history is not None or outs.metrics is not None
+                directory = Path(args.from_snapshot)
+                run: DriftRun | PartsReport = replay_parts(inputs, boxes, directory, recorded)
             else:
                 run = run_drift_on(
                     inputs,
@@ -155,7 +157,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             return EXIT_ERROR
     else:
         sys.stdout.writelines(pieces)
-    # Metrics, history: after it. A report kept as its parts has only its JSON to give them.
+    # Metrics, history: after it (a report kept as its parts brought its boxes' shares).
     return finish_drift(outs, args, run, code, None if isinstance(run, DriftRun) else pieces)
 
 

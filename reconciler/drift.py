@@ -26,6 +26,7 @@ from reconciler.observe.observe import (
     observe,
     recorded_digest,
     save_snapshot,
+    snapshot_box_bytes,
     snapshot_index,
     snapshot_observation,
 )
@@ -111,19 +112,35 @@ def replays_in_parts(boxes: int) -> bool:
     return worker_count(boxes) > 1
 
 
-def replay_parts(inputs: DriftInputs, boxes: list[str], directory: Path) -> PartsReport:
+def replay_parts(
+    inputs: DriftInputs, boxes: list[str], directory: Path, keep: bool = False
+) -> PartsReport:
     """A replay's JSON report as its boxes' parts, each made beside the box's comparison and
-    all that is kept of it."""
+    all that is kept of it. `keep` (a run recorded in the history or the metrics): each box's
+    share of those too, made from the same file's bytes (history/kept_parts.py)."""
     from reconciler.report.json_parts import PartsReport, box_part
 
-    index, order, replay_box = _replayer(inputs, boxes, directory)
-    parts = map_boxes(lambda name: box_part(replay_box(name)), order, worker_count(len(order)))
+    index, order, replay_box, in_c = _replayer(inputs, boxes, directory)
+    workers = worker_count(len(order))
+    kept: tuple[Any, ...] = ()
+    if keep:
+        from reconciler.history.kept_parts import kept_part
+
+        def keep_box(name: str) -> Any:
+            read: list[bytes] = []
+            result = replay_box(name, read)
+            return kept_part(result, read[0] if read else None, in_c)
+
+        kept = tuple(map_boxes(keep_box, order, workers))
+        parts = [k.part for k in kept]
+    else:
+        parts = map_boxes(lambda name: box_part(replay_box(name)), order, workers)
     run_id = str(index.get("run_id", _new_run_id()))
-    return PartsReport(tuple(parts), inputs.inventory_file, _now(), run_id)
+    return PartsReport(tuple(parts), inputs.inventory_file, _now(), run_id, kept)
 
 
 def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str) -> DriftRun:
-    index, order, replay_box = _replayer(inputs, boxes, directory)
+    index, order, replay_box, _ = _replayer(inputs, boxes, directory)
     results = map_boxes(replay_box, order, worker_count(len(order)))
     report = DriftReport(
         boxes=tuple(results),
@@ -136,9 +153,10 @@ def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str)
 
 def _replayer(
     inputs: DriftInputs, boxes: list[str], directory: Path
-) -> tuple[dict[str, Any], list[str], Callable[[str], BoxResult]]:
-    """A snapshot's index, the boxes in report order (those it has, then those it lacks), and
-    the job that reads and compares one of them.
+) -> tuple[dict[str, Any], list[str], Callable[..., BoxResult], bool]:
+    """A snapshot's index, the boxes in report order (those it has, then those it lacks), the
+    job that reads and compares one of them (given a list, it adds the bytes it read of the
+    box's file), and whether the files are read by msgspec.
 
     Each box's objects die by reference count (reconciler/gc_pause.py); a large replay's
     boxes are read and compared on every core (reconciler/replay_workers.py). Remembered
@@ -155,18 +173,26 @@ def _replayer(
         fast_json.ready_decoder()
         ready()
 
-    def replay_box(name: str) -> BoxResult:
+    def replay_box(name: str, kept: list[bytes] | None = None) -> BoxResult:
         if name in present:
             path = directory / f"{name}.json"
             digest = recorded_digest(index, name)
-            obs = snapshot_observation(name, path, digest, in_c, raw_kept=False)
+            data = None
+            if kept is not None:
+                try:
+                    data = snapshot_box_bytes(directory, name)
+                except (OSError, ValueError):
+                    pass  # read again below, where its fault becomes the box's
+                else:
+                    kept.append(data)
+            obs = snapshot_observation(name, path, digest, in_c, raw_kept=False, data=data)
         else:
             obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
         return compare_box(
             inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
         )
 
-    return index, order, replay_box
+    return index, order, replay_box, in_c
 
 
 def _new_run_id() -> str:

@@ -142,34 +142,70 @@ def finish_drift(
     exit_code: int,
     printed_json: list[str] | None = None,
 ) -> int:
-    """After the drift report is printed: metrics, then the history. `printed_json`: the JSON
-    report as printed, for a run kept only as its boxes' entries (drift.replay_parts)."""
+    """After the drift report is printed: metrics, then the history. `run`: a DriftRun, or a
+    large replay's PartsReport, whose workers made each box's share of both (kept_parts.py),
+    with `printed_json`, its JSON report as printed."""
     if outs.history is None and outs.metrics is None:
         return exit_code
     sys.stdout.flush()  # the report is out before anything here costs time
-    from reconciler.compare.drift import Kind
+    if printed_json is not None:
+        return _finish_parts(outs, args, run, exit_code, printed_json)
+    from reconciler.report.json_report import to_document
 
-    if printed_json is None:
-        from reconciler.report.json_report import to_document
-
-        doc = to_document(run.report)
-    else:  # the same document (render_json_parts writes json.dumps of it), read back
-        doc = _decoded("".join(printed_json).encode("utf-8"), True)[0]
+    doc = to_document(run.report)
     took = time.monotonic() - outs.clock
     kept = getattr(run, "observations", None) or {}
     seconds, observations = _observations(kept, args, doc, outs.history)
-    if outs.metrics is not None:
-        from reconciler.metrics import drift_registry
-
-        kinds = tuple(k.value for k in Kind)
-        registry = drift_registry(doc, kinds, time.time(), took, seconds)
-        if not _write_metrics(outs.metrics, registry):
-            exit_code = EXIT_ERROR
+    exit_code = _drift_metrics(outs, doc, took, seconds, exit_code)
     if outs.history is not None:
         from reconciler.history.record import drift_record
 
         _record_run(outs, args, drift_record, doc, observations, took)
     return exit_code
+
+
+def _finish_parts(
+    outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code: int, printed: list[str]
+) -> int:
+    """`finish_drift` of a replay kept as its boxes' parts: the document is never built whole
+    here, each box's rows, counts and packed observation came from its worker."""
+    from reconciler.history.kept_parts import metrics_document, report_text
+    from reconciler.report.json_parts import parts_head
+
+    head = parts_head(run)
+    took = time.monotonic() - outs.clock
+    seconds = {k.row.box: k.seconds for k in run.kept if k.seconds is not None}
+    exit_code = _drift_metrics(outs, metrics_document(head, run), took, seconds, exit_code)
+    if outs.history is not None:
+        from reconciler.history.record import parts_record
+        from reconciler.history.store import Packed
+
+        record = parts_record(
+            head,
+            [(k.row, k.entries) for k in run.kept],
+            report_text(printed),
+            {k.row.box: Packed(k.observation) for k in run.kept if k.observation is not None},
+            source=_source(args),
+            started=outs.started,
+            duration_s=took,
+            root=_fleet_root(args),
+        )
+        _record(outs.history, record)
+    return exit_code
+
+
+def _drift_metrics(
+    outs: RunOutputs, doc: dict[str, Any], took: float, seconds: dict[str, float], code: int
+) -> int:
+    """`--metrics`, if asked for, from the document (or what metrics_document keeps of it)."""
+    if outs.metrics is None:
+        return code
+    from reconciler.compare.drift import Kind
+    from reconciler.metrics import drift_registry
+
+    kinds = tuple(k.value for k in Kind)
+    registry = drift_registry(doc, kinds, time.time(), took, seconds)
+    return code if _write_metrics(outs.metrics, registry) else EXIT_ERROR
 
 
 def finish_audit(
@@ -254,7 +290,7 @@ def _replayed(
         if box not in present:
             continue
         try:
-            obs, plain = _decoded(snapshot_box_bytes(directory, box), many)
+            obs, plain = decoded(snapshot_box_bytes(directory, box), many)
         except (OSError, ValueError):
             continue  # the report says what was wrong with that box's file
         total = collector_seconds(obs)
@@ -265,7 +301,7 @@ def _replayed(
     return seconds, kept
 
 
-def _decoded(data: bytes, many: bool) -> tuple[Any, bool]:
+def decoded(data: bytes, many: bool) -> tuple[Any, bool]:
     """`json.loads` of the file's text (not UTF-8, or nested past json's depth: a ValueError),
     and whether msgspec read it: for `many` it does wherever it gives json's values
     (fast_json.decode_written; like json.loads without a hook, it keeps the last of a

@@ -75,7 +75,7 @@ class RunRecord:
     inventory: str
     exit_code: int
     summary: dict[str, Any]
-    report: dict[str, Any]
+    report: dict[str, Any] | ReportText  # the document, or its text as the store keeps it
     boxes: tuple[BoxRow, ...]
     entries: tuple[EntryRow, ...] = ()
     findings: tuple[FindingRow, ...] = ()
@@ -111,34 +111,75 @@ def drift_record(
     boxes: list[BoxRow] = []
     entries: list[EntryRow] = []
     for box in doc["boxes"]:
-        drifts = box["drifts"]
-        boxes.append(
-            BoxRow(
-                box=box["box"],
-                reachable=bool(box["reachable"]),
-                observation=str(box.get("observation") or ("full" if box["reachable"] else "none")),
-                entries=len(drifts),
-                causes=len({d["cause"] for d in drifts}),
-                errors=len(box["errors"]),
-            )
-        )
-        entries.extend(
-            EntryRow(
-                box=box["box"],
-                kind=d["kind"],
-                subject=d["subject"],
-                path=d["path"],
-                cause=d["cause"],
-                symptom=bool(d["symptom"]),
-                action=d["action"],
-                desired=_json(d["desired"]),
-                observed=_json(d["observed"]),
-                secret=bool(d["secret"]),
-                changed=d["changed"],
-            )
-            for d in drifts
-        )
+        row, rows = box_rows(box)
+        boxes.append(row)
+        entries.extend(rows)
     return _record(doc, "drift", source, started, duration_s, boxes, observations, root, entries)
+
+
+def box_rows(box: dict[str, Any]) -> tuple[BoxRow, list[EntryRow]]:
+    """One box's entry of a drift report document -> its row and its drift entries' rows."""
+    drifts = box["drifts"]
+    row = BoxRow(
+        box=box["box"],
+        reachable=bool(box["reachable"]),
+        observation=str(box.get("observation") or ("full" if box["reachable"] else "none")),
+        entries=len(drifts),
+        causes=len({d["cause"] for d in drifts}),
+        errors=len(box["errors"]),
+    )
+    rows = [
+        EntryRow(
+            box=box["box"],
+            kind=d["kind"],
+            subject=d["subject"],
+            path=d["path"],
+            cause=d["cause"],
+            symptom=bool(d["symptom"]),
+            action=d["action"],
+            desired=_json(d["desired"]),
+            observed=_json(d["observed"]),
+            secret=bool(d["secret"]),
+            changed=d["changed"],
+        )
+        for d in drifts
+    ]
+    return row, rows
+
+
+def parts_record(
+    head: dict[str, Any],
+    rows: list[tuple[BoxRow, list[EntryRow]]],
+    report: ReportText,
+    observations: Mapping[str, Any],
+    *,
+    source: str,
+    started: float,
+    duration_s: float,
+    root: str | None = None,
+) -> RunRecord:
+    """A drift report kept as its boxes' parts (report/json_parts.py) -> its rows: `head` is
+    the document's head, `rows` each box's `box_rows`, `report` the document's text as the
+    store keeps it; what `drift_record` makes of the same document."""
+    boxes = [row for row, _ in rows]
+    entries = [entry for _, box_entries in rows for entry in box_entries]
+    return _record(
+        head,
+        "drift",
+        source,
+        started,
+        duration_s,
+        boxes,
+        observations,
+        root,
+        entries,
+        report=report,
+    )
+
+
+class ReportText(str):
+    """A report document already as JSON text (a large replay's, as it was printed): stored
+    as it is (history/store.py), where a document is written with json.dumps."""
 
 
 def audit_record(
@@ -188,6 +229,7 @@ def _record(
     root: str | None,
     entries: list[EntryRow] | None = None,
     findings: list[FindingRow] | None = None,
+    report: ReportText | None = None,
 ) -> RunRecord:
     from datetime import UTC, datetime
 
@@ -201,7 +243,7 @@ def _record(
         inventory=str(doc["inventory"]),
         exit_code=int(doc["summary"]["exit_code"]),
         summary=dict(doc["summary"]),
-        report=doc,
+        report=doc if report is None else report,
         boxes=tuple(boxes),
         entries=tuple(entries or ()),
         findings=tuple(findings or ()),

@@ -23,7 +23,7 @@ from typing import Any
 
 from reconciler.history.location import prepare, restrict
 from reconciler.history.migrations import MIGRATIONS, TABLES, VERSION, is_sqlite_internal
-from reconciler.history.record import EntryRow, FindingRow, RunRecord
+from reconciler.history.record import EntryRow, FindingRow, ReportText, RunRecord
 
 DEFAULT_KEEP_RUNS = 1000
 DEFAULT_KEEP_DAYS = 30
@@ -240,7 +240,9 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
                 run.inventory,
                 run.exit_code,
                 json.dumps(run.summary, sort_keys=True),
-                json.dumps(run.report, ensure_ascii=False),
+                run.report
+                if isinstance(run.report, ReportText)
+                else json.dumps(run.report, ensure_ascii=False),
                 run.root,
             ),
         )

@@ -232,7 +232,12 @@ def _answer(handle: Running, timeout: float) -> Answer:
 
 
 def snapshot_observation(
-    box: str, path: Path, sha256: str | None = None, in_c: bool = False, raw_kept: bool = True
+    box: str,
+    path: Path,
+    sha256: str | None = None,
+    in_c: bool = False,
+    raw_kept: bool = True,
+    data: bytes | None = None,
 ) -> BoxObservation:
     """One box's file of a saved snapshot -> its observation, through the same parser as a
     live answer; a missing, damaged or hostile file is that box's fault, never the run's.
@@ -243,9 +248,12 @@ def snapshot_observation(
     Python call per object, ~20% of reading it); any other file gets the full check.
     `in_c`: such a file is read by msgspec (a large replay: load_json, fast_json.LARGE), and,
     unless `raw_kept` (for a caller that reads only the typed document: drift's replay),
-    straight into the document (document_c.py), which gives what the two steps below give."""
+    straight into the document (document_c.py), which gives what the two steps below give.
+    `data`: the file's bytes as `snapshot_box_bytes` read them, for a caller that keeps them
+    too (a recorded replay packs them for the history): read once, not twice."""
     try:
-        data = _read_limited(path)
+        if data is None:
+            data = _read_limited(path)
     except FileNotFoundError:
         raw: Any = Fault(FaultKind.NOT_OBSERVED, f"{path.name} is missing from the snapshot")
     except NotRegularFile as exc:  # a FIFO, a device, a directory: never read

@@ -17,7 +17,7 @@ process's CPU while the workers still needed both cores, and 27 MB it held for n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from reconciler import fast_json
 from reconciler.compare.drift import BoxResult
@@ -41,10 +41,16 @@ class BoxPart(NamedTuple):
 
 def box_part(box: BoxResult) -> BoxPart:
     causes: set[str] = set()
-    entry = fast_json.dumps_indented(box_entry(box, causes))
+    return entry_part(box_entry(box, causes), causes, tally(box))
+
+
+def entry_part(entry: dict[str, Any], causes: set[str], counted: Tally) -> BoxPart:
+    """The part of a box whose document entry (`json_report.box_entry`) is `entry`: for a
+    caller that reads the entry too (a recorded replay's history rows, history/kept_parts.py)."""
+    text = fast_json.dumps_indented(entry)
     # A JSON text has line breaks only between its tokens (a string's are escaped `\n`), so
     # every line after the first moves in by the entry's depth.
-    return BoxPart(entry.replace("\n", "\n" + _ENTRY_INDENT), frozenset(causes), tally(box))
+    return BoxPart(text.replace("\n", "\n" + _ENTRY_INDENT), frozenset(causes), counted)
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,22 @@ class PartsReport:
     inventory: str
     generated_at: str  # ISO 8601 UTC
     run_id: str
+    # A recorded run's: each box's share of the history and the metrics, made beside its part
+    # (history/kept_parts.KeptPart), in the same order; empty for a run that records nothing.
+    kept: tuple[Any, ...] = ()
 
     @property
     def exit_code(self) -> int:
         return summary_of((part.tally for part in self.parts), 0).exit_code
+
+
+def parts_head(report: PartsReport) -> dict[str, Any]:
+    """The document's head (`json_report.head_of`: schema, run, summary) of a report kept as
+    its parts: what the metrics and the history read besides the boxes."""
+    parts = report.parts
+    causes = frozenset().union(*(part.causes for part in parts))
+    summary = summary_of((part.tally for part in parts), len(causes))
+    return head_of(report.run_id, report.generated_at, report.inventory, summary)
 
 
 def render_json_parts(report: PartsReport) -> list[str]:
@@ -67,11 +85,8 @@ def render_json_parts(report: PartsReport) -> list[str]:
     after another: joined, they would be one more copy of 33 MB at 1,000 boxes (~20 ms of
     page faults), and as much again to encode it whole for the write."""
     parts = report.parts
-    causes = frozenset().union(*(part.causes for part in parts))
-    summary = summary_of((part.tally for part in parts), len(causes))
     with paused_gc():
-        meta = (report.run_id, report.generated_at, report.inventory)
-        text = fast_json.dumps_indented({**head_of(*meta, summary), "boxes": []})
+        text = fast_json.dumps_indented({**parts_head(report), "boxes": []})
     if not parts:
         return [text + "\n"]
     assert text.endswith(_NO_BOXES), "the document ends with its boxes"

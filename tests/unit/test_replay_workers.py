@@ -182,6 +182,45 @@ def test_a_replay_reports_the_same_with_workers_as_without(tmp_path: Path) -> No
     assert bad.stderr == f"error: {WORKERS_ENV} must be a whole number from 1 to 256\n"
 
 
+def test_a_recorded_replay_in_parts_keeps_what_one_process_keeps(tmp_path: Path) -> None:
+    """A recorded replay in workers makes each box's rows, counts and packed observation
+    beside its comparison (history/kept_parts.py), never reading its report back: the store's
+    report document, its rows, its observations and the metrics are those of the same replay in
+    one process, which builds the document whole (history/record.drift_record). A file the
+    replay refuses (`Infinity`, a key twice) is kept by neither, nor its collector time."""
+    sys.path.insert(0, str(ROOT))
+    from bench.scale_fleet import build_fleet
+
+    root = tmp_path / "fleet"
+    build_fleet(root, WORKERS_FROM + 20)
+    snapshot = root / "snapshot"
+    odd = snapshot / "spark-1.json"
+    odd.write_text(odd.read_text().replace("{", '{"extra": Infinity, ', 1))
+    twice = snapshot / "orin-2.json"
+    twice.write_text(twice.read_text().replace("{", '{"box": "first", ', 1))
+    kept = {}
+    for workers in ("1", "2"):
+        history, metrics = tmp_path / f"h-{workers}.sqlite3", tmp_path / f"m-{workers}.prom"
+        run = _replay(root, workers, tmp_path, "--history", str(history), "--metrics", str(metrics))
+        assert run.returncode == 1 and "spark-1" in run.stdout, run.stderr
+        with sqlite3.connect(history) as conn:
+            (report,) = conn.execute("SELECT report FROM runs").fetchone()
+            boxes = {row[0] for row in conn.execute("SELECT box FROM observations")}
+        document = json.loads(report)
+        del document["generated_at"]
+        kept[workers] = (document, _recorded(history), _untimed(metrics.read_text()))
+        assert not {"spark-1", "orin-2"} & boxes and len(boxes) == WORKERS_FROM + 18
+        assert 'box_collect_duration_seconds{box="spark-1"}' not in kept[workers][2]
+        assert 'box_collect_duration_seconds{box="thor-1"}' in kept[workers][2]
+    assert kept["1"] == kept["2"]
+
+
+def _untimed(metrics: str) -> str:
+    # The metrics less when the run finished and how long it took (each run's own).
+    lines = metrics.splitlines()
+    return "\n".join(x for x in lines if "timestamp_seconds" not in x and "run_duration" not in x)
+
+
 def _recorded(history: Path) -> tuple[object, ...]:
     """A store's one run as the history keeps it (rows without their run id, in order), less
     when the report was made."""
