@@ -9,6 +9,7 @@ from typing import Any
 
 from reconciler.compare.context import BoxExpectation, secret_of
 from reconciler.compare.drift import BoxError, Drift, Part
+from reconciler.compare.inline import desired_value, hashed_inline, may_carry_secret, shown
 from reconciler.compare.rules import rule
 from reconciler.observe.document import EnvLine, Observed
 from reconciler.scrub import scrub_text
@@ -50,19 +51,34 @@ def compare_envfile(
                 # box, a controller_env one sent to it for this run (observe/controller_secrets).
                 continue
             want: Any = src.digest
+        elif doc.envfile_desired and isinstance(entry.value, str):
+            # A value carrying a secret inline: the line holds it hashed with the run's key,
+            # so it compares with the box's mask of the desired value (compare/inline.py).
+            want = desired_value(doc, entry.key, entry.value)
         else:
             want = entry.value
         if seen != want and not (want == "" and seen is None and not _empty_is_off(entry.key)):
+            note = f"from {entry.origin}" if want is not None else f"{entry.origin}: null"
+            shown_want, shown_seen = want, seen
+            if _may_hold_secret(want) or _may_hold_secret(seen):
+                # A drift never carries a secret in clear (a desired one, or a line of a
+                # snapshot saved before the box hashed inline secrets): shown as `***`.
+                if hashed_inline(seen) and not hashed_inline(want) and _may_hold_secret(want):
+                    # The answer has no mask of this desired value (a snapshot taken against
+                    # another one): its secret cannot be compared, which the reader is told.
+                    note += "; the box hashed the secret in this line, and this observation "
+                    note += "has no digest of the desired value's to compare it with"
+                shown_want, shown_seen = shown(want, seen)
             yield Drift(
                 exp.name,
                 env_rule.kind,
                 "file:.env",
                 entry.key,
-                want,
-                seen,
+                shown_want,
+                shown_seen,
                 env_rule.action,
                 source=f".env:{found.line}" if found else "absent",
-                note=f"from {entry.origin}" if want is not None else f"{entry.origin}: null",
+                note=note,
             )
     fact = doc.files.get(".env")
     mode = fact.mode if fact else None
@@ -77,6 +93,16 @@ def compare_envfile(
             mode_rule.action,
             note=".env holds secrets: owner-only",
         )
+
+
+def _may_hold_secret(value: object) -> bool:
+    """A text that may hold a secret inline (a cheap look first: most drifting values are a
+    window, a model or an image, with no `--`, `=`, `:` nor a credential in them)."""
+    if type(value) is not str or not (
+        "--" in value or "=" in value or ":" in value or "earer" in value or "EARER" in value
+    ):
+        return False
+    return hashed_inline(value) or may_carry_secret(value)
 
 
 # lobes' `${VAR-default}` idiom: set-but-empty means OFF, absent means the template default,

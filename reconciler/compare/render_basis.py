@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from reconciler.compare import inline
 from reconciler.compare.envfile import EMPTY_IS_OFF
 from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.observe.document import EnvValue, Observed, Render, SecretValue
@@ -62,7 +63,8 @@ def desired_pairs(doc: Observed, env: Iterable[EnvEntry]) -> dict[str, EnvValue]
             if source is not None and source.digest is not None:
                 pairs[entry.key] = source.digest
         else:
-            pairs[entry.key] = entry.value
+            # As the box wrote it in its basis: a secret the value carries hashed inline.
+            pairs[entry.key] = inline.desired_value(doc, entry.key, entry.value)
     return pairs
 
 

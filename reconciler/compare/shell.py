@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
+from reconciler.compare.inline import conceal_clear, fits, hashed_inline
 from reconciler.compare.rules import rule
 from reconciler.compare.values import Flags, parse_argv
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, Service
@@ -62,7 +63,9 @@ def compare_shell(
             r.kind,
             "shell",
             name,
-            env_line.value if env_line else None,
+            # A line of a snapshot saved before the box hashed inline secrets may hold one in
+            # clear (`--api-key x`): never in a drift.
+            conceal_clear(env_line.value) if env_line else None,
             export.value,
             r.action,
             # the box's text (a login file's line): scrubbed as any free text from a box
@@ -138,4 +141,11 @@ def _carriers(
     env_value = env_line.value if env_line else ""
     if shell_value in (env_value, ""):
         return []
+    if isinstance(env_value, str) and hashed_inline(shell_value) and not hashed_inline(env_value):
+        # A line of a snapshot saved before the box hashed inline secrets holds one in clear,
+        # the export hashed: where they read alike outside it, the shell's value cannot be
+        # told from `.env`'s, and a container carrying it proves nothing.
+        assert isinstance(shell_value, str)
+        if fits(shell_value, env_value):
+            return []
     return [c.name for c in containers if c.env.get(name) == shell_value]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reconciler.compare.inline import hashed_inline, may_carry_secret
 from reconciler.desired.roles import GATEWAY_SERVICE
 from reconciler.importer.sourced import Finding, Sourced
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, SecretValue
@@ -22,7 +23,15 @@ def shown(value: EnvValue | None) -> str:
         return "(absent)"
     if isinstance(value, SecretValue):
         return "a secret (***)"
+    if carries_secret(value):
+        return "a value carrying a secret (***)"
     return repr(value) if len(value) <= 80 else repr(value[:77] + "...")
+
+
+def carries_secret(value: str) -> bool:
+    """A text with a secret inside (`--api-key x`): hashed in place by the box, or in clear
+    in a snapshot saved before the box hashed such secrets."""
+    return hashed_inline(value) or may_carry_secret(value)
 
 
 def _taken(running: EnvValue) -> str:
@@ -110,5 +119,14 @@ class BoxView:
         """A plain (non-secret) value."""
         got = self.value(key, carriers)
         if got is None or not isinstance(got.value, str):
+            return None
+        if carries_secret(got.value):
+            # The box hashed it in place: the text is no value a converge could write back
+            # (it would put the digest on the box), and a clear one is a secret the adopted
+            # repository must not hold. A desired state cannot point at part of a value.
+            self.note(
+                f"{key} carries a secret inside its value (***): not adopted; "
+                "it stays as the box has it"
+            )
             return None
         return got

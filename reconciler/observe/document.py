@@ -858,6 +858,11 @@ class Observed:
     # its size limit, not UTF-8, unreadable), as the box names it (`.env`, `~/.docker/...`) ->
     # why: each one an error of the box. Absent from older answers: none then.
     file_errors: Mapping[str, str] = field(default_factory=dict)
+    # The desired value of each managed `.env` key that carries a secret inline
+    # (`VLLM_ARGS=--api-key x`), masked on the box as that key's `envfile` line is: the only
+    # form a line masked with the run's key compares with. Absent (none) from older answers
+    # and wherever no desired value carries one.
+    envfile_desired: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def containers(self) -> tuple[Container, ...]:
@@ -944,12 +949,19 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         audit=None if audit is None else _audit(r, audit, "audit"),
         timings_ms=_mapping(_or(get(doc, "timings_ms", ""), {}), "timings_ms", _int),
         file_errors=_file_errors(get(doc, "file_errors", "", required=False)),
+        envfile_desired=_envfile_desired(get(doc, "envfile_desired", "", required=False)),
     )
 
 
 def _file_errors(raw: Any) -> dict[str, str]:
     """`file_errors`: file -> why it could not be read (none when absent: an older answer)."""
     return _mapping(_or(raw, {}), "file_errors", _text)
+
+
+def _envfile_desired(raw: Any) -> dict[str, str]:
+    """`envfile_desired`: managed key -> its desired value as the box masked it (none when
+    absent: an older answer, or no desired value carries a secret)."""
+    return _mapping(_or(raw, {}), "envfile_desired", _text)
 
 
 def _deploy_dir_exists(r: _Reader, doc: Mapping[str, Any]) -> bool:

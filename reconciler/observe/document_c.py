@@ -49,6 +49,7 @@ from reconciler.observe.document import (
     Service,
     _audit,
     _Bad,
+    _envfile_desired,
     _file_errors,
     _file_fact,
     _gateway,
@@ -180,6 +181,7 @@ class _Collected(Struct, forbid_unknown_fields=True, gc=False):
     audit: Any = None
     timings_ms: Any = None
     file_errors: Any = None
+    envfile_desired: Any = None
 
 
 class _SnapshotFile(Struct, forbid_unknown_fields=True, gc=False):
@@ -264,6 +266,7 @@ def _observed(doc: _Collected) -> Observed:
         audit=None if doc.audit is None else _audit(r, doc.audit, "audit"),
         timings_ms=_mapping(_or(doc.timings_ms, {}), "timings_ms", _int),
         file_errors=_file_errors(doc.file_errors),
+        envfile_desired=_envfile_desired(doc.envfile_desired),
     )
 
 

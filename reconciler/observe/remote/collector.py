@@ -7,8 +7,9 @@ Secrets never leave the box in clear: every value of a secret-named variable (in
 secret files, the controller_env secrets the controller sends on stdin, compose's render,
 containers' environments, the login shell) is replaced here by an HMAC-SHA256 keyed with the
 run's key, so equal values give equal digests within one run and nothing can be recovered
-from a report. The work runs in threads: the run takes about as long as its slowest part
-(usually `docker compose config`), not the sum.
+from a report; so is a secret that any other value of those carries inline (`--api-key x`,
+`Bearer x`, `HF_TOKEN=x` inside a command or a `.env` value). The work runs in threads: the
+run takes about as long as its slowest part (usually `docker compose config`), not the sum.
 """
 
 import _thread
@@ -1316,13 +1317,32 @@ def deployed_env(run):
 
 
 def envfile_fact(run):
+    """(the `.env` lines as the answer shows them, {key: value} as compose reads them). A
+    value is masked as a container's environment is (`masked_value`): a key that is no secret
+    may still carry one (`VLLM_ARGS=--api-key sk-...`, `CURL_HDR=Authorization: Bearer x`),
+    which a lane then runs; its secret is hashed inline, so the line compares with the
+    containers' and the login shell's values and never leaves the box in clear."""
     text = deployed_env(run)
     if text is None:
         return None, {}
     entries = parse_dotenv(text)
     values = {e["key"]: e["value"] for e in entries}
-    shown = [dict(e, value=run.masked(e["key"], e["value"])) for e in entries]
+    shown = [dict(e, value=run.masked_value(e["key"], e["value"])) for e in entries]
     return shown, values
+
+
+def envfile_desired(run):
+    """{key: value masked as `envfile_fact` masks the key's line} for each managed key whose
+    desired value carries a secret inline, and only those (nearly always none). The payload
+    holds the desired value in clear, the answer the box's line with its secret hashed by
+    this run's key, which the controller does not hold: it compares the line with this."""
+    out = {}
+    for key, spec in run.p.get("managed_env", {}).items():
+        if isinstance(spec, str) and not run.is_secret(key):
+            shown = run.mask_words(spec)
+            if shown != spec:
+                out[key] = shown
+    return out
 
 
 def secret_sources(run, sent=None):
@@ -1399,16 +1419,17 @@ def desired_envfile(run, current_text, secret_values):
 
 def env_basis(run, text):
     """The digest of what compose reads from a `.env` text: its assignments parsed (the last
-    one of a key wins, at its first place), secret values as this run's keyed digests, as the
-    answer's `envfile` shows them. A render records the basis of the `.env` it was made from,
-    so the controller can tell which render a desired state's `.env` gives, offline too
-    (reconciler/compare/render_basis.py computes the same from `envfile` and the managed keys).
+    one of a key wins, at its first place), secrets (whole values and inline ones) as this
+    run's keyed digests, as the answer's `envfile` shows them. A render records the basis of
+    the `.env` it was made from, so the controller can tell which render a desired state's
+    `.env` gives, offline too (reconciler/compare/render_basis.py computes the same from
+    `envfile`, `envfile_desired` and the managed keys).
     None without a `.env`."""
     if text is None:
         return None
     pairs = {}
     for entry in parse_dotenv(text):
-        pairs[entry["key"]] = run.masked(entry["key"], entry["value"])
+        pairs[entry["key"]] = run.masked_value(entry["key"], entry["value"])
     canonical = json_dumps(
         [[key, value] for key, value in pairs.items()], separators=(",", ":"), sort_keys=True
     )
@@ -2757,6 +2778,9 @@ def collect(payload, sent=None):
     except OSError as exc:
         doc["envfile"], current = None, {}
         run.file_problem(".env", exc)
+    desired_inline = envfile_desired(run)
+    if desired_inline:  # absent otherwise: every answer without one stays as it was
+        doc["envfile_desired"] = desired_inline
     try:
         doc["secret_sources"], secret_values = secret_sources(run, sent)
     except OSError as exc:

@@ -1,0 +1,126 @@
+"""Values that carry a secret inline: `VLLM_ARGS=--api-key sk-...`, `CURL_HDR=Bearer x`. Pure.
+
+A key that is no secret may still hold one inside its value. The collector hashes such a
+secret in place (`--api-key {"secret": "hmac:..."}`), in a `.env` line as in a container's
+environment, with the run's key, which the controller never holds. So a desired value in
+clear cannot be masked here to compare with the line: the box masks the managed keys' desired
+values too (the answer's `envfile_desired`), and the line is compared with that. A snapshot
+replayed against another desired state holds the masks of the values it was taken against:
+one is used only when its text outside the secrets is the desired value's (`fits`).
+
+What a drift shows of such a value is never the secret: a hashed one as `***` (the reports'
+guard masks the inline form), a clear one (a snapshot saved by an older collector) as an
+opaque SecretValue keyed by this process. Stdlib only: every drift comparison imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+
+from reconciler.desired.secret_names import is_fleet_secret_name
+from reconciler.observe.document import EnvValue, Observed, SecretValue
+from reconciler.scrub import mask_assignments
+
+# The collector's inline form of a hashed secret, exactly as its json_dumps writes it.
+_MARK = '{"secret": "hmac:'
+_HASHED = re.compile(r'\{"secret": "hmac:[0-9a-f]{64}"\}')
+# A flag and its value (`--hf-token=x`, `--api-key x`), as the collector's `_inline_secrets`
+# reads one: a flag that is not inside a longer word, then `=` or blanks and a word that is no
+# flag; whether the flag names a secret is `_secret_flag`'s.
+_FLAG = re.compile(r"(?<![A-Za-z0-9_-])--([A-Za-z0-9_][A-Za-z0-9_-]*)(?:=|\s+)(?!--)\S")
+# `Bearer x`, `Authorization: x` (the collector's `_may_credential` markers).
+_CREDENTIAL = re.compile(r"(?i)(?<![a-z0-9])(?:bearer\s+\S|authorization[\"']?\s*[:=]\s*\S)")
+# Where a hashed secret sat in the clear value: what the collector's `_value_span` and
+# `mask_assignments` take for a value, a quoted text, the inside of quotes, or a run up to a
+# blank, a quote or one of `,;)}`. Each is taken whole as the box takes it (an atomic group,
+# possessive runs): no backtracking, so a box's mask costs a linear match whatever it holds.
+_SECRET_PLACE = r"""(?>"[^"]*+"|'[^']*+'|(?<=")[^"]++(?=")|(?<=')[^']++(?=')|[^\s,;)}'"]++)"""
+_MOST_SECRETS = 8  # per value: a mask with more is from no desired state (it is not compared)
+# Clear values are made opaque with a key of this process: equal values stay equal within one
+# report (changed/unchanged reads right), and nothing can be matched across runs.
+_KEY = os.urandom(32)
+
+
+def hashed_inline(value: object) -> bool:
+    """A text holding a secret the collector hashed in place."""
+    return type(value) is str and _MARK in value
+
+
+def fits(masked: str, plain: str) -> bool:
+    """Whether `masked` (the box's mask of some value) is `plain` with secrets hashed: the text
+    between its hashed secrets is `plain`'s, and each secret's place in `plain` holds what the
+    collector takes for one (`_value_span`, `mask_assignments`): a quoted text, the inside of
+    quotes, or a run without blanks and `,;)}`. So a desired value edited beside its secret
+    (`--api-key x` -> `--api-key x --port 9`) does not fit the mask of the old one."""
+    runs = _HASHED.split(masked)
+    if len(runs) == 1:
+        return masked == plain
+    if len(runs) > _MOST_SECRETS + 1 or not all(runs[1:-1]):
+        # More secrets than a value holds, or two with nothing between them: no mask the
+        # collector makes (a value is followed by a blank, a quote, a flag or a name).
+        return False
+    pattern = _SECRET_PLACE.join(re.escape(run) for run in runs)
+    return re.fullmatch(pattern, plain, re.DOTALL) is not None
+
+
+def desired_value(doc: Observed, key: str, value: str) -> str:
+    """What `.env`'s line of managed `key` is compared with: the box's mask of the desired
+    `value` where the answer has one for it, else `value` itself."""
+    masked = doc.envfile_desired.get(key) if doc.envfile_desired else None
+    return masked if masked is not None and fits(masked, value) else value
+
+
+def may_carry_secret(text: str) -> bool:
+    """Whether a clear text may hold a secret the collector would hash inline: a flag named
+    like a secret with a value, a credential after `Bearer`/`Authorization`, an assignment to
+    a secret name. Judged more widely than the box does: it only hides, never compares."""
+    if "--" in text:
+        for found in _FLAG.finditer(text):
+            if _secret_flag(found.group(1)):
+                return True
+    lower = text.lower()
+    if ("bearer" in lower or "authorization" in lower) and _CREDENTIAL.search(text):
+        return True
+    return ("=" in text or ":" in text) and mask_assignments(text) != text
+
+
+def _secret_flag(name: str) -> bool:
+    """The collector's `secret_flag`: `--api-key`, or a flag whose name is a secret name."""
+    return name == "api-key" or is_fleet_secret_name(name.replace("-", "_").upper())
+
+
+def concealed(value: EnvValue | None) -> EnvValue | None:
+    """`value` as a drift may carry it: a text holding a secret (hashed inline, or in clear)
+    as an opaque SecretValue; anything else as it is."""
+    if type(value) is not str:
+        return value
+    if _MARK in value:  # holds only the box's digests: nothing to hash again
+        return SecretValue(value)
+    if may_carry_secret(value):
+        return SecretValue("guard:" + hmac.new(_KEY, value.encode(), hashlib.sha256).hexdigest())
+    return value
+
+
+def shown(
+    desired: EnvValue | None, observed: EnvValue | None
+) -> tuple[EnvValue | None, EnvValue | None]:
+    """(desired, observed) of a drift on a value that may carry a secret inline. Two hashed
+    texts that differ outside their secrets are kept (the reports show each secret as `***`
+    in place, and what else changed); otherwise each text holding a secret becomes a
+    SecretValue, so the drift reads `***` and whether the secret `changed`."""
+    if hashed_inline(desired) and hashed_inline(observed):
+        assert isinstance(desired, str) and isinstance(observed, str)
+        if _HASHED.sub("", desired) != _HASHED.sub("", observed):
+            return desired, observed
+    return concealed(desired), concealed(observed)
+
+
+def conceal_clear(value: EnvValue | None) -> EnvValue | None:
+    """`value` with a secret it carries in clear made opaque; a hashed one (`***` in every
+    report) and anything else as it is."""
+    if type(value) is str and _MARK not in value and may_carry_secret(value):
+        return concealed(value)
+    return value
