@@ -86,13 +86,30 @@ def _snapshot(obj: Mapping[str, Any], key: str) -> str | None:
 
 # -- the result -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class KeptFile:
+    """A file the rollback would have removed (absent at the snapshot) but kept: not what a
+    converge wrote (an operator's edit, a file made by hand). `why` is the box's words."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
 class RollbackResult:
     ok: bool
     snapshot: str | None
-    files: tuple[str, ...] = ()  # restored
+    files: tuple[str, ...] = ()  # changed: restored, or removed (a subset: `removed`)
     config_equal: bool = False  # every container's config as in the snapshot
     unequal: tuple[str, ...] = ()  # services whose config still differs
     failed: str | None = None
+    removed: tuple[str, ...] = ()  # absent at the snapshot, created by a converge since
+    kept: tuple[KeptFile, ...] = ()  # absent at the snapshot, not removed, and why
+    removed_containers: tuple[str, ...] = ()  # services whose container went with the files
+
+    @property
+    def restored(self) -> tuple[str, ...]:
+        """The files put back in place (changed, not removed)."""
+        return tuple(f for f in self.files if f not in self.removed)
 
 
 @dataclass(frozen=True)
@@ -117,9 +134,30 @@ def rollback_result(raw: Any) -> RollbackResult | None:
             config_equal=_flag(raw, "config_equal"),
             unequal=_names(raw, "unequal"),
             failed=_text(raw, "failed"),
+            removed=_names(raw, "removed"),
+            kept=_kept(raw),
+            removed_containers=_names(raw, "removed_containers"),
         )
     except _Wrong as exc:
         return RollbackResult(False, None, failed=f"the box's rollback result is malformed: {exc}")
+
+
+def _kept(raw: Mapping[str, Any]) -> tuple[KeptFile, ...]:
+    """The files a rollback kept: a list of {name, why}; absent from an older box program."""
+    value = raw.get("kept")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > _MAX_ITEMS:
+        raise _Wrong("kept", "expected a list of {name, why}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise _Wrong(f"kept[{i}]", "expected {name, why}")
+        try:
+            out.append(KeptFile(_name(item, "name", True) or "", _text(item, "why", True) or ""))
+        except _Wrong as exc:
+            raise exc.under(f"kept[{i}]") from None
+    return tuple(out)
 
 
 def converge_result(raw: Any) -> ConvergeResult:

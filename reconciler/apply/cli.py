@@ -222,9 +222,27 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
         if result.config_equal
         else ("containers differ from the snapshot: " + ", ".join(result.unequal))
     )
-    files = ", ".join(result.files) or "files already equal"
+    files = ", ".join(result.restored) or ("files already equal" if not result.removed else "")
+    files = "; ".join(x for x in (files, _removed_text(result.removed)) if x)
     print(_line(f"{args.box}: rolled back to {result.snapshot}: {files}; {equal}"))
+    if result.removed:
+        where = f"{fleet.boxes[args.box].deployment.directory}/.fleet/snapshots/{result.snapshot}"
+        print(_line(f"{args.box}: the removed files are kept in {where}/removed/"))
+    if result.removed_containers:
+        gone = ", ".join(result.removed_containers)
+        print(_line(f"{args.box}: removed the containers of {gone} (created since the snapshot)"))
+    for kept in result.kept:
+        # A file the snapshot did not have, left in place on purpose: never an operator's file
+        # removed. Said on stderr, as a warning: the files are not all as in the snapshot.
+        print(_line(f"{args.box}: KEPT {kept.name}, not removed: {kept.why}"), file=sys.stderr)
+    # A kept file does not fail the rollback: keeping it is the rule, and said above; the exit
+    # code still says whether the containers are as in the snapshot.
     return EXIT_OK if result.config_equal else EXIT_ERROR
+
+
+def _removed_text(removed: tuple[str, ...]) -> str:
+    """The files a rollback removed: absent at the snapshot, created by a converge since."""
+    return f"removed {', '.join(removed)} (created since the snapshot)" if removed else ""
 
 
 def _is_snapshot_of(fleet: Fleet, box: str, snapshot: str) -> bool:

@@ -24,9 +24,19 @@ FREE_TEXT = ("failed", "message", "reason")
 
 
 def _scrubbed(event: dict[str, Any]) -> dict[str, Any]:
-    return {
+    out = {
         k: scrub_text(v) if k in FREE_TEXT and isinstance(v, str) else v for k, v in event.items()
     }
+    kept = out.get("kept")
+    if isinstance(kept, list):
+        # A rollback's kept files: each one's `why` is the box's words too.
+        out["kept"] = [
+            {**k, "why": scrub_text(k["why"])}
+            if isinstance(k, dict) and isinstance(k.get("why"), str)
+            else k
+            for k in kept
+        ]
+    return out
 
 
 def record(out: Outcome, inventory: str, who: str) -> dict[str, Any]:

@@ -65,8 +65,16 @@ def _rollback_line(rb: RollbackResult) -> str:
         if rb.config_equal
         else ("containers NOT as before: " + ", ".join(clean(s) for s in rb.unequal))
     )
-    restored = ", ".join(clean(f) for f in rb.files) or "nothing to restore"
-    return f"rolled back to snapshot {rb.snapshot}: {restored}; {equal}"
+    restored = ", ".join(clean(f) for f in rb.restored)
+    restored = restored or ("nothing to restore" if not rb.removed else "")
+    if rb.removed:
+        removed = f"removed {', '.join(clean(f) for f in rb.removed)} (created by the converge)"
+        restored = "; ".join(x for x in (restored, removed) if x)
+    if rb.removed_containers:
+        equal += f"; containers removed: {', '.join(clean(s) for s in rb.removed_containers)}"
+    # A file kept is said with why: the box never removes a file a converge did not write.
+    kept = "".join(f"; KEPT {clean(k.name)}: {free_text(k.why)}" for k in rb.kept)
+    return f"rolled back to snapshot {rb.snapshot}: {restored}; {equal}{kept}"
 
 
 def _unknown_line(out: Outcome) -> str:

@@ -394,6 +394,9 @@ class Box:
         self.fleet = os.path.join(self.deploy, FLEET_DIR)
         self.project = payload["project"]
         self.secrets = []  # values to mask in any message: controller_env and box_file secrets
+        # The snapshot this converge took, once taken: every write of a managed file is first
+        # recorded in it (record_write), so a rollback can tell the converge's file from another's.
+        self.snapshot = None
 
     def scrubbed(self, argv):
         return ["env", "-i", "PATH=" + SCRUBBED_PATH, "HOME=" + self.home] + list(argv)
@@ -1063,7 +1066,29 @@ def write_managed(box, name, data, mode):
             message="%s was a symlink: now a regular file, its target left as it was (a "
             "rollback restores the link)" % shown(path),
         )
+    if box.snapshot is not None:
+        record_write(box, box.snapshot, name, data)
     atomic_write(path, data, mode)
+
+
+def record_write(box, sid, name, data):
+    """Before a managed file is written: the digest of the bytes about to be written, added to
+    the snapshot's `wrote` record ({name: [sha256, ...]}).
+
+    Written ahead, not after: a converge killed between the two leaves a record of bytes that
+    may never have been written, which only lets a rollback remove those exact bytes; a record
+    written after would leave a file the converge made that no rollback could tell from an
+    operator's (so it would be kept for ever). When the record cannot be written, neither is
+    the file: the error fails the converge, which rolls back."""
+    meta = read_meta(box, sid)
+    wrote = meta.get("wrote")
+    wrote = dict(wrote) if isinstance(wrote, dict) else {}
+    digests = [d for d in wrote.get(name) or [] if isinstance(d, str)]
+    sha = hashlib.sha256(data).hexdigest()
+    if sha not in digests:
+        wrote[name] = digests + [sha]
+        meta["wrote"] = wrote
+        write_meta(snapshot_path(box, sid), meta)
 
 
 # -- snapshots -----------------------------------------------------------------------------------
@@ -1722,9 +1747,20 @@ def converge(box, lock):
             % (stale.get("holder"), stale.get("pid"), stale.get("since")),
         )
     check_fingerprint(box)
+    # `wrote`: what this converge writes, by digest (record_write). Present, even empty, in
+    # the snapshot of every converge that keeps the record; a snapshot without it was taken by
+    # one that did not (an older converge), and a rollback to it removes what it recorded
+    # absent whatever that holds, as it always did.
     sid, _ = take_snapshot(
-        box, {"holder": p["holder"], "plan": p.get("titles", []), "services": p["services"]}
+        box,
+        {
+            "holder": p["holder"],
+            "plan": p.get("titles", []),
+            "services": p["services"],
+            "wrote": {},
+        },
     )
+    box.snapshot = sid  # from here every managed write is recorded in it first (write_managed)
     emit("snapshot", id=sid)
     touched = []  # services recreated, in order: what a rollback must put back
     created = []  # services that had no container before
@@ -1805,11 +1841,16 @@ def prune_after(box, sid):
 
 
 # -- rollback ------------------------------------------------------------------------------------
-def restore_snapshot_files(box, sid):
+def restore_snapshot_files(box, sid, chain=None):
     """The snapshot's files back as they were, all or nothing: every name and every copy is
     checked (plain name, regular file, recorded sha256) before the first file is replaced. A
-    path that was a symlink comes back as that symlink (apply replaced it, see write_managed)."""
-    meta = read_meta(box, sid)
+    path that was a symlink comes back as that symlink (apply replaced it, see write_managed).
+
+    A path the snapshot recorded absent, and one that a later converge created, is removed only
+    as created_since() decides, also before the first change. Returns (meta, the names changed,
+    the names removed, [{name, why}] of the files kept)."""
+    chain = chain if chain is not None else snapshot_chain(box, sid)
+    meta = chain[0][1]
     src = snapshot_path(box, sid)
     files = snapshot_files(meta, sid)
     copies = {}
@@ -1830,12 +1871,145 @@ def restore_snapshot_files(box, sid):
             )
         mode = 0o600 if name == ".env" else info["mode"]  # a rollback never widens .env
         copies[name] = (data, mode)
-    restored = [
+    created = created_since(files, chain)
+    for name in created:
+        target = box.path(name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            raise Failed("cannot remove %s: it is a directory now; nothing was restored" % name)
+    changed = [
         name
         for name, info in sorted(files.items())
-        if restore_file(box.path(name), info, copies.get(name))
+        if name not in created and restore_file(box.path(name), info, copies.get(name))
     ]
-    return meta, restored
+    removed, kept = [], []
+    for name in sorted(created):
+        why = remove_created(box, sid, name, created[name])
+        if why is None:
+            continue  # nothing there: as the snapshot recorded it
+        if why:
+            kept.append({"name": name, "why": why})
+            emit("note", message="kept %s: %s" % (name, why))
+        else:
+            removed.append(name)
+    return meta, sorted(changed + removed), removed, kept
+
+
+REMOVED_DIR = "removed"  # in the snapshot rolled back to: the files its rollback removed
+
+
+def snapshot_chain(box, sid):
+    """[(id, meta)] of snapshot `sid` and of every later one (the converges a rollback to
+    `sid` undoes), oldest first. `sid`'s own meta must be read; a later one that cannot be is
+    left out with a note: what its converge created is then kept, never removed unknowingly."""
+    chain = [(sid, read_meta(box, sid))]
+    order = snapshot_order(sid)
+    for other in list_snapshots(box):
+        if snapshot_order(other) <= order:
+            continue
+        try:
+            chain.append((other, read_meta(box, other)))
+        except (OSError, ValueError, Failed) as exc:
+            emit(
+                "note",
+                message="snapshot %s cannot be read (%s): files its converge created are kept"
+                % (other, reason_of(exc, box.secrets)),
+            )
+    return chain
+
+
+def wrote_record(meta):
+    """A snapshot's `wrote` record ({name: [sha256, ...]}, record_write) with only well-formed
+    entries (a damaged one grants no removal); None when the snapshot predates the record."""
+    wrote = meta.get("wrote")
+    if not isinstance(wrote, dict):
+        return None
+    out = {}
+    for name, digests in wrote.items():
+        if isinstance(name, str) and SNAPSHOT_FILE.match(name) and isinstance(digests, list):
+            out[name] = [d for d in digests if isinstance(d, str) and SHA256.match(d)]
+    return out
+
+
+def created_since(files, chain):
+    """{name: (writers, digests, legacy)} of the paths a rollback to chain[0] decides on by
+    removal (remove_created): each path absent then (recorded None; or not recorded, when the
+    first later snapshot that lists it recorded it absent) and written by a converge since, or
+    recorded absent by the snapshot itself. `writers`: the snapshots whose converge wrote it,
+    `digests`: every sha256 they wrote to it; `legacy`: recorded absent by a snapshot that
+    predates the `wrote` record, and written by no converge that keeps one.
+
+    Why every later converge and not only the snapshot's own: a rollback to an older snapshot
+    undoes all of them, so a file created by one in between is no more the snapshot's state
+    than one created by its own converge. A digest written by any of them counts: a later
+    converge may rewrite the file, or its failed rollback put an earlier converge's bytes back."""
+    meta = chain[0][1]
+    legacy = wrote_record(meta) is None
+    out = {}
+    names = set(files)
+    for _, later in chain:
+        names.update(wrote_record(later) or {})
+    for name in sorted(names):
+        if name in files:
+            if files[name] is not None:
+                continue  # there at the snapshot: its copy is put back (restore_file)
+        else:
+            listed = [m.get("files") for _, m in chain[1:]]
+            first = [f for f in listed if isinstance(f, dict) and name in f]
+            if not first or first[0][name] is not None:
+                continue  # nothing says it was absent at the snapshot: left as it is
+        writers, digests = [], []  # type: list, list
+        for other, later in chain:
+            found = (wrote_record(later) or {}).get(name) or []
+            if found:
+                writers.append(other)
+                digests += found
+        if writers or name in files:
+            out[name] = (writers, digests, legacy and name in files and not writers)
+    return out
+
+
+def remove_created(box, sid, name, decided):
+    """Remove `name`, absent at snapshot `sid`, when it is still exactly what a converge since
+    wrote: "" when removed, None when nothing is there, else why it is kept (for the operator).
+
+    Never an operator's file: bytes no converge wrote (an edit since, a file made by hand), a
+    symlink, or anything but a regular file stays, and the rollback says which and why. A file
+    recorded absent by a snapshot older than the `wrote` record (`legacy`) is removed whatever
+    it holds, as such a rollback always did. Removed by a rename into the snapshot's `removed`
+    directory, never unlinked: the file is kept there (until the snapshot is pruned) and can be
+    moved back by hand."""
+    writers, digests, legacy = decided
+    target = box.path(name)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    wrote = "converge %s" % writers[-1] if writers else ""
+    if not legacy:
+        if not writers:
+            return "absent at snapshot %s and written by no converge since (made by hand?)" % sid
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((n for test, n in _KINDS if test(st.st_mode)), "unknown type")
+            return "a %s now, not the file %s wrote" % (kind, wrote)
+        try:
+            data, _ = read_regular(target)
+        except (OSError, Failed) as exc:
+            return "cannot be read to compare (%s)" % reason_of(exc, box.secrets)
+        if hashlib.sha256(data).hexdigest() not in digests:
+            return (
+                "changed since %s wrote it (an operator's edit?); remove it by hand if it "
+                "should go" % wrote
+            )
+    keep = private_dir(os.path.join(snapshot_path(box, sid), REMOVED_DIR))
+    os.rename(target, os.path.join(keep, name))
+    fsync_dir(box.deploy)
+    fsync_dir(keep)
+    emit(
+        "note",
+        message="removed %s (absent at snapshot %s%s); kept as %s"
+        % (name, sid, ", written by " + wrote if wrote else "", shown(os.path.join(keep, name))),
+    )
+    return ""
 
 
 def restore_file(target, info, copy):
@@ -1885,13 +2059,12 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
     emit("step", step="rollback", subject=sid, status="start", reason=scrub(reason, box.secrets))
     try:
         hashes = hashes_or_empty(box)
-        meta, restored = restore_snapshot_files(box, sid)
+        chain = snapshot_chain(box, sid)
+        meta, restored, removed, kept = restore_snapshot_files(box, sid, chain)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
         before = meta.get("containers")
         before = before if isinstance(before, dict) else {}
-        for service in created or []:
-            if service not in before:
-                box.compose("rm", "-s", "-f", service, timeout=300)
+        gone = remove_containers(box, before, created or [], chain, touched or [])
         differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
         recreated = [s for s in order if s in before]  # one with no container before: none now
@@ -1912,6 +2085,9 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
             "ok": True,
             "snapshot": sid,
             "files": restored,
+            "removed": removed,
+            "kept": kept,
+            "removed_containers": gone,
             "recreated": recreated,
             "config_equal": not unequal,
             "unequal": unequal,
@@ -1925,6 +2101,40 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
             emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
+
+
+def remove_containers(box, before, created, chain, touched):
+    """Containers that were not there at the snapshot and go with the rollback, by container
+    id (`docker rm -f`, as a converge's `removes` step), never by compose service name: once
+    the rollback removed the compose file that defined a service, compose no longer knows it
+    (`compose rm` of it did nothing and left the lane running).
+
+    Which ones, and why this keeps compose coherent with the files: (1) a service this very
+    converge created (`created`, as before); (2) a service no compose file renders any more
+    after the files came back (the file that defined it removed, a profile switched back)
+    whose container a converge since the snapshot recreated (its `touched` or planned
+    `services`): compose can neither see nor manage it, and the snapshot had none. A container
+    compose still renders and no converge here created is left, and counts as unequal, as
+    before: it may be an operator's (`docker compose up` by hand)."""
+    now = containers(box)
+    since = set(touched)
+    for _, later in chain:
+        since.update(service_names(later.get("touched")) + service_names(later.get("services")))
+    gone = [s for s in created if s not in before and s in now]
+    extra = [s for s in sorted(now) if s not in before and s not in gone and s in since]
+    if extra:
+        try:
+            rendered = config_hashes(box)
+        except Failed as exc:
+            # Not knowing what compose renders, nothing more is removed: it counts as unequal.
+            emit("note", message="kept %s: %s" % (", ".join(extra), reason_of(exc, box.secrets)))
+            rendered = dict.fromkeys(extra, "")
+        gone += [s for s in extra if s not in rendered]
+    for service in gone:
+        emit("step", step="remove", subject=service, status="start")
+        box.must(["docker", "rm", "-f", now[service]["Id"]], "remove " + service)
+        emit("step", step="remove", subject=service, status="done")
+    return gone
 
 
 def mark_good(box, sid):
