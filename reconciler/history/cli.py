@@ -26,8 +26,8 @@ def register(subparsers: Any) -> None:
         description=(
             "List the recorded runs (oldest first) with how many boxes were reached and how "
             "many causes and entries (drift) or findings (audit) each had; with BOX, that "
-            "box's line of each run. --keep/--days change the store's retention (kept in the "
-            "store) and apply it now. Exit 0, or 1 for a store that cannot be read."
+            "box's line of each run. --keep/--days/--max-mb change the store's retention (kept "
+            "in the store) and apply it now. Exit 0, or 1 for a store that cannot be read."
         ),
     )
     h.set_defaults(handler=_cmd_history)
@@ -46,6 +46,12 @@ def register(subparsers: Any) -> None:
     h.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     h.add_argument("--keep", type=_count, metavar="N", help="keep at most N runs (0: any number)")
     h.add_argument("--days", type=_count, metavar="D", help="keep D days of runs (0: any age)")
+    h.add_argument(
+        "--max-mb",
+        type=_count,
+        metavar="M",
+        help="keep the newest runs that together hold at most M MB (default 2048; 0: any size)",
+    )
 
     d = subparsers.add_parser(
         "diff",
@@ -122,14 +128,14 @@ def _cmd_history(args: argparse.Namespace) -> int:
     path = _store(args)
     if path is None:
         return EXIT_ERROR
-    pruning = args.keep is not None or args.days is not None
+    pruning = args.keep is not None or args.days is not None or args.max_mb is not None
     if not pruning and not path.is_file():  # nothing recorded yet: an empty history
         print(f"no runs recorded in {path} (no store there yet)")
         return EXIT_OK
     try:
         with opened(path, create=True) if pruning else reading(path) as conn:
             if pruning:
-                removed = set_retention(conn, args.keep, args.days)
+                removed = set_retention(conn, args.keep, args.days, args.max_mb)
                 print(f"retention set; {removed} runs removed", file=sys.stderr)
             found = runs(conn, args.box, since)
             rows = [(r, boxes_of(conn, r.id)) for r in found]

@@ -65,7 +65,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run, box)
     );
     CREATE TABLE settings (
-        name TEXT PRIMARY KEY,         -- keep_runs | keep_days
+        name TEXT PRIMARY KEY,         -- keep_runs | keep_days (| keep_mb, version 3)
         value INTEGER NOT NULL
     );
     """,
@@ -74,6 +74,17 @@ MIGRATIONS: tuple[str, ...] = (
     # runs recorded before (their fleet is known only by the inventory's path).
     """
     ALTER TABLE runs ADD COLUMN root TEXT;
+    """,
+    # 3: what each run keeps, in characters of its texts and bytes of its packed observations
+    # (the store's size limit, keep_mb, counts it): measured once here for the runs recorded
+    # before, then by each run as it is recorded. A 1,000-box replay keeps ~77 MB.
+    """
+    ALTER TABLE runs ADD COLUMN size INTEGER;
+    UPDATE runs SET size = length(report) + length(summary)
+        + coalesce((SELECT sum(length(document)) FROM observations o WHERE o.run = runs.id), 0)
+        + coalesce((SELECT sum(length(desired) + length(observed) + length(subject)
+            + length(path)) FROM entries e WHERE e.run = runs.id), 0)
+        + coalesce((SELECT sum(length(message)) FROM findings f WHERE f.run = runs.id), 0);
     """,
 )
 

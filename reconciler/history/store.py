@@ -3,8 +3,13 @@ to the current schema version on open, one transaction per recorded run, retenti
 the same transaction.
 
 Retention keeps at most `keep_runs` runs (default 1000: ten days of a 15-minute timer's drift
-and audit) and none older than `keep_days` (default 30); `reconcile history --keep N --days D`
-changes both for the store (kept in its settings table), 0 meaning no limit of that kind.
+and audit), none older than `keep_days` (default 30), and the newest runs that together keep at
+most `keep_mb` MB (default 2048: a three-box run keeps ~90 KB, a 1,000-box one ~77 MB, so a
+large fleet's store would otherwise grow to tens of GB before the count or the age limit
+removed anything); `reconcile history --keep N --days D --max-mb M` changes them for the store
+(kept in its settings table), 0 meaning no limit of that kind. The run just recorded is never
+removed by the size limit, even alone past it. Freed pages are reused by the next runs: the
+file stays about as large as the limit plus one run.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from reconciler.history.record import EntryRow, FindingRow, ReportText, RunRecor
 
 DEFAULT_KEEP_RUNS = 1000
 DEFAULT_KEEP_DAYS = 30
+DEFAULT_KEEP_MB = 2048
+MB = 1_000_000
 BUSY_TIMEOUT_S = 10.0  # another run writing at the same moment: wait for it, then write
 MAX_INTEGER = 2**63 - 1  # SQLite's largest integer: a larger Python int cannot be bound
 
@@ -227,9 +234,20 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
     """One run, in one transaction, then retention; its row id."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        summary = json.dumps(run.summary, sort_keys=True)
+        report = (
+            run.report
+            if isinstance(run.report, ReportText)
+            else json.dumps(run.report, ensure_ascii=False)
+        )
+        observations = [
+            (box, doc if isinstance(doc, Packed) else pack(doc))
+            for box, doc in run.observations.items()
+        ]
         cur = conn.execute(
             "INSERT INTO runs (run_id, command, source, started_at, started, duration_s,"
-            " inventory, exit_code, summary, report, root) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " inventory, exit_code, summary, report, root, size)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.command,
@@ -239,11 +257,10 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
                 run.duration_s,
                 run.inventory,
                 run.exit_code,
-                json.dumps(run.summary, sort_keys=True),
-                run.report
-                if isinstance(run.report, ReportText)
-                else json.dumps(run.report, ensure_ascii=False),
+                summary,
+                report,
                 run.root,
+                _size(run, summary, report, observations),
             ),
         )
         rid = int(cur.lastrowid or 0)
@@ -280,10 +297,7 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
         )
         conn.executemany(
             "INSERT INTO observations VALUES (?,?,?)",
-            [
-                (rid, box, doc if isinstance(doc, Packed) else pack(doc))
-                for box, doc in run.observations.items()
-            ],
+            [(rid, box, packed) for box, packed in observations],
         )
         _apply_retention(conn, time.time())
         conn.execute("COMMIT")
@@ -291,6 +305,17 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
         conn.execute("ROLLBACK")
         raise
     return rid
+
+
+def _size(run: RunRecord, summary: str, report: str, observations: list[Any]) -> int:
+    """What the run keeps, as migration 3 measures it: characters of its texts, bytes of its
+    packed observations (the size limit, keep_mb, counts it)."""
+    entries = sum(
+        len(e.desired) + len(e.observed) + len(e.subject) + len(e.path) for e in run.entries
+    )
+    findings = sum(len(f.message) for f in run.findings)
+    packed = sum(len(data) for _, data in observations)
+    return len(report) + len(summary) + entries + findings + packed
 
 
 class Packed(bytes):
@@ -340,11 +365,12 @@ def _unpack(blob: Any, what: str) -> Any:
 # -- retention ---------------------------------------------------------------------------------
 
 
-def retention(conn: sqlite3.Connection) -> tuple[int, int]:
-    """(keep_runs, keep_days) of this store; 0 = no limit of that kind."""
+def retention(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """(keep_runs, keep_days, keep_mb) of this store; 0 = no limit of that kind."""
     return (
         _setting(conn, "keep_runs", DEFAULT_KEEP_RUNS),
         _setting(conn, "keep_days", DEFAULT_KEEP_DAYS),
+        _setting(conn, "keep_mb", DEFAULT_KEEP_MB),
     )
 
 
@@ -353,11 +379,17 @@ def _setting(conn: sqlite3.Connection, name: str, default: int) -> int:
     return default if row is None else _whole(row[0], f"the {name} setting")
 
 
-def set_retention(conn: sqlite3.Connection, keep_runs: int | None, keep_days: int | None) -> int:
+def set_retention(
+    conn: sqlite3.Connection,
+    keep_runs: int | None,
+    keep_days: int | None,
+    keep_mb: int | None = None,
+) -> int:
     """Change the limits (None: unchanged) and apply them now; how many runs were removed."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for name, value in (("keep_runs", keep_runs), ("keep_days", keep_days)):
+        limits = (("keep_runs", keep_runs), ("keep_days", keep_days), ("keep_mb", keep_mb))
+        for name, value in limits:
             if value is not None:
                 conn.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (name, value))
         removed = _apply_retention(conn, time.time())
@@ -369,7 +401,7 @@ def set_retention(conn: sqlite3.Connection, keep_runs: int | None, keep_days: in
 
 
 def _apply_retention(conn: sqlite3.Connection, now: float) -> int:
-    keep_runs, keep_days = retention(conn)
+    keep_runs, keep_days, keep_mb = retention(conn)
     removed = 0
     if keep_days > 0:
         cutoff = now - keep_days * 86400
@@ -378,6 +410,14 @@ def _apply_retention(conn: sqlite3.Connection, now: float) -> int:
         removed += conn.execute(
             "DELETE FROM runs WHERE id NOT IN (SELECT id FROM runs ORDER BY id DESC LIMIT ?)",
             (keep_runs,),
+        ).rowcount
+    if keep_mb > 0:
+        # The newest runs whose sizes add up to the limit stay; the newest run always does
+        # (a run alone past the limit is still the last one recorded).
+        removed += conn.execute(
+            "DELETE FROM runs WHERE id < (SELECT max(id) FROM runs) AND id IN (SELECT id FROM"
+            " (SELECT id, sum(size) OVER (ORDER BY id DESC) AS kept FROM runs) WHERE kept > ?)",
+            (min(keep_mb * MB, MAX_INTEGER),),
         ).rowcount
     return removed
 

@@ -207,7 +207,83 @@ def test_retention_by_count_and_by_age(tmp_path: Path, capsys: pytest.CaptureFix
     drift_replay(capsys, db)  # recording applies the store's retention (keep 2, 30 days)
     with store.opened(db, create=False) as conn:
         assert [r.id for r in store.runs(conn)] == [4, 5]
-        assert store.retention(conn) == (2, store.DEFAULT_KEEP_DAYS)
+        assert store.retention(conn) == (2, store.DEFAULT_KEEP_DAYS, store.DEFAULT_KEEP_MB)
+
+
+def test_retention_by_size_keeps_the_newest_runs_within_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store keeps the newest runs whose sizes add up to at most --max-mb; what a removed
+    run held goes with it, and the run just recorded stays even alone past the limit (a
+    1,000-box replay keeps ~77 MB: without the limit, 1,000 of them would be ~77 GB)."""
+    db = tmp_path / "h.sqlite3"
+    for _ in range(3):
+        drift_replay(capsys, db)
+    with store.opened(db, create=False) as conn:
+        sizes = [r for (r,) in conn.execute("SELECT size FROM runs ORDER BY id")]
+        measured = conn.execute(
+            "SELECT length(report) + length(summary) + (SELECT sum(length(document)) FROM "
+            "observations WHERE run = 1) + (SELECT sum(length(desired) + length(observed) + "
+            "length(subject) + length(path)) FROM entries WHERE run = 1) FROM runs WHERE id = 1"
+        ).fetchone()[0]
+    # Each run measured as it was recorded, as migration 3 measures a run recorded before.
+    assert sizes[0] == measured and all(size > 10_000 for size in sizes)
+    with store.opened(db, create=False) as conn:
+        # Runs as large as a big fleet's (the fixture's are ~70 KB, the limit counts MB).
+        conn.execute("UPDATE runs SET size = 490000")
+    # Room for the newest two runs and not three: the oldest goes, with its rows.
+    code, _, err = reconcile(capsys, "history", "--history", str(db), "--max-mb", "1")
+    assert code == 0 and "1 runs removed" in err
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [2, 3]
+        left = conn.execute("SELECT DISTINCT run FROM observations ORDER BY run").fetchall()
+        assert left == [(2,), (3,)]
+        assert store.retention(conn)[2] == 1
+    drift_replay(capsys, db)  # recording applies it: run 4 (~70 KB) pushes run 2 out
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [3, 4]
+        conn.execute("UPDATE runs SET size = 5000000 WHERE id = 4")  # alone past the limit
+    code, _, err = reconcile(capsys, "history", "--history", str(db), "--max-mb", "1")
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [4], "the newest run always stays"
+    code, _, err = reconcile(capsys, "history", "--history", str(db), "--max-mb", "0")
+    for _ in range(2):
+        drift_replay(capsys, db)
+    with store.opened(db, create=False) as conn:  # 0: no limit of that kind
+        assert [r.id for r in store.runs(conn)] == [4, 5, 6]
+
+
+def test_a_version_2_store_is_measured_when_migrated(tmp_path: Path) -> None:
+    """Runs recorded before the size column are measured by the migration that adds it, as a
+    run now measures itself: the size limit then counts them too."""
+    from reconciler.history.migrations import MIGRATIONS
+
+    db = tmp_path / "h.sqlite3"
+    with store.opened(db) as conn:
+        conn.execute("DELETE FROM schema_version")
+    # The store as version 2 left it: its tables, and one run with an entry and a file.
+    with sqlite3.connect(db) as conn:
+        for table in ("entries", "boxes", "findings", "observations", "settings", "runs"):
+            conn.execute(f"DROP TABLE {table}")
+        for script in MIGRATIONS[:2]:
+            conn.executescript(script)
+        conn.execute("INSERT INTO schema_version VALUES (2)")
+        conn.execute(
+            "INSERT INTO runs (run_id, command, source, started_at, started, duration_s,"
+            " inventory, exit_code, summary, report) VALUES ('r', 'drift', 'live', 't', 1.0,"
+            " 0.5, 'inv', 0, '{\"a\": 1}', '{\"boxes\": []}')"
+        )
+        conn.execute(
+            "INSERT INTO entries VALUES (1, 'thor', 'env', 'lane', 'K', 'c', 0, 'a', '\"x\"',"
+            " '\"yy\"', 0, NULL)"
+        )
+        conn.execute("INSERT INTO observations VALUES (1, 'thor', ?)", (b"12345",))
+    conn.close()
+    with store.opened(db) as conn:
+        (size,) = conn.execute("SELECT size FROM runs").fetchone()
+        (version,) = conn.execute("SELECT version FROM schema_version").fetchone()
+    assert version == VERSION == 3
+    assert size == len('{"boxes": []}') + len('{"a": 1}') + len("lane") + len("K") + 3 + 4 + 5
 
 
 def test_a_store_from_a_newer_reconciler_is_refused_not_touched(
