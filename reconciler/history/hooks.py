@@ -177,18 +177,18 @@ def _finish_parts(
     seconds = {k.row.box: k.seconds for k in run.kept if k.seconds is not None}
     exit_code = _drift_metrics(outs, metrics_document(head, run), took, seconds, exit_code)
     if outs.history is not None:
-        from reconciler.history.record import parts_record
+        from reconciler.history.record import drift_record
         from reconciler.history.store import Packed
 
-        record = parts_record(
+        record = drift_record(
             head,
-            [(k.row, k.entries) for k in run.kept],
-            report_text(printed),
             {k.row.box: Packed(k.observation) for k in run.kept if k.observation is not None},
             source=_source(args),
             started=outs.started,
             duration_s=took,
             root=_fleet_root(args),
+            rows=[(k.row, k.entries) for k in run.kept],
+            report=report_text(printed),
         )
         _record(outs.history, record)
     return exit_code

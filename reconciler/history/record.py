@@ -106,15 +106,20 @@ def drift_record(
     started: float,
     duration_s: float,
     root: str | None = None,
+    rows: list[tuple[BoxRow, list[EntryRow]]] | None = None,
+    report: ReportText | None = None,
 ) -> RunRecord:
-    """A drift report document (reconciler/report/json_report.py, version 2) -> its rows."""
-    boxes: list[BoxRow] = []
-    entries: list[EntryRow] = []
-    for box in doc["boxes"]:
-        row, rows = box_rows(box)
-        boxes.append(row)
-        entries.extend(rows)
-    return _record(doc, "drift", source, started, duration_s, boxes, observations, root, entries)
+    """A drift report document (reconciler/report/json_report.py, version 2) -> its rows.
+
+    A report kept as its boxes' parts (report/json_parts.py) gives its head as `doc`, each
+    box's `box_rows` as `rows` and the document's text as `report`: the same record."""
+    if rows is None:
+        rows = [box_rows(box) for box in doc["boxes"]]
+    boxes = [row for row, _ in rows]
+    entries = [entry for _, box_entries in rows for entry in box_entries]
+    return _record(
+        doc, "drift", source, started, duration_s, boxes, observations, root, entries, report
+    )
 
 
 def box_rows(box: dict[str, Any]) -> tuple[BoxRow, list[EntryRow]]:
@@ -145,36 +150,6 @@ def box_rows(box: dict[str, Any]) -> tuple[BoxRow, list[EntryRow]]:
         for d in drifts
     ]
     return row, rows
-
-
-def parts_record(
-    head: dict[str, Any],
-    rows: list[tuple[BoxRow, list[EntryRow]]],
-    report: ReportText,
-    observations: Mapping[str, Any],
-    *,
-    source: str,
-    started: float,
-    duration_s: float,
-    root: str | None = None,
-) -> RunRecord:
-    """A drift report kept as its boxes' parts (report/json_parts.py) -> its rows: `head` is
-    the document's head, `rows` each box's `box_rows`, `report` the document's text as the
-    store keeps it; what `drift_record` makes of the same document."""
-    boxes = [row for row, _ in rows]
-    entries = [entry for _, box_entries in rows for entry in box_entries]
-    return _record(
-        head,
-        "drift",
-        source,
-        started,
-        duration_s,
-        boxes,
-        observations,
-        root,
-        entries,
-        report=report,
-    )
 
 
 class ReportText(str):
@@ -228,8 +203,8 @@ def _record(
     observations: Mapping[str, Any],
     root: str | None,
     entries: list[EntryRow] | None = None,
-    findings: list[FindingRow] | None = None,
     report: ReportText | None = None,
+    findings: list[FindingRow] | None = None,
 ) -> RunRecord:
     from datetime import UTC, datetime
 
