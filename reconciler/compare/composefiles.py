@@ -10,13 +10,14 @@ too, never a silent skip: nothing of its command or environment could be compare
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
-from reconciler.compare.drift import Action, Drift
+from reconciler.compare.drift import Action, Drift, SecretValue
+from reconciler.compare.inline import fits_argv, hashed_inline, shown_flag
 from reconciler.compare.rules import rule
-from reconciler.compare.values import flags_of, same, value
-from reconciler.observe.document import Observed
+from reconciler.compare.values import flags_of, knob_tokens, same, value
+from reconciler.observe.document import EnvValue, Observed
 
 
 def compare_compose_files(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
@@ -72,21 +73,47 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
             continue
         flags = flags_of(spec.command)
         for key in sorted(lane.knobs):
-            for want_flag, want_values in lane.knob_flags[key].items():
+            carries = key in lane.knob_secrets
+            want_flags: Mapping[str, Sequence[EnvValue | bool]] = lane.knob_flags[key]
+            masked = doc.knobs_desired.get(key) if carries else None
+            if masked is not None and fits_argv(masked, knob_tokens(*lane.knobs[key])):
+                # The render holds the knob's secret hashed with the run's key: compared
+                # with the box's mask of the desired words, never with them in clear.
+                want_flags = flags_of(masked)
+            else:
+                masked = None
+            for want_flag, want_values in want_flags.items():
                 got = flags.get(want_flag)
                 if got is not None and len(got) == 1 and same(got[0], want_values[0]):
                     continue
+                desired, observed = value(want_values[0]), value(got[-1]) if got else None
+                note = f".env {key} is dead: the compose files render another value"
+                if carries:
+                    want, seen = want_values[0], got[-1] if got else None
+                    # A drift never carries the knob's secret in clear: `***`, and whether
+                    # it changed where the box's mask of the desired value was at hand.
+                    if masked is None and _hashed(seen):
+                        note += (
+                            "; the box hashed the secret in this flag, and this observation "
+                            "has no digest of the desired value's to compare it with"
+                        )
+                    desired, observed = shown_flag(want_flag, want, seen)
                 yield Drift(
                     exp.name,
                     r.kind,
                     f"lane:{service}",
                     want_flag,
-                    value(want_values[0]),
-                    value(got[-1]) if got else None,
+                    desired,
+                    observed,
                     r.action,
                     source=where,
-                    note=f".env {key} is dead: the compose files render another value",
+                    note=note,
                 )
+
+
+def _hashed(observed: EnvValue | bool | None) -> bool:
+    """A rendered flag value holding a secret the box hashed (whole, or inline)."""
+    return isinstance(observed, SecretValue) or hashed_inline(observed)
 
 
 def _not_rendered(exp: BoxExpectation, service: str, changed: list[str], where: str) -> Drift:

@@ -44,14 +44,26 @@ class LaneExpectation:
     # desired side of the dead-knob check, lexed once when the inputs are derived and kept
     # with them (a warm replay reads them back instead of lexing them again for every box).
     knob_flags: dict[str, Flags] = field(init=False, repr=False, compare=False)
+    # The knobs whose desired value may carry a secret inline (`--api-key x`, `Bearer x`): the
+    # render holds it hashed with the run's key, so they compare with the box's mask of their
+    # words (compare/composefiles.py) and never show their value in clear. Judged once here,
+    # with the inputs, so a replay's common path is one set lookup per knob, no regex.
+    knob_secrets: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Imported here: the early start (observe/early.py) reads remembered inputs, whose
         # unpickling runs no __post_init__, before it may import the comparison.
+        from reconciler.compare.inline import knob_may_carry_secret
         from reconciler.compare.values import knob_tokens, parse_argv
 
-        flags = {key: parse_argv(knob_tokens(f, knob))[1] for key, (f, knob) in self.knobs.items()}
+        flags, secrets = {}, set()
+        for key, (flag, knob) in self.knobs.items():
+            words = knob_tokens(flag, knob)
+            flags[key] = parse_argv(words)[1]
+            if knob_may_carry_secret(knob, tuple(words)):
+                secrets.add(key)
         object.__setattr__(self, "knob_flags", flags)
+        object.__setattr__(self, "knob_secrets", frozenset(secrets))
 
 
 @dataclass(frozen=True)
@@ -94,14 +106,10 @@ class BoxExpectation:
 
 def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> BoxExpectation:
     """`hosts`: role -> the box whose contract serves it (for proxied-role checks)."""
-    plain = {e.key: e.value for e in env if isinstance(e.value, str)}
+    plain = plain_env(env)
     lanes = {}
     for name, lane in box.lanes.items():
-        knobs = {}
-        for suffix, flag in KNOB_FLAGS.items():
-            key = f"{lane.env_prefix}_{suffix}"
-            if key in plain and plain[key] != "":
-                knobs[key] = (flag, plain[key])
+        knobs = lane_knobs(lane.env_prefix, plain)
         lanes[lane.service_name] = LaneExpectation(
             name=name,
             service=lane.service_name,
@@ -130,6 +138,23 @@ def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> Box
         gateway_image=box.image_ref(gw.image),
         mesh_members=dict(hosts),
     )
+
+
+def plain_env(env: list[EnvEntry]) -> dict[str, str]:
+    """The managed `.env` keys whose desired value is a text (no secret name, not removed)."""
+    return {e.key: e.value for e in env if isinstance(e.value, str)}
+
+
+def lane_knobs(prefix: str, plain: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """A lane's knobs: `.env` key -> (its flag, desired value), for each one `.env` sets to a
+    non-empty text (lobes' template leaves an empty one off the command line). The expectation
+    and the collector's payload (observe/payload.py `knob_argv`) read them alike."""
+    knobs = {}
+    for suffix, flag in KNOB_FLAGS.items():
+        key = f"{prefix}_{suffix}"
+        if key in plain and plain[key] != "":
+            knobs[key] = (flag, plain[key])
+    return knobs
 
 
 def secret_of(entry: EnvEntry) -> str | None:

@@ -15,10 +15,12 @@ opaque SecretValue keyed by this process. Stdlib only: every drift comparison im
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
 import re
+from collections.abc import Sequence
 
 from reconciler.desired.secret_names import is_fleet_secret_name
 from reconciler.observe.document import EnvValue, Observed, SecretValue
@@ -124,3 +126,65 @@ def conceal_clear(value: EnvValue | None) -> EnvValue | None:
     if type(value) is str and _MARK not in value and may_carry_secret(value):
         return concealed(value)
     return value
+
+
+# -- a lane's knobs on the command line (compare/composefiles.py's dead knobs) ------------------
+# The render's command is masked on the box word by word (the collector's `mask_argv`): a bare
+# flag named like a secret hides the next word whole (`{"secret": ...}`, a SecretValue here),
+# `--hf-token=x` keeps its flag name, any other word has its inline secrets hashed in place.
+# So a knob whose desired value carries a secret is compared with the box's mask of its words
+# (the answer's `knobs_desired`), asked for by the payload's `knob_argv`.
+
+
+@functools.lru_cache(maxsize=4096)
+def knob_may_carry_secret(knob: str, words: tuple[str, ...]) -> bool:
+    """Whether a knob's desired value `knob` (its command-line `words`, knob_tokens') may hold
+    a secret the box hashes: judged on the text as written and on the words lexed (quotes
+    gone), more widely than the box does. Remembered per value: a fleet's boxes share them."""
+    if not (
+        "--" in knob or "=" in knob or ":" in knob or "earer" in knob or "EARER" in knob
+    ):  # a window, a dtype, a name: no regex for them
+        return False
+    return may_carry_secret(knob) or may_carry_secret(" ".join(words))
+
+
+def fits_argv(masked: Sequence[EnvValue], plain: Sequence[str]) -> bool:
+    """Whether `masked` (the box's mask of some knob's words) is `plain` with its secrets
+    hashed, word by word: a word the box hid whole stands for a word that is no flag, and a
+    word holding hashed secrets `fits` its clear one. A snapshot replayed against another
+    desired value holds the mask of the old one, which then does not fit."""
+    if len(masked) != len(plain):
+        return False
+    for mask, word in zip(masked, plain, strict=True):
+        if type(mask) is str:
+            if mask != word and not (_MARK in mask and fits(mask, word)):
+                return False
+        elif word.startswith("--"):  # the box hides a flag's value, never a flag
+            return False
+    return True
+
+
+def shown_flag(
+    flag: str, desired: EnvValue | bool | None, observed: EnvValue | bool | None
+) -> tuple[EnvValue | bool | None, EnvValue | bool | None]:
+    """(desired, observed) of a flag of a knob that may carry a secret, as a drift may carry
+    them: the value of a flag named like a secret (`--api-key sk-x`) is the secret itself,
+    with nothing in it that `may_carry_secret` could tell, so it is always opaque; any other
+    value as `shown` has it."""
+    if _secret_flag(flag.removeprefix("--")):
+        return _opaque(desired), _opaque(observed)
+    want = desired if not isinstance(desired, bool) else None
+    seen = observed if not isinstance(observed, bool) else None
+    want_shown, seen_shown = shown(want, seen)
+    return (
+        desired if isinstance(desired, bool) else want_shown,
+        observed if isinstance(observed, bool) else seen_shown,
+    )
+
+
+def _opaque(value: EnvValue | bool | None) -> EnvValue | bool | None:
+    if type(value) is not str:
+        return value  # a SecretValue (hidden on the box), a bare flag, absent
+    if _MARK in value:
+        return SecretValue(value)
+    return SecretValue("guard:" + hmac.new(_KEY, value.encode(), hashlib.sha256).hexdigest())

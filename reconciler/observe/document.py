@@ -863,6 +863,11 @@ class Observed:
     # form a line masked with the run's key compares with. Absent (none) from older answers
     # and wherever no desired value carries one.
     envfile_desired: Mapping[str, str] = field(default_factory=dict)
+    # The words of each lane knob whose desired value carries a secret inline (`--api-key x`
+    # in WORKER_SPECULATIVE_CONFIG), masked on the box as the render's command is: what the
+    # render's flags compare with (compare/composefiles.py). Absent (none) from older answers
+    # and wherever no knob carries one.
+    knobs_desired: Mapping[str, tuple[EnvValue, ...]] = field(default_factory=dict)
 
     @property
     def containers(self) -> tuple[Container, ...]:
@@ -950,6 +955,7 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         timings_ms=_mapping(_or(get(doc, "timings_ms", ""), {}), "timings_ms", _int),
         file_errors=_file_errors(get(doc, "file_errors", "", required=False)),
         envfile_desired=_envfile_desired(get(doc, "envfile_desired", "", required=False)),
+        knobs_desired=_knobs_desired(get(doc, "knobs_desired", "", required=False)),
     )
 
 
@@ -962,6 +968,12 @@ def _envfile_desired(raw: Any) -> dict[str, str]:
     """`envfile_desired`: managed key -> its desired value as the box masked it (none when
     absent: an older answer, or no desired value carries a secret)."""
     return _mapping(_or(raw, {}), "envfile_desired", _text)
+
+
+def _knobs_desired(raw: Any) -> dict[str, tuple[EnvValue, ...]]:
+    """`knobs_desired`: knob key -> its command-line words as the box masked them, read as a
+    command line is (none when absent: an older answer, or no knob carries a secret)."""
+    return _mapping(_or(raw, {}), "knobs_desired", _argv)
 
 
 def _deploy_dir_exists(r: _Reader, doc: Mapping[str, Any]) -> bool:

@@ -54,6 +54,7 @@ from reconciler.observe.document import (
     _file_fact,
     _gateway,
     _int,
+    _knobs_desired,
     _lane_probe,
     _list,
     _login_shell,
@@ -182,6 +183,7 @@ class _Collected(Struct, forbid_unknown_fields=True, gc=False):
     timings_ms: Any = None
     file_errors: Any = None
     envfile_desired: Any = None
+    knobs_desired: Any = None
 
 
 class _SnapshotFile(Struct, forbid_unknown_fields=True, gc=False):
@@ -267,6 +269,7 @@ def _observed(doc: _Collected) -> Observed:
         timings_ms=_mapping(_or(doc.timings_ms, {}), "timings_ms", _int),
         file_errors=_file_errors(doc.file_errors),
         envfile_desired=_envfile_desired(doc.envfile_desired),
+        knobs_desired=_knobs_desired(doc.knobs_desired),
     )
 
 

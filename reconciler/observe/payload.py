@@ -56,7 +56,29 @@ def collector_payload(
         "timeout_s": 20,
         "probe_timeout_s": 3,
         **({"audit": audit_request(box)} if audit else {}),
+        **knob_request(box, env),
     }
+
+
+def knob_request(box: BoxSpec, env: list[EnvEntry]) -> dict[str, Any]:
+    """`{"knob_argv": {key: words}}` for each lane knob whose desired value may carry a secret
+    inline (`--api-key x`, `Bearer x`), its words as the render's command carries them
+    (compare/values.py knob_tokens, lexed here: the collector reads no shell syntax). The box
+    sends their mask back (`knobs_desired`), which is what the render's command, masked with
+    the run's key, compares with. Nothing when none does (nearly always): the payload is as
+    before. The words hold nothing `managed_env` does not already hold."""
+    from reconciler.compare.context import lane_knobs, plain_env
+    from reconciler.compare.inline import knob_may_carry_secret
+    from reconciler.compare.values import knob_tokens
+
+    plain = plain_env(env)
+    out: dict[str, list[str]] = {}
+    for lane in box.lanes.values():
+        for key, (flag, knob) in lane_knobs(lane.env_prefix, plain).items():
+            words = knob_tokens(flag, knob)
+            if knob_may_carry_secret(knob, tuple(words)):
+                out[key] = words
+    return {"knob_argv": out} if out else {}
 
 
 def controller_secrets(box: BoxSpec, env: list[EnvEntry]) -> dict[str, str]:

@@ -1345,6 +1345,27 @@ def envfile_desired(run):
     return out
 
 
+def knobs_desired(run):
+    """{key: its command-line words masked as the render's command is} for each lane knob
+    whose desired value carries a secret inline (`--api-key x`, `--hf-token=x`, a `Bearer x`
+    in a JSON value), and only those: the payload's `knob_argv`, which the controller lexed
+    (nearly always absent). The render holds such a secret hashed with this run's key, which
+    the controller does not hold: it compares the knob's flags with these."""
+    out = {}  # type: dict
+    knobs = run.p.get("knob_argv")
+    if not isinstance(knobs, dict):
+        return out
+    for key, words in knobs.items():
+        if isinstance(words, list) and all(isinstance(w, str) for w in words):
+            # As `mask_command` masks the render's line, a word at a time: a bare secret flag
+            # hides the word after it, `--flag=x` keeps its flag name, any other word is masked
+            # inline (`mask_words`).
+            shown = run.mask_argv(words)
+            if shown != words:
+                out[key] = shown
+    return out
+
+
 def secret_sources(run, sent=None):
     """Read every box_file secret source and take the controller_env secrets the controller
     `sent` on stdin; return digests for the report, values for rendering and the audit probe.
@@ -2781,6 +2802,9 @@ def collect(payload, sent=None):
     desired_inline = envfile_desired(run)
     if desired_inline:  # absent otherwise: every answer without one stays as it was
         doc["envfile_desired"] = desired_inline
+    knobs_inline = knobs_desired(run)
+    if knobs_inline:  # likewise absent when no knob carries a secret
+        doc["knobs_desired"] = knobs_inline
     try:
         doc["secret_sources"], secret_values = secret_sources(run, sent)
     except OSError as exc:
