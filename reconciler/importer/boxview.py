@@ -39,6 +39,9 @@ def _taken(running: EnvValue) -> str:
     to a file holding it (secrets.py), which may not exist: its own note says which."""
     if isinstance(running, SecretValue):
         return "the key in use is looked for in the box's files (see secrets)"
+    if carries_secret(running):
+        # `text` refuses it: saying "adopted" here would contradict its own note.
+        return "what runs is not adopted"
     return "adopted what runs"
 
 
@@ -110,23 +113,49 @@ class BoxView:
             if all(value == "" for _, value in running):
                 # compose's `${KEY:-}`: an absent key runs empty; nothing to report.
                 return Sourced("", f"docker inspect ({c.name}; not in .env)")
-            taken = f"adopted {shown(v)} from {c.name}" if isinstance(v, str) else _taken(v)
+            if isinstance(v, str) and not carries_secret(v):
+                taken = f"adopted {shown(v)} from {c.name}"
+            else:  # a secret, or a value carrying one: never adopted as it runs
+                taken = f"{c.name} runs {shown(v)}; {_taken(v)}"
             self.note(f"{key} is not in .env; {taken}")
             return Sourced(v, f"docker inspect ({c.name})")
         return None
 
-    def text(self, key: str, carriers: tuple[Container, ...] = ()) -> Sourced | None:
-        """A plain (non-secret) value."""
+    def text(
+        self, key: str, carriers: tuple[Container, ...] = (), where: str | None = None
+    ) -> Sourced | None:
+        """A plain (non-secret) value. `where`: the desired state's path the value would be
+        adopted at (`lanes.worker.env.WORKER_SPECULATIVE_CONFIG`), named when it is not."""
         got = self.value(key, carriers)
-        if got is None or not isinstance(got.value, str):
+        if got is None:
+            return None
+        if not isinstance(got.value, str):
+            if where is not None:
+                # A lane's knob hidden whole by the box (a secret-named key): said, since the
+                # lane then runs with something this desired state does not hold.
+                self.note(f"{_owner(where)}{key} is a secret (***): not adopted{_unset(where)}")
             return None
         if carries_secret(got.value):
             # The box hashed it in place: the text is no value a converge could write back
             # (it would put the digest on the box), and a clear one is a secret the adopted
             # repository must not hold. A desired state cannot point at part of a value.
             self.note(
-                f"{key} carries a secret inside its value (***): not adopted; "
-                "it stays as the box has it"
+                f"{_owner(where)}{key} carries a secret inside its value (***): not adopted; "
+                f"it stays as the box has it{_unset(where)}"
             )
             return None
         return got
+
+
+def _owner(where: str | None) -> str:
+    """`lane worker: ` for a value a lane's path names, so the finding says whose it is."""
+    parts = (where or "").split(".")
+    return f"lane {parts[1]}: " if len(parts) > 2 and parts[0] == "lanes" else ""
+
+
+def _unset(where: str | None) -> str:
+    """What leaving the value out means: the adopted state does not hold it (a converge
+    leaves the box's line alone, a drift does not compare it), so only the operator can."""
+    if where is None:
+        return ""
+    return f" (the adopted state does not set {where}: the operator must set it)"

@@ -89,7 +89,7 @@ def _one_image_per_variable(view: BoxView, lanes: Tree, names: dict[str, str]) -
 def _lane(view: BoxView, c: Container, prefix: str, lanes: Tree, lane: str) -> int | None:
     carriers = (c,)
     for field, suffix in (("model", "MODEL"), ("served_name", "SERVED_NAME")):
-        got = view.text(f"{prefix}_{suffix}", carriers)
+        got = view.text(f"{prefix}_{suffix}", carriers, f"lanes.{lane}.{field}")
         if got is not None and got.value:
             put(lanes, (lane, field), got)
     flags = parse_argv(c.cmd)[1]
@@ -100,8 +100,10 @@ def _lane(view: BoxView, c: Container, prefix: str, lanes: Tree, lane: str) -> i
     if share is not None:
         put(lanes, (lane, "gpu_memory_utilization"), share)
     for suffix in PIN_SUFFIXES:
-        got = view.text(f"{prefix}_{suffix}", carriers)
         knob = f"{prefix}_{suffix}"
+        # Named with its path: a knob whose value carries a secret is left out (boxview.py),
+        # and the finding must say which lane then runs with what the state does not set.
+        got = view.text(knob, carriers, f"lanes.{lane}.env.{knob}")
         if (
             got is not None
             and _live(KNOB_FLAGS[suffix], got.value, flags)
