@@ -75,16 +75,17 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE runs ADD COLUMN root TEXT;
     """,
-    # 3: what each run keeps, in characters of its texts and bytes of its packed observations
-    # (the store's size limit, keep_mb, counts it): measured once here for the runs recorded
-    # before, then by each run as it is recorded. A 1,000-box replay keeps ~77 MB.
+    # 3: what each run keeps, in characters of its texts and bytes of its packed observations,
+    # for the store's size limit (keep_mb): a table of its own, so that the limit reads a few
+    # bytes a run, not each run's row and the report stored in it. Runs recorded before are
+    # not measured (that would read and rewrite every report, gigabytes of a large fleet's
+    # store, under the write lock): the size limit does not count them, the count and age
+    # limits still remove them.
     """
-    ALTER TABLE runs ADD COLUMN size INTEGER;
-    UPDATE runs SET size = length(report) + length(summary)
-        + coalesce((SELECT sum(length(document)) FROM observations o WHERE o.run = runs.id), 0)
-        + coalesce((SELECT sum(length(desired) + length(observed) + length(subject)
-            + length(path)) FROM entries e WHERE e.run = runs.id), 0)
-        + coalesce((SELECT sum(length(message)) FROM findings f WHERE f.run = runs.id), 0);
+    CREATE TABLE run_sizes (
+        run INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+        size INTEGER NOT NULL
+    );
     """,
 )
 
@@ -92,7 +93,16 @@ VERSION = len(MIGRATIONS)
 # The tables a store of this tool holds (any version): a database with others is not one.
 # SQLite's own (`sqlite_*`: statistics ANALYZE or PRAGMA optimize writes) are not counted.
 TABLES = frozenset(
-    {"schema_version", "runs", "boxes", "entries", "findings", "observations", "settings"}
+    {
+        "schema_version",
+        "runs",
+        "boxes",
+        "entries",
+        "findings",
+        "observations",
+        "settings",
+        "run_sizes",
+    }
 )
 
 

@@ -8,7 +8,8 @@ most `keep_mb` MB (default 2048: a three-box run keeps ~90 KB, a 1,000-box one ~
 large fleet's store would otherwise grow to tens of GB before the count or the age limit
 removed anything); `reconcile history --keep N --days D --max-mb M` changes them for the store
 (kept in its settings table), 0 meaning no limit of that kind. The run just recorded is never
-removed by the size limit, even alone past it. Freed pages are reused by the next runs: the
+removed by the size limit, even alone past it; runs recorded before the store measured them
+(schema version 3) are not counted by it. Freed pages are reused by the next runs: the
 file stays about as large as the limit plus one run.
 """
 
@@ -246,8 +247,7 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
         ]
         cur = conn.execute(
             "INSERT INTO runs (run_id, command, source, started_at, started, duration_s,"
-            " inventory, exit_code, summary, report, root, size)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " inventory, exit_code, summary, report, root) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.command,
@@ -260,10 +260,11 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
                 summary,
                 report,
                 run.root,
-                _size(run, summary, report, observations),
             ),
         )
         rid = int(cur.lastrowid or 0)
+        size = _size(run, summary, report, observations)
+        conn.execute("INSERT INTO run_sizes VALUES (?, ?)", (rid, size))
         conn.executemany(
             "INSERT INTO boxes VALUES (?,?,?,?,?,?,?,?)",
             [
@@ -308,8 +309,8 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
 
 
 def _size(run: RunRecord, summary: str, report: str, observations: list[Any]) -> int:
-    """What the run keeps, as migration 3 measures it: characters of its texts, bytes of its
-    packed observations (the size limit, keep_mb, counts it)."""
+    """What the run keeps: characters of its texts, bytes of its packed observations (the
+    size limit, keep_mb, counts it; migrations.py, 3)."""
     entries = sum(
         len(e.desired) + len(e.observed) + len(e.subject) + len(e.path) for e in run.entries
     )
@@ -413,10 +414,12 @@ def _apply_retention(conn: sqlite3.Connection, now: float) -> int:
         ).rowcount
     if keep_mb > 0:
         # The newest runs whose sizes add up to the limit stay; the newest run always does
-        # (a run alone past the limit is still the last one recorded).
+        # (a run alone past the limit is still the last one recorded). Read from run_sizes
+        # alone: a few bytes a run, never the runs' rows with their reports.
         removed += conn.execute(
-            "DELETE FROM runs WHERE id < (SELECT max(id) FROM runs) AND id IN (SELECT id FROM"
-            " (SELECT id, sum(size) OVER (ORDER BY id DESC) AS kept FROM runs) WHERE kept > ?)",
+            "DELETE FROM runs WHERE id < (SELECT max(run) FROM run_sizes) AND id IN (SELECT run"
+            " FROM (SELECT run, sum(size) OVER (ORDER BY run DESC) AS kept FROM run_sizes)"
+            " WHERE kept > ?)",
             (min(keep_mb * MB, MAX_INTEGER),),
         ).rowcount
     return removed

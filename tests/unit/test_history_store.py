@@ -220,17 +220,17 @@ def test_retention_by_size_keeps_the_newest_runs_within_the_limit(
     for _ in range(3):
         drift_replay(capsys, db)
     with store.opened(db, create=False) as conn:
-        sizes = [r for (r,) in conn.execute("SELECT size FROM runs ORDER BY id")]
+        sizes = [r for (r,) in conn.execute("SELECT size FROM run_sizes ORDER BY run")]
         measured = conn.execute(
             "SELECT length(report) + length(summary) + (SELECT sum(length(document)) FROM "
             "observations WHERE run = 1) + (SELECT sum(length(desired) + length(observed) + "
             "length(subject) + length(path)) FROM entries WHERE run = 1) FROM runs WHERE id = 1"
         ).fetchone()[0]
-    # Each run measured as it was recorded, as migration 3 measures a run recorded before.
+    # Each run measured as it was recorded: what a query of its rows measures.
     assert sizes[0] == measured and all(size > 10_000 for size in sizes)
     with store.opened(db, create=False) as conn:
         # Runs as large as a big fleet's (the fixture's are ~70 KB, the limit counts MB).
-        conn.execute("UPDATE runs SET size = 490000")
+        conn.execute("UPDATE run_sizes SET size = 490000")
     # Room for the newest two runs and not three: the oldest goes, with its rows.
     code, _, err = reconcile(capsys, "history", "--history", str(db), "--max-mb", "1")
     assert code == 0 and "1 runs removed" in err
@@ -242,7 +242,7 @@ def test_retention_by_size_keeps_the_newest_runs_within_the_limit(
     drift_replay(capsys, db)  # recording applies it: run 4 (~70 KB) pushes run 2 out
     with store.opened(db, create=False) as conn:
         assert [r.id for r in store.runs(conn)] == [3, 4]
-        conn.execute("UPDATE runs SET size = 5000000 WHERE id = 4")  # alone past the limit
+        conn.execute("UPDATE run_sizes SET size = 5000000 WHERE run = 4")  # alone past it
     code, _, err = reconcile(capsys, "history", "--history", str(db), "--max-mb", "1")
     with store.opened(db, create=False) as conn:
         assert [r.id for r in store.runs(conn)] == [4], "the newest run always stays"
@@ -253,37 +253,40 @@ def test_retention_by_size_keeps_the_newest_runs_within_the_limit(
         assert [r.id for r in store.runs(conn)] == [4, 5, 6]
 
 
-def test_a_version_2_store_is_measured_when_migrated(tmp_path: Path) -> None:
-    """Runs recorded before the size column are measured by the migration that adds it, as a
-    run now measures itself: the size limit then counts them too."""
-    from reconciler.history.migrations import MIGRATIONS
-
+def test_a_version_2_store_gains_sizes_without_its_runs_being_rewritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Migration 3 adds the sizes' own table and measures no run recorded before (that would
+    read and rewrite every stored report under the write lock): the size limit never removes
+    those runs (the count and age limits do), and counts every run recorded since."""
     db = tmp_path / "h.sqlite3"
-    with store.opened(db) as conn:
-        conn.execute("DELETE FROM schema_version")
-    # The store as version 2 left it: its tables, and one run with an entry and a file.
-    with sqlite3.connect(db) as conn:
-        for table in ("entries", "boxes", "findings", "observations", "settings", "runs"):
-            conn.execute(f"DROP TABLE {table}")
-        for script in MIGRATIONS[:2]:
-            conn.executescript(script)
-        conn.execute("INSERT INTO schema_version VALUES (2)")
-        conn.execute(
-            "INSERT INTO runs (run_id, command, source, started_at, started, duration_s,"
-            " inventory, exit_code, summary, report) VALUES ('r', 'drift', 'live', 't', 1.0,"
-            " 0.5, 'inv', 0, '{\"a\": 1}', '{\"boxes\": []}')"
-        )
-        conn.execute(
-            "INSERT INTO entries VALUES (1, 'thor', 'env', 'lane', 'K', 'c', 0, 'a', '\"x\"',"
-            " '\"yy\"', 0, NULL)"
-        )
-        conn.execute("INSERT INTO observations VALUES (1, 'thor', ?)", (b"12345",))
+    for _ in range(2):
+        drift_replay(capsys, db)
+    with sqlite3.connect(db) as conn:  # the store as version 2 left it
+        conn.execute("DROP TABLE run_sizes")
+        conn.execute("UPDATE schema_version SET version = 2")
+        conn.execute("INSERT OR REPLACE INTO settings VALUES ('keep_mb', 1)")
     conn.close()
-    with store.opened(db) as conn:
-        (size,) = conn.execute("SELECT size FROM runs").fetchone()
+    reports = _reports(db)
+    for _ in range(2):
+        drift_replay(capsys, db)  # migrates, then records under a 1 MB limit
+    with store.opened(db, create=False) as conn:
         (version,) = conn.execute("SELECT version FROM schema_version").fetchone()
-    assert version == VERSION == 3
-    assert size == len('{"boxes": []}') + len('{"a": 1}') + len("lane") + len("K") + 3 + 4 + 5
+        measured = [r for (r,) in conn.execute("SELECT run FROM run_sizes ORDER BY run")]
+        assert [r.id for r in store.runs(conn)] == [1, 2, 3, 4]
+        conn.execute("UPDATE run_sizes SET size = 900000")  # as large as a big fleet's
+    assert version == VERSION == 3 and measured == [3, 4]
+    assert _reports(db)[:2] == reports, "the runs recorded before are as they were"
+    drift_replay(capsys, db)  # run 5 (~70 KB) and run 4 (0.9 MB) pass 1 MB: run 3 goes
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [1, 2, 4, 5]
+
+
+def _reports(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        found = [r for (r,) in conn.execute("SELECT report FROM runs ORDER BY id")]
+    conn.close()
+    return found
 
 
 def test_a_store_from_a_newer_reconciler_is_refused_not_touched(
