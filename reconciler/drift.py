@@ -31,6 +31,8 @@ from reconciler.observe.observe import (
     snapshot_observation,
 )
 from reconciler.observe.payload import new_run_key
+from reconciler.observe.snapshot_key import KeyOnce, trust_observation
+from reconciler.observe.snapshot_key import record as record_masks
 from reconciler.replay_workers import map_boxes, worker_count
 
 if TYPE_CHECKING:
@@ -77,6 +79,12 @@ def run_drift_on(
         return _replay(inputs, boxes, from_snapshot, run_id)
     if from_snapshot is not None:
         index, observations = load_snapshot(from_snapshot)
+        key = KeyOnce()
+        for name in boxes:
+            if name in observations:
+                # Before any comparison: a mask of an inline secret counts only where this
+                # controller recorded it was made from the current desired value.
+                trust_observation(observations[name], inputs.expectations[name], key)
         missing = [b for b in boxes if b not in observations]
         boxes = [b for b in boxes if b in observations]
         run_id = str(index.get("run_id", run_id))
@@ -87,6 +95,10 @@ def run_drift_on(
         run_key = early.run_key if early is not None else new_run_key()
         observations = observe(inputs, boxes, run_key, early=early)
     if save_to is not None:
+        if from_snapshot is None:
+            # Each mask of an inline secret is saved with the digest of the desired value it
+            # was made from (observe/snapshot_key.py); a snapshot saved again keeps its own.
+            record_masks({b: observations[b] for b in boxes}, inputs.expectations)
         meta = {"run_id": run_id, "inventory": inputs.inventory_file, "taken_at": _now()}
         save_snapshot(save_to, {b: observations[b] for b in boxes}, meta, inputs.facts)
     results = tuple(
@@ -173,6 +185,8 @@ def _replayer(
         fast_json.ready_decoder()
         ready()
 
+    key = KeyOnce()  # read by the first box with a mask to judge (in each worker)
+
     def replay_box(name: str, kept: list[bytes] | None = None) -> BoxResult:
         if name in present:
             path = directory / f"{name}.json"
@@ -186,6 +200,9 @@ def _replayer(
                 else:
                     kept.append(data)
             obs = snapshot_observation(name, path, digest, in_c, raw_kept=False, data=data)
+            # A mask of an inline secret counts only where this controller recorded that it
+            # was made from the current desired value (observe/snapshot_key.py).
+            trust_observation(obs, inputs.expectations[name], key)
         else:
             obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
         return compare_box(

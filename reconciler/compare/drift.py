@@ -79,13 +79,29 @@ class Drift:
 
     @property
     def secret_changed(self) -> bool | None:
-        """For a secret: did the value change (digests differ)? None if not a secret."""
-        if not self.is_secret:
+        """For a secret: did the value change (digests differ)? None if not a secret, or if
+        the two digests cannot be compared (`comparable`)."""
+        if not self.is_secret or not comparable(self.desired, self.observed):
             return None
         return self.desired != self.observed
 
     def sort_key(self) -> tuple[str, str, str, str]:
         return (self.box, self.kind.value, self.subject, self.path)
+
+
+# What compare/inline.py makes of a clear value that may carry a secret inline (a desired
+# one the answer has no mask of, an older collector's line): a digest keyed by this process,
+# never the box's (keyed by the run's key, which the controller does not hold).
+LOCAL_DIGEST = "clear:"
+
+
+def comparable(desired: object, observed: object) -> bool:
+    """Whether two values' digests say whether a secret changed: not when one is this
+    process's digest of a clear value and the other a secret otherwise hashed (the box's):
+    those differ whatever the secrets are, so neither "changed" nor "unchanged" is known."""
+    if not (isinstance(desired, SecretValue) and isinstance(observed, SecretValue)):
+        return True
+    return desired.digest.startswith(LOCAL_DIGEST) == observed.digest.startswith(LOCAL_DIGEST)
 
 
 class Part(StrEnum):

@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from reconciler.compare.drift import LOCAL_DIGEST
 from reconciler.desired.secret_names import is_fleet_secret_name
 from reconciler.observe.document import EnvValue, Observed, SecretValue
 from reconciler.scrub import mask_assignments
@@ -102,8 +103,14 @@ def concealed(value: EnvValue | None) -> EnvValue | None:
     if _MARK in value:  # holds only the box's digests: nothing to hash again
         return SecretValue(value)
     if may_carry_secret(value):
-        return SecretValue("guard:" + hmac.new(_KEY, value.encode(), hashlib.sha256).hexdigest())
+        return _local(value)
     return value
+
+
+def _local(value: str) -> SecretValue:
+    """A clear value as a digest keyed by this process (LOCAL_DIGEST: the reports know it is
+    comparable with another such digest only, never with the box's: compare/drift.py)."""
+    return SecretValue(LOCAL_DIGEST + hmac.new(_KEY, value.encode(), hashlib.sha256).hexdigest())
 
 
 def shown(
@@ -187,4 +194,4 @@ def _opaque(value: EnvValue | bool | None) -> EnvValue | bool | None:
         return value  # a SecretValue (hidden on the box), a bare flag, absent
     if _MARK in value:
         return SecretValue(value)
-    return SecretValue("guard:" + hmac.new(_KEY, value.encode(), hashlib.sha256).hexdigest())
+    return _local(value)

@@ -25,6 +25,7 @@ from reconciler.report.values import (
     free_json,
     guarded,
     guarded_box,
+    is_secret,
     scrub,
     secret_changed,
 )
@@ -137,7 +138,8 @@ def _drift(drift: Drift, link: Link) -> dict[str, Any]:
         "action": drift.action.value,
         "source": _jsonable(drift.source),
         "note": _jsonable(drift.note),
-        "secret": changed is not None,
+        # `changed` is null for a secret whose digests cannot be compared: `secret` says it is one
+        "secret": changed is not None or is_secret(drift),
         "changed": changed,
         # Every entry stays listed; text and markdown group them by this id.
         "cause": scrub(link.cause),

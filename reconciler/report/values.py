@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Mapping
 from enum import Enum
 
-from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value
+from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value, comparable
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
 from reconciler.scrub import mask_assignments, scrub_text
 
@@ -208,20 +208,35 @@ def display(value: object) -> str:
     return clean(str(value))
 
 
+def is_secret(drift: Drift) -> bool:
+    """Whether either side is a secret, also seeing the wire form."""
+    return as_secret(drift.desired) is not None or as_secret(drift.observed) is not None
+
+
 def secret_changed(drift: Drift) -> bool | None:
-    """`Drift.secret_changed`, also seeing the wire form: None when neither side is a secret."""
+    """`Drift.secret_changed`, also seeing the wire form: None when neither side is a secret,
+    or when the two cannot be compared (a box's digest against this process's digest of a
+    clear value: compare/drift.py `comparable`), which is no "unchanged" either."""
     desired, observed = as_secret(drift.desired), as_secret(drift.observed)
     if desired is None and observed is None:
+        return None
+    if not comparable(desired, observed):
         return None
     return desired != observed  # a secret against a plain value or (absent) has changed
 
 
+NOT_COMPARABLE = "not comparable"
+
+
 def secret_tag(drift: Drift) -> str | None:
-    """`changed` / `unchanged` for a secret (digests differ or not), None otherwise."""
-    changed = secret_changed(drift)
-    if changed is None:
+    """`changed` / `unchanged` for a secret (digests differ or not), `not comparable` for one
+    whose digests cannot say; None when neither side is a secret."""
+    desired, observed = as_secret(drift.desired), as_secret(drift.observed)
+    if desired is None and observed is None:
         return None
-    return "changed" if changed else "unchanged"
+    if not comparable(desired, observed):
+        return NOT_COMPARABLE
+    return "changed" if desired != observed else "unchanged"
 
 
 def abbreviate_pair(desired: str, observed: str, limit: int) -> tuple[str, str]:
