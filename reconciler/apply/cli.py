@@ -227,7 +227,14 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     print(_line(f"{args.box}: rolled back to {result.snapshot}: {files}; {equal}"))
     if result.removed:
         where = f"{fleet.boxes[args.box].deployment.directory}/.fleet/snapshots/{result.snapshot}"
-        print(_line(f"{args.box}: the removed files are kept in {where}/removed/"))
+        # True to the box's rule (converge.py prune): a snapshot holding removed files is
+        # never pruned by count; they stay until the operator deletes them.
+        print(
+            _line(
+                f"{args.box}: the removed files are kept in {where}/removed/ (never pruned: "
+                "delete them by hand once not needed)"
+            )
+        )
     if result.removed_containers:
         gone = ", ".join(result.removed_containers)
         print(_line(f"{args.box}: removed the containers of {gone} (created since the snapshot)"))

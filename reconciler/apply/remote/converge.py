@@ -645,7 +645,7 @@ def too_large(path, limit):
     )
 
 
-def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None):
+def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None, ident=None):
     """(bytes, mode) of a regular file of at most `limit` bytes: the one way this program reads
     a box file. Anything else is refused by name, never read: a FIFO would block (the open
     waiting for a writer, the read for data) with the lock held; a device like /dev/zero never
@@ -655,7 +655,9 @@ def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None):
 
     `follow`: a managed file may be a symlink, and its target is read; a file of ours (a
     snapshot copy, meta.json, the lock) never is (lstat, O_NOFOLLOW). `dir_fd`: `path` is
-    relative to that open directory, not resolved from the root again."""
+    relative to that open directory, not resolved from the root again. `ident`: a list, given
+    the (st_dev, st_ino) of the file read, from the descriptor that read it (a caller that then
+    renames the path checks it moved that very file, not one swapped in after the read)."""
     via_link = follow and stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
     check_regular(path, os.stat(path, dir_fd=dir_fd, follow_symlinks=follow), limit, via_link)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
@@ -664,6 +666,8 @@ def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None):
         st = os.fstat(fd)
         check_regular(path, st, limit, via_link)
         data = read_at_most(fd, limit + 1)
+        if ident is not None:
+            ident.append((st.st_dev, st.st_ino))
     finally:
         os.close(fd)
     if len(data) > limit:  # it grew since the fstat: still refused, never held whole
@@ -1091,6 +1095,29 @@ def record_write(box, sid, name, data):
         write_meta(snapshot_path(box, sid), meta)
 
 
+def record_made(box, sid, services, found):
+    """The ids of the containers this converge made (recreated or created: `services`, as
+    `found` now by containers()), added to its snapshot's `made` record ({service: [id, ...]}):
+    the only containers a later rollback may remove as a converge's (remove_containers). A
+    service's name proves nothing: an operator may have started its container by hand since.
+
+    Written after, not before (like record_write): the id exists only once compose made the
+    container. A converge killed in between leaves a container no record names, which a later
+    rollback keeps (and counts unequal): never one removed that no record proves ours."""
+    if not services:
+        return
+    meta = read_meta(box, sid)
+    made = meta.get("made")
+    made = dict(made) if isinstance(made, dict) else {}
+    for service in services:
+        cid = found[service].get("Id")
+        ids = [i for i in made.get(service) or [] if isinstance(i, str)]
+        if isinstance(cid, str) and cid and cid not in ids:
+            made[service] = ids + [cid]
+    meta["made"] = made
+    write_meta(snapshot_path(box, sid), meta)
+
+
 # -- snapshots -----------------------------------------------------------------------------------
 META_LIMIT = 4 << 20
 
@@ -1294,14 +1321,37 @@ def list_snapshots(box):
 
 def prune(box, keep, protect=()):
     """All but the newest `keep` snapshots removed, never one of `protect` (the snapshot of
-    this run, the one holding a copy this run's restore list names)."""
+    this run, the one holding a copy this run's restore list names), nor one holding files a
+    rollback removed (holds_removed): such a copy may be an operator's only bytes, so no count
+    deletes it; it stays, named in a note, until the operator deletes it by hand."""
     root = snapshots_dir(box)
     for sid in list_snapshots(box)[:-keep] if keep > 0 else []:
-        if sid not in protect:
-            shutil.rmtree(os.path.join(root, sid), ignore_errors=True)
+        if sid in protect:
+            continue
+        if holds_removed(os.path.join(root, sid)):
+            emit(
+                "note",
+                message="snapshot %s not pruned: its %s/ holds files a rollback removed; delete "
+                "%s by hand once they are not needed"
+                % (sid, REMOVED_DIR, shown(os.path.join(root, sid))),
+            )
+            continue
+        shutil.rmtree(os.path.join(root, sid), ignore_errors=True)
     for name in os.listdir(root):
         if name.startswith(".") and name.endswith(".partial"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)  # a killed snapshot
+
+
+def holds_removed(path):
+    """Snapshot directory `path` has a `removed` entry that is not an empty directory: files a
+    rollback moved there (remove_created), or something that cannot be judged (not a
+    directory, unreadable), which is kept too rather than deleted unseen."""
+    try:
+        return bool(os.listdir(os.path.join(path, REMOVED_DIR)))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def snapshot_files(meta, sid):
@@ -1796,6 +1846,7 @@ def converge(box, lock):
                 created.append(service)
             recreate(box, service, lanes.get(service))
         strays = containers(box)
+        record_made(box, sid, [s for s in touched if s in strays], strays)
         for service in p.get("removes", []):
             # By container: a stray is often a service no active profile renders any more.
             if service in strays:
@@ -1876,6 +1927,23 @@ def restore_snapshot_files(box, sid, chain=None):
         target = box.path(name)
         if os.path.isdir(target) and not os.path.islink(target):
             raise Failed("cannot remove %s: it is a directory now; nothing was restored" % name)
+    # Where each file this rollback may remove goes, prepared and checked here, before the first
+    # change: a `removed` that is no directory of ours (damaged, a symlink) fails the rollback
+    # with nothing restored, never half way, after files were already put back.
+    keep = ""
+    dest = {}  # type: dict
+    present = [n for n in sorted(created) if os.path.lexists(box.path(n))]
+    if present:
+        keep = os.path.join(src, REMOVED_DIR)
+        try:
+            private_dir(keep)
+        except (OSError, Failed) as exc:
+            raise Failed(
+                "snapshot %s: its %s/ cannot hold the files a rollback removes (%s); nothing "
+                "was restored" % (sid, REMOVED_DIR, reason_of(exc, box.secrets))
+            ) from None
+        for name in present:
+            dest[name] = fresh_name(keep, name, set(dest.values()))
     changed = [
         name
         for name, info in sorted(files.items())
@@ -1883,7 +1951,9 @@ def restore_snapshot_files(box, sid, chain=None):
     ]
     removed, kept = [], []
     for name in sorted(created):
-        why = remove_created(box, sid, name, created[name])
+        if name not in dest:
+            continue  # nothing there: as the snapshot recorded it
+        why = remove_created(box, sid, name, created[name], os.path.join(keep, dest[name]))
         if why is None:
             continue  # nothing there: as the snapshot recorded it
         if why:
@@ -1919,24 +1989,33 @@ def snapshot_chain(box, sid):
 
 def wrote_record(meta):
     """A snapshot's `wrote` record ({name: [sha256, ...]}, record_write) with only well-formed
-    entries (a damaged one grants no removal); None when the snapshot predates the record."""
-    wrote = meta.get("wrote")
-    if not isinstance(wrote, dict):
+    entries (a damaged one grants no removal); None when the snapshot predates the record (no
+    `wrote` key at all). A key that is there but no mapping (null, a list) is a damaged record,
+    not an old one: {} (it proves no write), and wrote_damaged() says so."""
+    if "wrote" not in meta:
         return None
+    wrote = meta.get("wrote")
     out = {}
-    for name, digests in wrote.items():
+    for name, digests in wrote.items() if isinstance(wrote, dict) else ():
         if isinstance(name, str) and SNAPSHOT_FILE.match(name) and isinstance(digests, list):
             out[name] = [d for d in digests if isinstance(d, str) and SHA256.match(d)]
     return out
 
 
+def wrote_damaged(meta):
+    """The snapshot's `wrote` key is there but is no mapping: what its converge wrote is not
+    known, so nothing can be proved a converge's by it (the file is kept, and that is why)."""
+    return "wrote" in meta and not isinstance(meta.get("wrote"), dict)
+
+
 def created_since(files, chain):
-    """{name: (writers, digests, legacy)} of the paths a rollback to chain[0] decides on by
-    removal (remove_created): each path absent then (recorded None; or not recorded, when the
-    first later snapshot that lists it recorded it absent) and written by a converge since, or
-    recorded absent by the snapshot itself. `writers`: the snapshots whose converge wrote it,
+    """{name: (writers, digests, legacy, damaged)} of the paths a rollback to chain[0] decides
+    on by removal (remove_created): each path absent then (recorded None; or not recorded, when
+    the first later snapshot that lists it recorded it absent) and written by a converge since,
+    or recorded absent by the snapshot itself. `writers`: the snapshots whose converge wrote it,
     `digests`: every sha256 they wrote to it; `legacy`: recorded absent by a snapshot that
-    predates the `wrote` record, and written by no converge that keeps one.
+    predates the `wrote` record, and written by no converge that keeps one; `damaged`: the
+    snapshots of the chain whose `wrote` record is damaged (wrote_damaged).
 
     Why every later converge and not only the snapshot's own: a rollback to an older snapshot
     undoes all of them, so a file created by one in between is no more the snapshot's state
@@ -1944,6 +2023,7 @@ def created_since(files, chain):
     converge may rewrite the file, or its failed rollback put an earlier converge's bytes back."""
     meta = chain[0][1]
     legacy = wrote_record(meta) is None
+    damaged = [other for other, later in chain if wrote_damaged(later)]
     out = {}
     names = set(files)
     for _, later in chain:
@@ -1964,35 +2044,60 @@ def created_since(files, chain):
                 writers.append(other)
                 digests += found
         if writers or name in files:
-            out[name] = (writers, digests, legacy and name in files and not writers)
+            out[name] = (writers, digests, legacy and name in files and not writers, damaged)
     return out
 
 
-def remove_created(box, sid, name, decided):
+def fresh_name(directory, name, taken=()):
+    """A name in `directory` that nothing holds: `name`, else `name.2`, `name.3`... Never an
+    existing one: a copy an earlier rollback put there may be an operator's only bytes (a second
+    rollback to the same snapshot removes the file again). `directory` is ours (0700) and the
+    lock is held: nothing else makes a name there between this look and the rename."""
+    for n in range(1, 10000):
+        candidate = name if n == 1 else "%s.%d" % (name, n)
+        if candidate not in taken and not os.path.lexists(os.path.join(directory, candidate)):
+            return candidate
+    raise Failed("%s holds too many copies of %s; nothing was restored" % (shown(directory), name))
+
+
+def remove_created(box, sid, name, decided, dest):
     """Remove `name`, absent at snapshot `sid`, when it is still exactly what a converge since
     wrote: "" when removed, None when nothing is there, else why it is kept (for the operator).
 
     Never an operator's file: bytes no converge wrote (an edit since, a file made by hand), a
     symlink, or anything but a regular file stays, and the rollback says which and why. A file
     recorded absent by a snapshot older than the `wrote` record (`legacy`) is removed whatever
-    it holds, as such a rollback always did. Removed by a rename into the snapshot's `removed`
-    directory, never unlinked: the file is kept there (until the snapshot is pruned) and can be
-    moved back by hand."""
-    writers, digests, legacy = decided
+    it holds, as such a rollback always did. Removed by a rename to `dest` (a free name in the
+    snapshot's `removed` directory, fresh_name), never unlinked and never over another copy:
+    the file is kept there (pruning keeps such a snapshot) and can be moved back by hand.
+
+    The file is compared through one open descriptor (O_NOFOLLOW), and after the rename the
+    file moved is checked to be that same file (device and inode): an editor that saved by
+    rename between the compare and the rename put an operator's file there, which is moved
+    back (never over anything) and kept."""
+    writers, digests, legacy, damaged = decided
     target = box.path(name)
     try:
         st = os.lstat(target)
     except FileNotFoundError:
         return None
     wrote = "converge %s" % writers[-1] if writers else ""
+    seen = None  # (st_dev, st_ino) of the file compared
     if not legacy:
+        if not writers and damaged:
+            return (
+                "the record of what a converge wrote is damaged in snapshot %s (its `wrote` is "
+                "not a mapping), so nothing proves this file a converge's; remove it by hand if "
+                "it should go" % ", ".join(damaged)
+            )
         if not writers:
             return "absent at snapshot %s and written by no converge since (made by hand?)" % sid
         if not stat.S_ISREG(st.st_mode):
             kind = next((n for test, n in _KINDS if test(st.st_mode)), "unknown type")
             return "a %s now, not the file %s wrote" % (kind, wrote)
+        ident = []  # type: list
         try:
-            data, _ = read_regular(target)
+            data, _ = read_regular(target, ident=ident)
         except (OSError, Failed) as exc:
             return "cannot be read to compare (%s)" % reason_of(exc, box.secrets)
         if hashlib.sha256(data).hexdigest() not in digests:
@@ -2000,16 +2105,42 @@ def remove_created(box, sid, name, decided):
                 "changed since %s wrote it (an operator's edit?); remove it by hand if it "
                 "should go" % wrote
             )
-    keep = private_dir(os.path.join(snapshot_path(box, sid), REMOVED_DIR))
-    os.rename(target, os.path.join(keep, name))
+        seen = ident[0]
+    if os.path.lexists(dest):  # fresh_name chose it free; still never renamed over
+        raise Failed("%s appeared meanwhile; %s not removed" % (shown(dest), name))
+    os.rename(target, dest)
     fsync_dir(box.deploy)
-    fsync_dir(keep)
+    fsync_dir(os.path.dirname(dest))
+    moved = os.lstat(dest)
+    if seen is not None and (moved.st_dev, moved.st_ino) != seen:
+        return put_back(box, name, dest, wrote)
     emit(
         "note",
         message="removed %s (absent at snapshot %s%s); kept as %s"
-        % (name, sid, ", written by " + wrote if wrote else "", shown(os.path.join(keep, name))),
+        % (name, sid, ", written by " + wrote if wrote else "", shown(dest)),
     )
     return ""
+
+
+def put_back(box, name, dest, wrote):
+    """The file renamed to `dest` is not the one compared: it replaced that one meanwhile (an
+    editor saving by rename), so it is an operator's. Back at its name by a hard link, which
+    never replaces what may be there again, then the copy at `dest` unlinked; why it is kept."""
+    target = box.path(name)
+    try:
+        os.link(dest, target, follow_symlinks=False)
+    except OSError as exc:
+        return (
+            "replaced while the rollback removed it (an operator's save?) and cannot be put "
+            "back (%s): it is at %s, move it back by hand" % (reason_of(exc), shown(dest))
+        )
+    os.unlink(dest)
+    fsync_dir(box.deploy)
+    fsync_dir(os.path.dirname(dest))
+    return (
+        "replaced while the rollback removed it (an operator's save?), not the file %s "
+        "wrote: left as it is" % wrote
+    )
 
 
 def restore_file(target, info, copy):
@@ -2063,8 +2194,21 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
         meta, restored, removed, kept = restore_snapshot_files(box, sid, chain)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
         before = meta.get("containers")
-        before = before if isinstance(before, dict) else {}
-        gone = remove_containers(box, before, created or [], chain, touched or [])
+        damaged = not isinstance(before, dict)
+        if damaged:
+            # Which containers were there at the snapshot is not known: every container would
+            # look new. Only the ones this converge created go (remove_containers); said.
+            emit(
+                "note",
+                message="snapshot %s is damaged: its record of the containers is not a "
+                "mapping; only containers this converge created are removed" % sid,
+            )
+            before = {}
+        # `touched` proves containers ours only in a converge's own rollback (`created` given:
+        # recreated moments ago under this lock); an operator's rollback gets the snapshot's
+        # recorded names, which an operator may since have started by hand: ids only then.
+        ours = (touched or []) if created is not None else []
+        gone = remove_containers(box, before, created or [], chain, ours, damaged)
         differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
         recreated = [s for s in order if s in before]  # one with no container before: none now
@@ -2103,25 +2247,39 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
     return result
 
 
-def remove_containers(box, before, created, chain, touched):
+def remove_containers(box, before, created, chain, touched, damaged=False):
     """Containers that were not there at the snapshot and go with the rollback, by container
     id (`docker rm -f`, as a converge's `removes` step), never by compose service name: once
     the rollback removed the compose file that defined a service, compose no longer knows it
     (`compose rm` of it did nothing and left the lane running).
 
     Which ones, and why this keeps compose coherent with the files: (1) a service this very
-    converge created (`created`, as before); (2) a service no compose file renders any more
+    converge created (`created`, as before); (2) a container no compose file renders any more
     after the files came back (the file that defined it removed, a profile switched back)
-    whose container a converge since the snapshot recreated (its `touched` or planned
-    `services`): compose can neither see nor manage it, and the snapshot had none. A container
-    compose still renders and no converge here created is left, and counts as unequal, as
-    before: it may be an operator's (`docker compose up` by hand)."""
+    that this converge recreated (`touched`, this run's, in memory) or whose id a converge
+    since the snapshot recorded as made (record_made), and that the snapshot did not have:
+    compose can neither see nor manage it. Never by a planned or recorded service name: an
+    operator may have started that service's container by hand since (it is left, and counts
+    as unequal, as is any container compose still renders). `damaged`: the snapshot's own
+    record of its containers is damaged, so which were there then is not known: only (1)."""
     now = containers(box)
-    since = set(touched)
+    made = set()  # type: set
     for _, later in chain:
-        since.update(service_names(later.get("touched")) + service_names(later.get("services")))
+        record = later.get("made")
+        for ids in record.values() if isinstance(record, dict) else ():
+            if isinstance(ids, list):  # a damaged entry proves no container a converge's
+                made.update(i for i in ids if isinstance(i, str) and i)
+    then = {(c or {}).get("id") for c in before.values() if isinstance(c, dict)}
     gone = [s for s in created if s not in before and s in now]
-    extra = [s for s in sorted(now) if s not in before and s not in gone and s in since]
+    extra = [
+        s
+        for s in sorted(now)
+        if not damaged
+        and s not in before
+        and s not in gone
+        and (s in touched or now[s].get("Id") in made)
+        and str(now[s].get("Id", ""))[:12] not in then
+    ]
     if extra:
         try:
             rendered = config_hashes(box)
