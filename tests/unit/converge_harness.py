@@ -139,3 +139,25 @@ def meta(deploy: Path, sid: str) -> dict[str, Any]:
         (deploy / ".fleet" / "snapshots" / sid / "meta.json").read_text()
     )
     return result
+
+
+EXTRA = "docker-compose.extra.yml"  # the file that defines the lane `extra`
+EXTRA_V1 = b"services:\n  extra:\n    image: lobes/extra\n"
+
+
+class FileEngine(Engine):
+    """The harness engine, except that compose knows the lane `extra` only while EXTRA
+    exists (as compose renders only the services of its files): `config --hash` leaves it out,
+    and `compose rm` / `compose up` of it fail with compose's "no such service"."""
+
+    def rendered(self) -> list[str]:
+        return ["vllm-worker", "gateway"] + (["extra"] if (self.deploy / EXTRA).exists() else [])
+
+    def run(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv[:4] == ["docker", "compose", "config", "--hash"]:
+            self.log.append(argv)
+            return 0, "\n".join(f"{s} {self.render(s)}" for s in self.rendered()), ""
+        if argv[:2] == ["docker", "compose"] and argv[-1] not in self.rendered():
+            self.log.append(argv)
+            return 1, "", f"no such service: {argv[-1]}"
+        return super().run(argv)

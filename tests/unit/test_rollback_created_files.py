@@ -28,35 +28,23 @@ from reconciler.apply.answer import rollback_result
 from reconciler.apply.summary import _rollback_line
 from reconciler.cli import main
 from tests.unit.conftest import load_box_program
-from tests.unit.converge_harness import Engine, converge_payload, meta, run_events
+from tests.unit.converge_harness import (
+    EXTRA,
+    EXTRA_V1,
+    Engine,
+    FileEngine,
+    converge_payload,
+    meta,
+    run_events,
+)
 from tests.unit.converge_helpers import deployment
 
 converge = load_box_program("box_rollback_created_files", "reconciler/apply/remote/converge.py")
 
-EXTRA = "docker-compose.extra.yml"  # the file that defines the lane `extra`
-EXTRA_V1 = b"services:\n  extra:\n    image: lobes/extra\n"
 EXTRA_V2 = b"services:\n  extra:\n    image: lobes/extra:2\n"
 OTHER = "docker-compose.other.yml"
 OTHER_V1 = b"services: {}\n"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
-
-
-class FileEngine(Engine):
-    """The harness engine, except that compose knows the lane `extra` only while EXTRA
-    exists (as compose renders only the services of its files): `config --hash` leaves it out,
-    and `compose rm` / `compose up` of it fail with compose's "no such service"."""
-
-    def rendered(self) -> list[str]:
-        return ["vllm-worker", "gateway"] + (["extra"] if (self.deploy / EXTRA).exists() else [])
-
-    def run(self, argv: list[str]) -> tuple[int, str, str]:
-        if argv[:4] == ["docker", "compose", "config", "--hash"]:
-            self.log.append(argv)
-            return 0, "\n".join(f"{s} {self.render(s)}" for s in self.rendered()), ""
-        if argv[:2] == ["docker", "compose"] and argv[-1] not in self.rendered():
-            self.log.append(argv)
-            return 1, "", f"no such service: {argv[-1]}"
-        return super().run(argv)
 
 
 @pytest.fixture

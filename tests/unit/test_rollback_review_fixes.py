@@ -24,30 +24,19 @@ from typing import Any
 import pytest
 
 from tests.unit.conftest import load_box_program
-from tests.unit.converge_harness import Engine, converge_payload, meta, run_events, snapshot_dirs
+from tests.unit.converge_harness import (
+    EXTRA,
+    EXTRA_V1,
+    Engine,
+    FileEngine,
+    converge_payload,
+    meta,
+    run_events,
+    snapshot_dirs,
+)
 from tests.unit.converge_helpers import deployment
 
 converge = load_box_program("box_rollback_review_fixes", "reconciler/apply/remote/converge.py")
-
-EXTRA = "docker-compose.extra.yml"  # the file that defines the lane `extra`
-EXTRA_V1 = b"services:\n  extra:\n    image: lobes/extra\n"
-
-
-class FileEngine(Engine):
-    """The harness engine, except that compose renders the lane `extra` only while EXTRA exists
-    (as in test_rollback_created_files)."""
-
-    def rendered(self) -> list[str]:
-        return ["vllm-worker", "gateway"] + (["extra"] if (self.deploy / EXTRA).exists() else [])
-
-    def run(self, argv: list[str]) -> tuple[int, str, str]:
-        if argv[:4] == ["docker", "compose", "config", "--hash"]:
-            self.log.append(argv)
-            return 0, "\n".join(f"{s} {self.render(s)}" for s in self.rendered()), ""
-        if argv[:2] == ["docker", "compose"] and argv[-1] not in self.rendered():
-            self.log.append(argv)
-            return 1, "", f"no such service: {argv[-1]}"
-        return super().run(argv)
 
 
 @pytest.fixture
