@@ -19,11 +19,17 @@ class HistoryLocationError(ValueError):
     """A history path that cannot be used (said before anything is observed)."""
 
 
-def default_path() -> Path:
+def state_dir() -> Path:
+    """This tool's state directory: `$XDG_STATE_HOME/fleet-reconciler` (`~/.local/state/...`
+    without it). Holds the history store and the snapshot key (observe/snapshot_key.py)."""
     state = os.environ.get(STATE_ENV)
     # The XDG spec: a relative XDG_STATE_HOME is invalid and must be ignored.
     base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
-    return base / APP_DIR / FILE_NAME
+    return base / APP_DIR
+
+
+def default_path() -> Path:
+    return state_dir() / FILE_NAME
 
 
 def history_path(chosen: str | None, repo_root: Path | None) -> Path:

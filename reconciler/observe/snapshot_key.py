@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from reconciler.observe.document import Observed
     from reconciler.observe.observe import BoxObservation
 
-STATE_ENV = "XDG_STATE_HOME"
-APP_DIR = "fleet-reconciler"
 KEY_FILE = "snapshot-mask.key"
 KEY_BYTES = 32
 # The box file's `controller` section that holds the digests (what save_snapshot writes as is).
@@ -49,11 +47,10 @@ class SnapshotKeyError(ValueError):
 
 
 def key_path() -> Path:
-    """`$XDG_STATE_HOME/fleet-reconciler/snapshot-mask.key` (`~/.local/state/...` without it,
-    or with a relative one, which the XDG spec says to ignore), as history/location.py."""
-    state = os.environ.get(STATE_ENV)
-    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
-    return base / APP_DIR / KEY_FILE
+    """`$XDG_STATE_HOME/fleet-reconciler/snapshot-mask.key`, beside the history store."""
+    from reconciler.history.location import state_dir
+
+    return state_dir() / KEY_FILE
 
 
 def _problem(info: os.stat_result, directory: bool) -> str | None:
@@ -81,9 +78,10 @@ def load_key(create: bool) -> bytes | None:
     written it, and then made a stale mask pass for a current one."""
     path = key_path()
     directory = path.parent
-    if create and not directory.exists():
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)  # mkdir's mode is masked by the umask
+    if create:
+        from reconciler.history.location import prepare
+
+        prepare(path)  # its directory made 0700 when missing, as the history store's
     try:
         why = _problem(os.lstat(directory), directory=True)
     except FileNotFoundError:
