@@ -3,7 +3,8 @@
 `apply` prints the drift, asks (unless --yes), converges through pyinfra's API with the same
 role `pyinfra inventory.py deploys/<box>.py` runs (roles.box.converge_box), and writes one
 evidence record per box. Exit codes: 0 converged (or nothing to do), 1 a box failed or could
-not be converged, 2 declined at the prompt (the drift stays).
+not be converged, 2 declined at the prompt (the drift stays). `--dry` answers as `drift` does:
+0 nothing to converge, 2 a plan would change something, 1 a box cannot be converged.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
 
 EXIT_OK, EXIT_ERROR, EXIT_DECLINED = 0, 1, 2
+EXIT_WOULD_CHANGE = 2  # `--dry` with a plan: a CI gate on it fires, as on `drift`'s 2
 EVIDENCE_ENV = "FLEET_EVIDENCE_DIR"
 
 
@@ -44,12 +46,18 @@ def register(sub: Any, load: Any) -> None:
     )
     apply_p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes (default: all)")
     apply_p.add_argument("-y", "--yes", action="store_true", help="do not ask")
-    apply_p.add_argument("--dry", action="store_true", help="print drift and plan, change nothing")
+    apply_p.add_argument(
+        "--dry",
+        action="store_true",
+        help="print drift and plan, change nothing; exit 2 if a plan would change something",
+    )
     apply_p.add_argument(
         "--evidence",
         metavar="DIR",
         type=file_path,
-        default=os.environ.get(EVIDENCE_ENV, "evidence"),
+        # Not the variable here: argparse would judge an empty one as if `--evidence ""` had
+        # been typed. It is read, and an empty one refused by its own name, in _evidence_dir.
+        default=None,
         help=f"where evidence records go (default: ${EVIDENCE_ENV} or ./evidence)",
     )
     rollback_p = add(
@@ -96,12 +104,15 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
         print("nothing to converge" if not blocked else f"cannot converge {', '.join(blocked)}")
         return EXIT_ERROR if blocked else EXIT_OK
     if args.dry:
-        return EXIT_ERROR if blocked else EXIT_OK
-    problem = evidence_problem(Path(args.evidence))
+        return EXIT_ERROR if blocked else EXIT_WOULD_CHANGE
+    evidence = _evidence_dir(args.evidence)
+    if evidence is None:
+        return EXIT_ERROR
+    problem = evidence_problem(evidence)
     if problem is not None:
         # Said before the prompt, with nothing changed: a converge's record must have a place.
         print(
-            f"error: --evidence {_line(args.evidence)}: {problem}; nothing changed", file=sys.stderr
+            f"error: --evidence {_line(str(evidence))}: {problem}; nothing changed", file=sys.stderr
         )
         return EXIT_ERROR
     if not args.yes and not _confirm(f"converge {', '.join(todo)}?"):
@@ -110,8 +121,26 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     who = holder("reconcile apply")
     session.use(fleet, prepared, cmd="reconcile apply")
     _run_pyinfra(fleet, todo)
-    codes = [_report_box(box, Path(args.evidence), fleet.inventory_file, who) for box in todo]
+    codes = [_report_box(box, evidence, fleet.inventory_file, who) for box in todo]
     return EXIT_ERROR if blocked or EXIT_ERROR in codes else EXIT_OK
+
+
+def _evidence_dir(given: str | None) -> Path | None:
+    """--evidence, else $FLEET_EVIDENCE_DIR, else ./evidence; None (said) for a variable that
+    is set but empty, which is a mistake to name, not a reason to write somewhere else."""
+    if given is not None:
+        return Path(given)
+    chosen = os.environ.get(EVIDENCE_ENV)
+    if chosen is None:
+        return Path("evidence")
+    if not chosen.strip():
+        print(
+            f"error: {EVIDENCE_ENV} is set but empty (unset it for ./evidence, or name a "
+            "directory); nothing changed",
+            file=sys.stderr,
+        )
+        return None
+    return Path(chosen)
 
 
 def evidence_problem(directory: Path) -> str | None:
