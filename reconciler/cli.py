@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler import __version__
-from reconciler.arg_types import directory, file_path
+from reconciler.arg_types import directory, file_path, not_empty
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -341,11 +341,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "-i",
         "--inventory",
         metavar="NAME|PATH",
+        type=not_empty,  # `-i "$INV"` with INV unset must not mean hosts, the real mesh
         help="inventory to use: hosts (default), lab, or a path; env FLEET_INVENTORY",
     )
     parser.add_argument(
         "--root",
         metavar="DIR",
+        type=directory,  # `--root ""` must not mean "found from cwd"
         help="fleet repository root (default: found from cwd; env FLEET_ROOT)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

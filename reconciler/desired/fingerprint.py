@@ -53,8 +53,15 @@ def file_digest(path: Path) -> str | None:
 
 
 def layer_listing(root: Path) -> list[str]:
-    """A layer added or removed changes the state even when no recorded file changed."""
-    return sorted(p.name for p in (root / "group_vars").glob("*.y*ml"))
+    """A layer added or removed changes the state even when no recorded file changed; so does
+    any other entry the loader refuses (a directory, `x.YAML`, `x.txt`: load.py `_entries`),
+    so that a cached command meets that refusal as `validate` does. Hidden entries (an
+    editor's swap file) are the loader's to ignore, and this listing's too."""
+    try:
+        names = os.listdir(root / "group_vars")
+    except OSError:
+        return []  # no group_vars/: the loader says so, the listing is empty
+    return sorted(n for n in names if not n.startswith("."))
 
 
 def entry_name(kind: str, root: Path, inventory: Path) -> Path:

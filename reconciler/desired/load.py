@@ -22,8 +22,17 @@ from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
 from reconciler.desired.near import hint_budget, nearest
-from reconciler.desired.problems import DesiredStateError, Location, PathKey, Problem, dotted
+from reconciler.desired.problems import (
+    DesiredStateError,
+    Location,
+    PathKey,
+    Problem,
+    dotted,
+    printable,
+)
+from reconciler.desired.pyinfra_data import RESERVED_GROUPS
 from reconciler.desired.refs import is_digest_ref
+from reconciler.desired.schema import layer_errors
 from reconciler.desired.secret_names import union_layers
 from reconciler.desired.yaml_source import SourceDoc, load_yaml
 from reconciler.gc_pause import young_only
@@ -62,14 +71,19 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     listing = layer_listing(root)  # before any layer is read: one added later is not in this state
     inv_doc = _load(root, inv_path)
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
+    # The inventory's own overlays, even where a snapshot's facts/ replaces them (chosen by
+    # --from-snapshot, read wherever that is): an inventory naming a file out there is wrong.
+    problems = _overlays_outside(root, inv_path, inv, inv_doc)
     if facts is not None:
         inv = with_facts(inv, facts)  # every overlay read from the snapshot's facts/ instead
-    problems = list(_group_membership(inv, inv_doc))
+    problems += _group_membership(inv, inv_doc)
 
     docs, more = _load_group_vars(root, inv)
     problems += more
-    overlay, more = _image_overlay(root, inv, inv_doc)
-    problems += more
+    overlay: SourceDoc | None = None
+    if not any(p.path == "image_overlay" for p in problems):  # outside: not read at all
+        overlay, more = _image_overlay(root, inv, inv_doc)
+        problems += more
     if problems:
         raise DesiredStateError(problems)
 
@@ -84,6 +98,11 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     problems += _layer_problems(parsed)
     if problems:
         raise DesiredStateError(problems)
+    problems += _alone_problems(docs)
+    # What a layer holds wrong on its own was said once, at its line: a box's merged data
+    # holding it too says no more (below, only what the merge adds: a key no layer sets).
+    said = {(p.location, p.path) for p in problems}
+    found = _BoxProblems(docs, box_overlays, len(inv.boxes))
     hidden = frozenset(doc.file for doc in overlays)  # their values are never quoted
     merges = SharedPrefixes()
     for name, conn in inv.boxes.items():
@@ -102,7 +121,10 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
         try:
             boxes[name] = BoxSpec.model_validate(data)
         except ValidationError as exc:
-            problems += explain(exc, BoxSpec, data, where, hidden_files=hidden)
+            for problem in explain(exc, BoxSpec, data, where, hidden_files=hidden):
+                if (problem.location, problem.path) not in said:
+                    found.add(name, problem)
+    problems += found.problems()
     if problems:
         raise DesiredStateError(problems)
 
@@ -110,8 +132,9 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     envs = {name: desired_env(box, inv.boxes, mesh) for name, box in boxes.items()}
     for name, box in boxes.items():
         for path, message in check_box(box, envs[name]):
-            problems.append(_problem(positions[name], path, message))
-    for path, message in check_fleet(boxes):
+            found.add(name, _problem(positions[name], path, message))
+    problems += found.problems()
+    for path, message in check_fleet(boxes):  # between boxes: its message names them
         problems.append(_problem(positions[str(path[0])], path[1:], message))
     if problems:
         raise DesiredStateError(problems)
@@ -136,6 +159,71 @@ def _layer_problems(docs: list[SourceDoc]) -> list[Problem]:
             if _is_env_value(path):
                 problems.append(Problem(doc.positions[path], dotted(path), _REWRITTEN))
     return problems
+
+
+def _alone_problems(docs: dict[str, SourceDoc]) -> list[Problem]:
+    """Each group_vars layer on its own against the layer schema (`reconcile schema`: a box's
+    keys, none required): a layer no box uses (a group with no member yet), or a value a later
+    layer replaces for every box, was never judged, so a typo or an out-of-range value there
+    stayed until a box took it. A value is hidden as a box's would be: under a secret-named
+    key, by every layer's secret_patterns (a layer's own may name none)."""
+    patterns = tuple(p for doc in docs.values() for p in _texts(doc.data.get("secret_patterns")))
+    problems = []
+    for doc in docs.values():
+        exc = layer_errors(doc.data)
+        if exc is None:
+            continue
+        shown = {
+            **doc.data,
+            "secret_patterns": (*_texts(doc.data.get("secret_patterns")), *patterns),
+        }
+        problems += explain(exc, BoxSpec, shown, doc.positions)
+    return problems
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list | tuple) else ()
+
+
+class _BoxProblems:
+    """Problems found in boxes' merged data, each naming the boxes it was found in when its line
+    is in a layer other than the box's own (all.yaml, a group's, the image overlay):
+    `gpu_memory_budget: lanes use 1.13 ...` at all.yaml:57 was one box's, which the line alone
+    did not say. The same problem in several boxes is one line naming them, or none if it is
+    every box's."""
+
+    def __init__(
+        self, docs: dict[str, SourceDoc], overlays: dict[str, SourceDoc], fleet: int
+    ) -> None:
+        self._own = {
+            name: {doc.file for doc in (docs.get(name), overlays.get(name)) if doc is not None}
+            for name in {*docs, *overlays}
+        }
+        self._fleet = fleet
+        self._found: dict[Problem, list[str]] = {}
+
+    def add(self, box: str, problem: Problem) -> None:
+        boxes = self._found.setdefault(problem, [])
+        if problem.location.file not in self._own.get(box, ()):
+            boxes.append(box)
+
+    def problems(self) -> list[Problem]:
+        """What was added since the last call, each naming its boxes where it needs to (not
+        where it is every box's: the line alone says that much)."""
+        out = [
+            p if not b or len(b) == self._fleet else Problem(p.location, p.path, self._of(p, b))
+            for p, b in self._found.items()
+        ]
+        self._found.clear()
+        return out
+
+    @staticmethod
+    def _of(problem: Problem, boxes: list[str], shown: int = 12) -> str:
+        """`... (box thor)`, `(boxes thor, orin)`, `(boxes a, ..., l and 988 more)`."""
+        if len(boxes) == 1:
+            return f"{problem.message} (box {boxes[0]})"
+        more = f" and {len(boxes) - shown} more" if len(boxes) > shown else ""
+        return f"{problem.message} (boxes {', '.join(boxes[:shown])}{more})"
 
 
 _NAMED = "a layer cannot set name: the inventory names each box (its key under boxes:)"
@@ -164,9 +252,7 @@ def _display(root: Path, path: Path) -> str:
     symlink (never resolved: a loop must not raise), non-printable characters escaped."""
     absolute, inside = os.path.abspath(path), os.path.join(os.path.abspath(root), "")
     shown = absolute.removeprefix(inside) if absolute.startswith(inside) else absolute
-    if shown.isprintable():  # string work, not pathlib's: called for each of 2,006 files
-        return shown
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
+    return printable(shown)  # string work, not pathlib's: called for each of 2,006 files
 
 
 def _load(root: Path, path: Path) -> SourceDoc:
@@ -187,7 +273,7 @@ def _ordered_groups(inv: InventorySpec, box: InventoryBox) -> list[str]:
 
 
 def _group_membership(inv: InventorySpec, doc: SourceDoc) -> list[Problem]:
-    problems = []
+    problems = _group_names(inv, doc)
     known = set(inv.group_order)
     for name, box in inv.boxes.items():
         for index, group in enumerate(box.groups):
@@ -205,30 +291,141 @@ def _group_membership(inv: InventorySpec, doc: SourceDoc) -> list[Problem]:
     return problems
 
 
+def _group_names(inv: InventorySpec, doc: SourceDoc) -> list[Problem]:
+    """What a group's name cannot be. pyinfra sees each group by its name: one named `boxes`
+    replaced pyinfra's group of every host with its data (the deploys then ended in a
+    traceback), `all` is pyinfra's own (and group_vars/all.yaml every box's first layer), and
+    pyinfra's Inventory() takes the others as keyword arguments. A group_vars file is a box's or
+    a group's by its name alone: a group listed twice, a box in a group named like itself, or a
+    box named `all` applied one layer twice. (A box in a group named like another box takes
+    that box's layer: lab/scale.py's copies do, by design.)"""
+    problems = []
+    seen: set[str] = set()
+    for index, group in enumerate(inv.group_order):
+        if group in RESERVED_GROUPS:
+            why = f"{group!r} is reserved ({_RESERVED}: pyinfra's own names); rename the group"
+        elif group in seen:
+            why = f"group {group!r} is listed twice: its layer would be applied twice"
+        else:
+            seen.add(group)
+            continue
+        problems.append(_at(doc, ("group_order", index), why))
+    for name, box in inv.boxes.items():
+        if name == "all":
+            why = "a box cannot be named 'all': group_vars/all.yaml is every box's first layer"
+            problems.append(_at(doc, ("boxes", name), why))
+        for index, group in enumerate(box.groups):
+            if group == name and group in seen:
+                why = (
+                    f"box {name!r} is in a group named like itself: group_vars/{name}.yaml "
+                    "would be applied twice"
+                )
+                problems.append(_at(doc, ("boxes", name, "groups", index), why))
+    return problems
+
+
+_RESERVED = ", ".join(sorted(RESERVED_GROUPS))
+
+
+def _at(doc: SourceDoc, path: PathKey, message: str) -> Problem:
+    return Problem(doc.positions.get(path, doc.positions[()]), dotted(path), message)
+
+
 def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDoc], list[Problem]]:
     known = ["all", *inv.group_order, *inv.boxes]
     docs: dict[str, SourceDoc] = {}
     problems: list[Problem] = []
     folder = root / "group_vars"
-    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+    for path, is_dir in _entries(root, folder, problems):
         display = _display(root, path)
-        if path.stem not in known:
-            near = nearest(path.stem, known)
+        stem, dot, ext = path.name.rpartition(".")
+        if not dot or ext not in ("yaml", "yml"):  # a directory NAME.yaml: load_yaml's error
+            # Never skipped in silence: Ansible's group_vars/orin/main.yaml, or spark.YAML,
+            # was a layer its author expected to apply and no box took.
+            problems.append(Problem(Location(display, 1, 1), "", _not_a_layer(path, is_dir)))
+            continue
+        if stem not in known:
+            near = nearest(stem, known)
             hint = f"; did you mean {near}.yaml?" if near else ""
             problems.append(
-                Problem(
-                    Location(display, 1, 1), "", f"no box or group is named {path.stem!r}{hint}"
-                )
+                Problem(Location(display, 1, 1), "", f"no box or group is named {stem!r}{hint}")
             )
             continue
-        if path.stem in docs:
+        if stem in docs:
             problems.append(Problem(Location(display, 1, 1), "", "both .yaml and .yml exist"))
             continue
         try:
-            docs[path.stem] = load_yaml(path, display, within=root)
+            docs[stem] = load_yaml(path, display, within=root)
         except DesiredStateError as exc:
             problems += exc.problems
     return docs, problems
+
+
+def _entries(root: Path, folder: Path, problems: list[Problem]) -> list[tuple[Path, bool]]:
+    """Every entry of group_vars/ but a hidden one (an editor's swap file, .gitkeep), sorted,
+    with whether it is a directory (or a symlink to one)."""
+    try:
+        with os.scandir(folder) as found:
+            entries = [(Path(e.path), _is_dir(e)) for e in found if not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # no layers at all: every box then misses what all.yaml would set
+    except OSError as exc:
+        why = f"cannot be listed ({os.strerror(exc.errno or 0)})"
+        problems.append(Problem(Location(_display(root, folder), 1, 1), "", why))
+        return []
+    return sorted(entries)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False  # a symlink loop: load_yaml's located error, if its name is a layer's
+
+
+def _not_a_layer(path: Path, is_dir: bool) -> str:
+    if is_dir:
+        return (
+            "a directory: a layer is one file, group_vars/NAME.yaml (Ansible's "
+            "group_vars/NAME/ directories are not read)"
+        )
+    stem, _, ext = path.name.rpartition(".")
+    if ext.lower() in ("yaml", "yml"):
+        fix = f"{stem}.{ext.lower()}"
+        return f"not read: a layer's name ends in .yaml or .yml, lowercase; rename it {fix}"
+    return "not a layer: group_vars/ holds only NAME.yaml (or NAME.yml) files"
+
+
+def _overlays_outside(
+    root: Path, inv_path: Path, inv: InventorySpec, inv_doc: SourceDoc
+) -> list[Problem]:
+    """An overlay is read from inside the repository, or beside the inventory naming it (an
+    inventory given by path, as the lab's scenarios write theirs): the rule a symlinked file
+    already follows. `box_overlay: /tmp/x.yaml` or `image_overlay: ../../x.yaml` read any file
+    on the controller into every box's desired state, bypassing it."""
+    places = [os.path.realpath(root), os.path.realpath(inv_path.parent)]
+    problems = []
+    for key, value in (("image_overlay", inv.image_overlay), ("box_overlay", inv.box_overlay)):
+        if value is None:
+            continue
+        at = inv_doc.positions.get((key,), inv_doc.positions[()])
+        resolved: dict[str, str] = {}  # one directory's realpath, whichever box's file
+        for name in inv.boxes if "{box}" in value else [""]:
+            path = os.path.join(root, value.replace("{box}", name))  # an absolute value wins
+            folder, base = os.path.split(path)
+            if folder not in resolved:
+                resolved[folder] = os.path.realpath(folder)
+            real = os.path.join(resolved[folder], base)
+            if base in ("", ".", ".."):
+                real = os.path.realpath(path)
+            if not any(os.path.commonpath([place, real]) == place for place in places):
+                why = (
+                    f"{printable(value)} is outside the repository: an overlay is read from "
+                    "inside it (or beside the inventory that names it)"
+                )
+                problems.append(Problem(at, key, why))
+                break
+    return problems
 
 
 def _box_overlays(

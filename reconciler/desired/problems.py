@@ -43,7 +43,22 @@ class DesiredStateError(Exception):
 
 
 def dotted(path: PathKey) -> str:
+    """`lanes.hand.env.KEY`, `boxes.thor.groups[0]`: a key as it is written, except that a
+    character that is not printable is shown escaped (printable): a key holding a right-to-left
+    override or an escape sequence must not reorder or rewrite the operator's terminal line."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            key = printable(str(part))
+            out += f".{key}" if out else key
     return out
+
+
+def printable(text: str) -> str:
+    """`text` with each character that is not printable escaped as Python writes it (`\\u202e`,
+    `\\x1b`, `\\n`): file names and keys in an error line are shown, never obeyed."""
+    if text.isprintable():  # string work only: called for every file and key reported
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

@@ -41,13 +41,23 @@ def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
     return data
 
 
+# Group names pyinfra's side already gives a meaning: `boxes` (every host with its data, below),
+# `all` (pyinfra's own group of every host; the loader's group_vars/all.yaml), and the parameters
+# of pyinfra's Inventory(names_data, override_data=None, **groups), which takes every other
+# group as a keyword argument. The loader refuses a group_order entry named one of them.
+BOXES = "boxes"
+RESERVED_GROUPS = frozenset({BOXES, "all", "self", "names_data", "override_data"})
+
+
 def pyinfra_groups(fleet: Fleet) -> dict[str, list[Any]]:
     """{group: hosts}; the `boxes` group carries every host with its data."""
     # `@openssh/thor`: the host is named `thor` and reached through the OpenSSH connector.
     groups: dict[str, list[Any]] = {
-        "boxes": [(f"@openssh/{b}", host_data(fleet, b)) for b in fleet.boxes]
+        BOXES: [(f"@openssh/{b}", host_data(fleet, b)) for b in fleet.boxes]
     }
     for group in fleet.inventory.group_order:
+        if group in RESERVED_GROUPS or group in groups:  # the loader refuses both
+            raise ValueError(f"group {group!r} would replace pyinfra's group of that name")
         groups[group] = [
             f"@openssh/{b}" for b, c in fleet.inventory.boxes.items() if group in c.groups
         ]

@@ -274,6 +274,11 @@ def _compose(text: str, display: str, composer: type[_LimitedComposer]) -> Node 
         return yaml.compose(text)
     except _Refused as exc:
         where = Location(display, exc.mark.line + 1, exc.mark.column + 1)
+        if exc.message.startswith("%YAML"):
+            # The document's start mark follows its directives: name the directive's own line.
+            lines = text.splitlines()
+            line = next((i + 1 for i, x in enumerate(lines) if x.startswith("%")), where.line)
+            where = Location(display, line, 1)
         raise DesiredStateError([Problem(where, "", exc.message)]) from None
     except ComposerError as exc:
         if exc.context == "expected a single document in the stream":

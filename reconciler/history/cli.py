@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler.arg_types import directory, file_path
+from reconciler.arg_types import directory, file_path, not_empty
 
 if TYPE_CHECKING:
     import sqlite3
@@ -35,6 +35,7 @@ def register(subparsers: Any) -> None:
     h.add_argument(
         "--since",
         metavar="WHEN",
+        type=not_empty,  # `--since ""` (an unset variable) is not "every run"
         help="runs started since: 2026-11-30, 2026-11-30T18:00 (UTC), or an age: 90m, 6h, 7d",
     )
     h.add_argument(
@@ -121,7 +122,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
     )
 
     try:
-        since = parse_since(args.since) if args.since else None
+        since = parse_since(args.since) if args.since is not None else None
     except ValueError as exc:
         print(f"error: --since {args.since!r}: {exc}", file=sys.stderr)
         return EXIT_ERROR

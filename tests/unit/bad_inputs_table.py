@@ -106,7 +106,7 @@ BAD_INPUTS = [
         "gpu_memory_utilization: 0.45",
         "gpu_memory_utilization: 0.88",
         [
-            "group_vars/all.yaml:17:1: gpu_memory_budget: lanes use 0.94 of GPU memory (embed 0.06, worker 0.88), over the budget 0.9"
+            "group_vars/all.yaml:17:1: gpu_memory_budget: lanes use 0.94 of GPU memory (embed 0.06, worker 0.88), over the budget 0.9 (box thor)"
         ],
     ),
     (

@@ -143,11 +143,10 @@ def test_the_box_splits_as_it_did_wherever_there_is_no_other_break() -> None:
 def test_an_overlay_anywhere_is_described_never_quoted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An inventory may name an overlay outside the repository (the lab's scenarios do, by
-    absolute path); if it names a credentials file by mistake, the refusal says what shape it
-    found, never a value from it."""
+    """An inventory may name any file in the repository as an overlay; if it names a
+    credentials file by mistake, the refusal says what shape it found, never a value from it."""
     root = _fixture(tmp_path, monkeypatch)
-    docker = tmp_path / "config.json"
+    docker = root / "config.json"
     docker.write_text('{"auths": {"registry.lan:5000": {"auth": "c2VjcmV0OnBhc3M="}}}\n')
     _add_to_inventory(root, f"image_overlay: {docker}\n")
     with pytest.raises(DesiredStateError) as caught:
