@@ -3,7 +3,7 @@
 N more SSH boxes beside the three-box lab, each one what the reconciler needs to observe a box
 for real: its own network namespace (an address of the lab's own 10.77.0.0/24, joined to the
 lab bridge, no default route), its own sshd (own host key, pinned in its own known_hosts), its
-own deploy user with a login shell and a real lobes deployment in ~/.lobes.
+own deploy user with a login shell and a real lobes deployment in ~/scale-<box>.
 
 What they share, and why (2 cores):
 - The Docker engines: box `thor-3` is a thor and uses the lab thor's dockerd through a docker
@@ -12,7 +12,7 @@ What they share, and why (2 cores):
   containerd) are not started. The user is in the engine's socket group, so on a shared engine
   a box user can see the other projects; a real box's engine is its own.
 - The render: `lobes init` is deterministic for a profile and shape (the same bytes on every
-  box; group_vars pins their digests), so each box's ~/.lobes is a copy of the lab box's own
+  box; group_vars pins their digests), so each box's ~/scale-<box> is a copy of the lab box's own
   raw `lobes init` output for its shape (.lab/pristine/<shape box>/render), adapted as the lab
   adapts it (deployments.pristine_files' edits: registry digests, mesh name, origin and seeds,
   COMPOSE_FILE). 50 inits would cost about a minute of CPU for identical files.
@@ -113,7 +113,10 @@ class ScaleBox:
 
     @property
     def lobes_dir(self) -> Path:
-        return self.home / ".lobes"
+        # Named as its project: compose derives a project from the directory's name, so a
+        # `docker compose` run there by hand (or by a converge) manages this box's project, not
+        # `lobes`, the lab box's own on the shared engine (checks.py `_compose_project`).
+        return self.home / self.project
 
     @property
     def project(self) -> str:
@@ -192,9 +195,10 @@ def inventory_text(fleet: list[ScaleBox]) -> str:
 def overlay_text(b: ScaleBox, override: bytes) -> str:
     digest = hashlib.sha256(override).hexdigest()
     return (
-        "# Written by `lab scale up` (lab/scale.py): this box's compose project on its shared\n"
-        "# engine, and the digest of the scale override.\n"
+        "# Written by `lab scale up` (lab/scale.py): this box's directory and compose\n"
+        "# project on its shared engine, and the digest of the scale override.\n"
         "deployment:\n"
+        f"  directory: ~/{b.project}\n"
         f"  project: {b.project}\n"
         "  file_digests:\n"
         f"    {OVERRIDE}: {digest}\n"
@@ -266,7 +270,7 @@ def _user(b: ScaleBox) -> None:
 def _home(b: ScaleBox, files: dict[str, tuple[bytes, int]]) -> None:
     pw = pwd.getpwnam(b.user)
     uid, gid = pw.pw_uid, pw.pw_gid
-    for d, mode in ((".ssh", 0o700), (".docker", 0o700), (".lobes", 0o755)):
+    for d, mode in ((".ssh", 0o700), (".docker", 0o700), (b.project, 0o755)):
         (b.home / d).mkdir(exist_ok=True)
         os.chown(b.home / d, uid, gid)
         os.chmod(b.home / d, mode)
@@ -305,19 +309,20 @@ def box_files(
     render = PRISTINE_DIR / b.kind / "render"
     files: dict[str, tuple[bytes, int]] = {}
     for f in sorted(p for p in render.iterdir() if p.is_file()):
-        files[f".lobes/{f.name}"] = (f.read_bytes(), 0o600 if f.name == ".env" else 0o644)
-    env = envfile.set_keys(files[".lobes/.env"][0].decode(), env_values(b, fleet, images, secrets))
-    files[".lobes/.env"] = (env.encode(), 0o600)
+        files[f"{b.project}/{f.name}"] = (f.read_bytes(), 0o600 if f.name == ".env" else 0o644)
+    dotenv = f"{b.project}/.env"
+    env = envfile.set_keys(files[dotenv][0].decode(), env_values(b, fleet, images, secrets))
+    files[dotenv] = (env.encode(), 0o600)
     services = list(_manifest(b.kind)["services"])
     override = scale_override(b.project, services, images).encode()
-    files[f".lobes/{OVERRIDE}"] = (override, 0o644)
+    files[f"{b.project}/{OVERRIDE}"] = (override, 0o644)
     secrets_env = (
         "# secrets of this box (lab-generated); never committed, never copied off the box\n"
         f"GATEWAY_API_KEY={secrets[f'{b.kind}_gateway_key']}\n"
         f"LOBES_MESH_KEY={secrets['mesh_key']}\n"
         f"HF_TOKEN={secrets['hf_token']}\n"
     )
-    files[".lobes/.secrets.env"] = (secrets_env.encode(), 0o600)
+    files[f"{b.project}/.secrets.env"] = (secrets_env.encode(), 0o600)
     fmt = {"user": b.user, "box": b.name}
     files[".bashrc"] = (users.BASHRC.format(**fmt).encode(), 0o644)
     files[".profile"] = (users.PROFILE.format(**fmt).encode(), 0o644)

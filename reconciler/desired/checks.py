@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from reconciler.compare.shell import control_variable
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry
 from reconciler.desired.envfile import left_out_image_problems
@@ -15,6 +16,7 @@ from reconciler.desired.models import (
     EnvValue,
     SecretRef,
     TaggedImage,
+    compose_project_name,
 )
 from reconciler.desired.near import nearest
 from reconciler.desired.problems import PathKey
@@ -34,6 +36,8 @@ def check_box(box: BoxSpec, env: list[EnvEntry]) -> list[Finding]:
     findings += _auth(box)
     findings += _contract_local(box)
     findings += _compose_chain(box)
+    findings += _compose_project(box)
+    findings += _control_pins(box)
     findings += _env_keys(env)
     findings += left_out_image_problems(box)
     return findings
@@ -234,6 +238,46 @@ def _compose_chain(box: BoxSpec) -> Iterator[Finding]:
             yield ("deployment", "compose_files", index), f"{name} is listed twice"
 
 
+def _compose_project(box: BoxSpec) -> Iterator[Finding]:
+    """The converge and the observer find the containers by deployment.project; a `docker
+    compose` run by hand in the directory (lobes' own commands, an operator's) names the project
+    after the directory. Two names would be two projects on one set of files. Checked on the
+    merged state (a layer may set the directory and another the project)."""
+    deployment = box.deployment
+    derived = compose_project_name(deployment.directory)
+    if derived == deployment.project:
+        return
+    # Blame the key the YAML set: the project if given, else the directory that moved.
+    at = "project" if "project" in deployment.model_fields_set else "directory"
+    if not derived:
+        why = f"compose derives no project name from {deployment.directory} (it refuses it)"
+    else:
+        why = (
+            f"compose derives the project {derived!r} from {deployment.directory}, so a "
+            "`docker compose` run there would manage another project than the converge's"
+        )
+    yield (
+        ("deployment", at),
+        f"project {deployment.project!r} is not the directory's: {why} (its last part, "
+        "lowercase, only a-z 0-9 _ -, no leading _ or -); make them agree",
+    )
+
+
+def _control_pins(box: BoxSpec) -> Iterator[Finding]:
+    """No `env:` pin sets a variable compose or docker reads itself (compare/shell.py's floor:
+    COMPOSE_*, DOCKER_HOST, ...): in `.env` it would move every `docker compose` in the directory
+    to another project, other files or another engine. What the fleet needs of them it derives
+    (COMPOSE_FILE, COMPOSE_PROFILES). A null pin writes nothing and removes a stray line."""
+    for path, key, value in _env_maps(box):
+        if value is not None and control_variable(key):
+            yield (
+                path,
+                f"{key} is read by compose or docker itself: in .env it would move compose to "
+                "another project, other files or another engine (the fleet derives COMPOSE_FILE "
+                "and COMPOSE_PROFILES; null leaves the key out)",
+            )
+
+
 def _env_keys(entries: list[EnvEntry]) -> Iterator[Finding]:
     """A key set twice is blamed on the `env:` pin, not on the typed field it shadows."""
     by_key: dict[str, list[EnvEntry]] = {}
@@ -246,6 +290,8 @@ def _env_keys(entries: list[EnvEntry]) -> Iterator[Finding]:
         blamed = pins or group[1:]
         keeper = next((e for e in group if e not in blamed), group[0])
         for entry in blamed:
+            if entry.value is not None and _is_pin(entry.origin) and control_variable(key):
+                continue  # _control_pins says why, at the same line
             if entry is not keeper:
                 yield _origin_path(entry.origin), f"{key} is already set by {keeper.origin}"
 

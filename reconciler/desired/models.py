@@ -8,7 +8,9 @@ against the box that hosts it, a secret reference against the declared sources) 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import ipaddress
+import re
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -18,7 +20,10 @@ from pydantic import (
     Field,
     StringConstraints,
     Tag,
+    ValidationError,
+    model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from reconciler.desired import roles, secret_names
 from reconciler.desired.refs import is_digest_ref
@@ -38,6 +43,7 @@ from reconciler.desired.types import (
     VarGlob,
     Version,
     check_env_value,
+    url_host,
 )
 
 # The box's own bounds (reconciler/apply/remote/converge.py `_timeout`, `validate_payload`): the
@@ -142,10 +148,36 @@ class LobesSpec(Strict):
     shape: Name = Field(description="`lobes init --shape`")
 
 
+def _refused(model: type[BaseModel], errors: list[tuple[tuple[str, ...], str]]) -> ValidationError:
+    """A model's own refusals, each at the key it blames (`("boxes", "orin", "ssh_hostname")`),
+    so the loader reports each at that key's line, not at the model's."""
+    return ValidationError.from_exception_data(
+        model.__name__,
+        [
+            # As a validator's ValueError is reported (its message in ctx), so that the error
+            # can be rebuilt from .errors() as the loader's layer checks do.
+            InitErrorDetails(
+                type="value_error", loc=loc, input=None, ctx={"error": ValueError(message)}
+            )
+            for loc, message in errors
+        ],
+    )
+
+
+def compose_project_name(directory: str) -> str:
+    """The project name compose derives from a directory (no -p, no COMPOSE_PROJECT_NAME): its
+    last part lowercased, every character but a-z, 0-9, _ and - dropped, then any leading _
+    and - (compose-go's NormalizeProjectName; `~/.lobes` -> `lobes`, `~/My.Lobes` -> `mylobes`,
+    checked against `docker compose config`). Empty: compose refuses the directory."""
+    kept = re.sub(r"[^a-z0-9_-]", "", directory.rstrip("/").rsplit("/", 1)[-1].lower())
+    return kept.lstrip("_-")
+
+
 class DeploymentSpec(Strict):
     directory: InsideHome = Field(
         default="~/.lobes", description="the compose project directory, inside the home (~/...)"
     )
+    # The name compose derives from the directory: checks.py `_compose_project`.
     project: Name = Field(default="lobes", description="compose project name (= directory name)")
     compose_files: tuple[ComposeFile, ...] = Field(
         min_length=1, description="the -f chain, in order; written to COMPOSE_FILE"
@@ -282,3 +314,63 @@ class InventorySpec(Strict):
         description="a last group_vars layer per box, `{box}` in the path (the lab's facts)",
     )
     boxes: dict[BoxName, InventoryBox]
+
+    @model_validator(mode="after")
+    def _one_box_per_machine(self) -> Self:
+        """Two boxes reached at one (ssh host, port) are one machine: `apply orin` would
+        converge thor's host with orin's state. Two boxes declaring one gateway origin are one
+        gateway to the mesh. Each box of a clash is refused at its own line, naming the others."""
+        ssh: dict[tuple[str, int], list[str]] = {}
+        origins: dict[tuple[str, int], list[str]] = {}
+        for name, box in self.boxes.items():
+            ssh.setdefault((same_host(box.ssh_hostname), box.ssh_port), []).append(name)
+            if box.gateway_origin is not None:
+                origins.setdefault(origin_endpoint(box.gateway_origin), []).append(name)
+        errors: list[tuple[tuple[str, ...], str]] = []
+        for (host, port), names in ssh.items():
+            for name in names if len(names) > 1 else ():
+                others = ", ".join(f"boxes.{n}.ssh_hostname" for n in names if n != name)
+                errors.append(
+                    (
+                        ("boxes", name, "ssh_hostname"),
+                        f"{url_host(host)} port {port} is also {others}: two boxes cannot be one "
+                        "machine (an apply of one would converge the other's host)",
+                    )
+                )
+        for (host, port), names in origins.items():
+            for name in names if len(names) > 1 else ():
+                others = ", ".join(f"boxes.{n}.gateway_origin" for n in names if n != name)
+                errors.append(
+                    (
+                        ("boxes", name, "gateway_origin"),
+                        f"the gateway at {url_host(host)}:{port} is also {others}: two boxes "
+                        "cannot be one gateway of the mesh",
+                    )
+                )
+        if errors:
+            raise _refused(InventorySpec, errors)
+        return self
+
+
+def same_host(host: str) -> str:
+    """A host as a machine is told apart: a name case-insensitively and without its trailing
+    dot, an address in its one canonical form (`::1` and `0:0::1` are one)."""
+    bare = host.removeprefix("[").removesuffix("]")
+    try:
+        return ipaddress.ip_address(bare).compressed
+    except ValueError:
+        return bare.rstrip(".").lower()
+
+
+def origin_endpoint(origin: str) -> tuple[str, int]:
+    """Where an origin (checked by types.check_origin) is served: its host (`same_host`) and
+    port, the scheme's default if none is written (80, 443)."""
+    scheme, _, rest = origin.partition("://")
+    host, port = rest, "443" if scheme == "https" else "80"
+    if rest.startswith("["):
+        host, _, tail = rest.partition("]")
+        host += "]"
+        port = tail.removeprefix(":") or port
+    elif ":" in rest:
+        host, port = rest.rsplit(":", 1)
+    return same_host(host), int(port)

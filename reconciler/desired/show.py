@@ -1,21 +1,53 @@
 """Render a box's merged desired state for people: YAML annotated with the layer that set
-each value, and the managed `.env` keys with secrets as ***."""
+each value, and the managed `.env` keys with secrets as ***.
+
+A value whose key is no secret may still carry one (`LOBES_EXTRA_ARGS: --api-key sk-...`):
+drift never shows it (the box hashes it in place, compare/inline.py), and neither does show.
+The secret words are `***` (history/masking.py's `argv`, the rule `reconcile diff` and the
+history store mask a command line's clear secrets by), the rest of the value stays; a value
+drift's judgement (inline.may_carry_secret) still finds a secret in after that (a quoted
+secret, `Authorization: Bearer x`) is `***` whole.
+"""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from reconciler.compare.inline import may_carry_secret
 from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.problems import Location, PathKey
+from reconciler.history.masking import argv
 
 MASK = "***"
+_WORDS = re.compile(r"(\s+)")
+
+
+def shown_value(value: str) -> str:
+    """An `.env` value as show prints it: any secret it carries inline as `***`."""
+    if not may_carry_secret(value):
+        return value
+    parts = _WORDS.split(value)  # words at even indices, the blanks between them kept
+    words = parts[::2]
+    masked = argv(words)
+    # What the words masked leave (a flag hiding the next word goes with it): if drift would
+    # still find a secret there, or a quote may have split one across words, hide it all.
+    left = [
+        word
+        for i, word in enumerate(words)
+        if masked[i] == word and not (i + 1 < len(words) and masked[i + 1] != words[i + 1])
+    ]
+    if "'" in value or '"' in value or may_carry_secret(" ".join(left)):
+        return MASK
+    parts[::2] = masked
+    return "".join(parts)
 
 
 def env_lines(entries: list[EnvEntry]) -> list[str]:
@@ -25,7 +57,7 @@ def env_lines(entries: list[EnvEntry]) -> list[str]:
         if entry.value is None:
             out.append(f"# {entry.key} left out of .env   (null: {entry.origin})")
         elif isinstance(entry.value, str):
-            out.append(f"{entry.key}={entry.value}")
+            out.append(f"{entry.key}={shown_value(entry.value)}")
         else:
             out.append(f"{entry.key}={MASK}   # secret {entry.value.secret}")
     return out
@@ -33,7 +65,7 @@ def env_lines(entries: list[EnvEntry]) -> list[str]:
 
 def show_text(fleet: Fleet, box: str) -> str:
     spec = fleet.boxes[box]
-    data = spec.model_dump(mode="json", exclude={"name"})
+    data = _desired(spec.model_dump(mode="json", exclude={"name"}))
     annotated = _annotate(data, (), fleet.positions[box])
     buf = io.StringIO()
     yaml = YAML()
@@ -58,7 +90,7 @@ def show_text(fleet: Fleet, box: str) -> str:
 def show_json(fleet: Fleet, box: str) -> str:
     spec = fleet.boxes[box]
     env = {
-        e.key: {"value": e.value if e.value is None or isinstance(e.value, str) else MASK}
+        e.key: {"value": _shown_entry(e.value)}
         | {"origin": e.origin}
         | ({"secret": e.value.secret} if isinstance(e.value, SecretName) else {})
         for e in box_env(fleet, box)
@@ -67,10 +99,27 @@ def show_json(fleet: Fleet, box: str) -> str:
         "box": box,
         "layers": list(fleet.layers[box]),
         "connection": fleet.connection(box).model_dump(mode="json"),
-        "desired": spec.model_dump(mode="json", exclude={"name"}),
+        "desired": _desired(spec.model_dump(mode="json", exclude={"name"})),
         "env": env,
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _shown_entry(value: str | SecretName | None) -> str | None:
+    if value is None:
+        return None
+    return shown_value(value) if isinstance(value, str) else MASK
+
+
+def _desired(data: dict[str, Any]) -> dict[str, Any]:
+    """A box's dumped state with the text of its `env:` pins (the box's and each lane's) as
+    `shown_value` prints it: the same values reach `.env`."""
+
+    def pins(env: dict[str, Any]) -> dict[str, Any]:
+        return {k: shown_value(v) if isinstance(v, str) else v for k, v in env.items()}
+
+    lanes = {name: {**lane, "env": pins(lane["env"])} for name, lane in data["lanes"].items()}
+    return {**data, "env": pins(data["env"]), "lanes": lanes}
 
 
 def _annotate(node: Any, path: PathKey, where: dict[PathKey, Location]) -> Any:

@@ -239,9 +239,29 @@ def check_env_value(value: Any) -> Any:
                 "an .env value cannot hold both ' and $: no quoting makes compose read it back "
                 "unchanged (the value is not shown)"
             )
+        if _escapes_closing_quote(value):
+            raise ValueError(
+                "an .env value without ' cannot end in an odd number of backslashes: the box "
+                "writes it in single quotes, compose reads the last \\' as an escaped quote and "
+                "refuses the whole .env as an unterminated quoted value (the value is not shown)"
+            )
         if len(value) > MAX_ENV_VALUE:
             raise ValueError(f"an .env value longer than {MAX_ENV_VALUE} characters")
     return value
+
+
+def _escapes_closing_quote(value: str) -> bool:
+    """Whether compose (v2) cannot read back the single-quoted line the box writes for `value`.
+
+    The box's writer (converge.py `quote`) puts a value holding no `'` (and not bare) in single
+    quotes, untouched; compose's dotenv takes a `'` after an odd run of backslashes as an
+    escaped quote, so `'C:\\models\\'` never ends (checked against `docker compose config`:
+    `'a\\b'`, `'a\\\\'` and a backslash anywhere but at the end read back unchanged). A value
+    holding `'` is written in double quotes with every backslash doubled, which reads back."""
+    if "'" in value:
+        return False
+    run = len(value) - len(value.rstrip("\\"))
+    return run % 2 == 1
 
 
 # Hugging Face repository ids, as the hub enforces them: `name` or `namespace/name`, each part

@@ -408,3 +408,25 @@ def test_a_pin_no_quoting_reads_back_is_left_out_not_the_whole_import(
     adopted = load_fleet(out, "lab")  # the rest of the mesh is adopted and validates
     assert sorted(adopted.boxes) == ["orin", "spark", "thor"]
     assert "VLLM_GDN_DECODE_KERNEL" not in adopted.boxes["thor"].env
+
+
+def test_a_compose_control_variable_pinned_in_env_is_left_out_not_the_whole_import(
+    fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`COMPOSE_PROJECT_NAME` in a box's `.env` (the lanes carry it through env_file) would be
+    adopted as an `env:` pin the loader refuses (desired/checks.py `_control_pins`), and the
+    whole import with it: it is left out, said by box and key."""
+
+    def pinned(collected: Collected) -> None:
+        set_env(collected, "COMPOSE_PROJECT_NAME", "other")
+        for c in collected["docker"]["containers"]:
+            if c["env"] and "VLLM_GDN_DECODE_KERNEL" in c["env"]:
+                c["env"]["COMPOSE_PROJECT_NAME"] = "other"
+
+    edit_box(fleet / "snapshot", "thor", pinned)
+    out = tmp_path / "adopted"
+    code, text = run_import(capsys, fleet, "--output", str(out))
+    assert code == 2, text
+    assert "thor: COMPOSE_PROJECT_NAME is left out of the adopted state" in text
+    adopted = load_fleet(out, "lab")
+    assert "COMPOSE_PROJECT_NAME" not in adopted.boxes["thor"].env
