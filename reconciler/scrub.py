@@ -48,11 +48,19 @@ _SHORTEST = 4  # shorter "secrets" would mask ordinary words; they are refused u
 
 # Pattern sources, compiled by re (and cached there) on first use: importing this module costs
 # nothing on a run that never scrubs.
+# Headers that carry a credential, and the schemes that precede one in them.
+_HEADERS = r"(?:proxy-)?authorization|x-api-key"
+_SCHEMES = r"bearer|basic"
 # A credential follows these: everything from the marker on is dropped.
 _CREDENTIAL = (
-    r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
+    rf"(?i:\bbearer\b|\b(?:{_HEADERS})\b|--api-key\b|\bset-cookie\b"
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"
 )
+# The same credentials where a text is kept whole (a command line in a report): only the value
+# goes, `Authorization: Bearer ***`, `X-Api-Key: ***`, `Bearer ***` (`mask_credentials`).
+_HEADER_VALUE = rf"(?i:\b({_HEADERS})([\"']?\s*[:=]\s*(?:(?:{_SCHEMES})\s+)?))(?!\*\*\*)"
+_SCHEME_VALUE = r"(?i:\b(bearer)(\s+))(?!\*\*\*)"  # `Basic` alone is a word of prose
+_CREDENTIAL_VALUE = r"([^\s\"',;)}]+)"
 # A line break, real or as repr() escapes it: what follows can be an injected header line.
 _BREAK = r"[\r\n]|\\r|\\n"
 # `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN). The
@@ -153,6 +161,28 @@ def mask_assignments(text: str) -> str:
     for assignment in _ASSIGNMENTS:
         text = _masked_assignments(re.compile(assignment), text)
     return text
+
+
+def mask_credentials(text: str) -> str:
+    """A credential inside `text` masked where `scrub_text` would cut the text from it: the
+    value of a flag named like a secret (`--api-key x`, `--hf-token=x`, `'--token', 'x'`), of
+    a credential header (`Authorization: Bearer x`, `X-Api-Key: x`) and after `Bearer`; the
+    rest as it is (the collector hashes the same values inside a command's word)."""
+    if "-" in text:
+        text = re.sub(_SECRET_FLAG, _mask_flag, text)
+        text = re.sub(_SECRET_ITEM, _mask_item, text)
+    lower = text.lower()
+    if "bearer" in lower or "authorization" in lower or "api-key" in lower:
+        text = re.sub(_HEADER_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
+        text = re.sub(_SCHEME_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
+    return text
+
+
+def _mask_credential(match: re.Match[str]) -> str:
+    name, sep, value = match.groups()
+    if value.lower() in _STATE_WORDS:
+        return match.group(0)  # `Authorization: missing`: prose
+    return f"{name}{sep}{MASK}"
 
 
 def _may_name_a_secret(text: str) -> bool:

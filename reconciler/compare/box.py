@@ -67,6 +67,7 @@ def observation_errors(
         (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
     )
     errors += [BoxError(part, name, error) for part, name, error in sections if error]
+    errors += not_in_observation(doc)
     # A file the collector found but could not read (a FIFO `.env`, a directory, a symlink to
     # /dev/zero, not UTF-8): the parts that read it are missing or partial, and a converge
     # would meet the same file.
@@ -82,6 +83,30 @@ def observation_errors(
         if probe is not None and probe.status is None and probe.error:
             errors.append(BoxError(Part.GATEWAY_PROBE, f"gateway {name} (loopback)", probe.error))
     errors += secret_source_errors(exp, doc)
+    return errors
+
+
+# A section a snapshot does not hold (one saved by an older collector, or cut down to what one
+# command reads: document.py reads it as not observed, no error; a live answer without it is
+# malformed). Its checks could not be made: an error of the box, never "in sync".
+NOT_IN_OBSERVATION = "not in this observation (a snapshot without it): {} not compared"
+
+
+def not_in_observation(doc: Observed) -> list[BoxError]:
+    """The sections of `doc` that were not observed at all, each with the checks it decides."""
+    errors = []
+    if doc.docker.containers is None and doc.docker.error is None:
+        what = "containers, their images, ports and state"
+        errors.append(BoxError(Part.DOCKER, "docker", NOT_IN_OBSERVATION.format(what)))
+    if doc.render.services is None and doc.render.error is None:
+        what = "the lanes' command lines, environments and runtimes"
+        errors.append(BoxError(Part.RENDER, "render", NOT_IN_OBSERVATION.format(what)))
+    if not doc.variables.observed:
+        what = "the login shell's exports of interpolated variables"
+        errors.append(BoxError(Part.VARIABLES, "variables", NOT_IN_OBSERVATION.format(what)))
+    if not doc.login_shell.observed:
+        what = "the login shell's exports"
+        errors.append(BoxError(Part.LOGIN_SHELL, "login_shell", NOT_IN_OBSERVATION.format(what)))
     return errors
 
 

@@ -46,7 +46,8 @@ def compare_envfile(
         if secret is not None:
             src = doc.secret_sources.get(secret)
             if src is None or src.digest is None:
-                # Reported as a box error (secret_source_errors): the desired value is unknown.
+                # A box error (secret_source_errors), also when the answer has no entry for it:
+                # the desired value is unknown.
                 # Both sources arrive as the same keyed digest: a box_file secret read on the
                 # box, a controller_env one sent to it for this run (observe/controller_secrets).
                 continue
@@ -130,8 +131,17 @@ def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
     for name in sorted(n for n in used if n is not None):
         src = doc.secret_sources.get(name)
         if src is None:
-            # Only an observation saved before controller_env secrets were sent to the boxes
-            # lacks one (every live run now sends them or stops first): nothing to compare.
+            # Every live run sends the box each secret it reads or stops first, and the box
+            # answers for each: an answer without one (a snapshot saved before controller_env
+            # secrets were sent, a broken or hostile box) leaves the secret's .env line
+            # uncompared (compare_envfile), which is said, never "in sync".
+            errors.append(
+                BoxError(
+                    Part.SECRET_SOURCE,
+                    f"secret {name}",
+                    "not in this observation's secret_sources: its .env line not compared",
+                )
+            )
             continue
         if src.status != "ok":
             errors.append(

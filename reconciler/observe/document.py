@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import compress
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -69,9 +70,14 @@ COLLECTOR_VERSIONS = frozenset({1})
 # while bounding what a hostile box can make the controller hold: json.loads needs about ten
 # times the text's size in objects, so one box can cost at most ~100 MB, not unbounded.
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
-# Nesting: the deepest real answer is 8 levels (a capabilities replica's fingerprint). Values
-# kept without a fixed shape (a compose port entry) may nest this deep at most.
+# Nesting: the deepest real answer is 8 levels (a capabilities replica's fingerprint). A box's
+# answer, a gateway's body and any value kept without a fixed shape (a compose port entry, a key
+# this reconciler does not read, kept as received) nest this deep at most (`load_json`): what is
+# kept is written again by a snapshot's json.dumps, whose indenting encoder recurses in Python.
 MAX_DEPTH = 32
+# A snapshot file holds the answer one level down (`collected`), and the controller's probes
+# with the gateway's bodies a few levels down (`controller.audit.weakest_link[i].body`).
+SNAPSHOT_DEPTH = MAX_DEPTH + 8
 # Any one list or mapping: far above a real box (100 .env lines, 5 containers, 250 compose
 # variables), low enough that every comparison stays linear in a bounded input.
 MAX_ITEMS = 20_000
@@ -158,14 +164,47 @@ def _bad(path: str, what: str) -> NoReturn:
 
 # -- the raw text ----------------------------------------------------------------------------------
 def load_json(
-    text: str | bytes, limit: int = MAX_ANSWER_BYTES, keys_unique: bool = False, in_c: bool = False
+    text: str | bytes,
+    limit: int = MAX_ANSWER_BYTES,
+    keys_unique: bool = False,
+    in_c: bool = False,
+    depth: int = MAX_DEPTH,
 ) -> Any | Fault:
     """One JSON document from a box, or why not: size first, then UTF-8, then JSON without
-    NaN/Infinity or duplicate keys (json.loads would silently keep the last of two `Id`s).
+    NaN/Infinity or duplicate keys (json.loads would silently keep the last of two `Id`s),
+    nested at most `depth` levels (`nested_deeper`: json.loads takes ~990, and what is kept as
+    received is written again with json.dumps, which fails from ~500).
     `keys_unique`: the text is known to repeat no key (a snapshot file still as this tool wrote
     it, observe.snapshot_observation), so objects are built without the check. `in_c` (with
     `keys_unique`, for bytes; a large replay): read by msgspec first, straight from the bytes;
     anything it refuses is read below as always, so every fault is json's (fast_json.py)."""
+    value = _load_json(text, limit, keys_unique, in_c)
+    if type(value) in _NESTED and nested_deeper((value,), depth):
+        return Fault(FaultKind.NOT_JSON, f"nested deeper than {depth} levels")
+    return value
+
+
+_NESTED = frozenset({dict, list})
+
+
+def nested_deeper(values: Iterable[Any], limit: int) -> bool:
+    """Whether any of these JSON values nests lists and objects more than `limit` deep (`[]` is
+    one level, `[{}]` two). Level by level, each level's containers found by C loops (most
+    values are text): no Python step per value, and no recursion however deep."""
+    level = list(values)
+    for _ in range(limit + 1):
+        level = list(compress(level, map(_NESTED.__contains__, map(type, level))))
+        if not level:
+            return False
+        below: list[Any] = []
+        add = below.extend
+        for item in level:
+            add(item.values() if type(item) is dict else item)
+        level = below
+    return True
+
+
+def _load_json(text: str | bytes, limit: int, keys_unique: bool, in_c: bool) -> Any | Fault:
     size = len(text)
     if size > limit:
         return Fault(FaultKind.TOO_LARGE, f"{size} bytes, the limit is {limit}")
@@ -700,6 +739,7 @@ class Variables:
 
     names: frozenset[str]  # the variables the compose files interpolate
     error: str | None = None
+    observed: bool = True  # False: a snapshot without the section (no names known, no error)
 
 
 @document()
@@ -716,6 +756,7 @@ class LoginShell:
 
     exports: Mapping[str, Export]
     error: str | None = None
+    observed: bool = True  # False: a snapshot without the section (no exports known, no error)
 
 
 @document(kw_only=True)
@@ -815,6 +856,26 @@ class HostNetwork:
 
 
 @document()
+class RunningContainer:
+    """A running container of any compose project or none: where it publishes (audit)."""
+
+    name: str
+    image: str | None
+    project: str | None  # its com.docker.compose.project label
+    service: str | None
+    host_network: bool
+    ports: Mapping[str, tuple[Binding, ...]]  # "8000/tcp" -> host bindings, as bound now
+
+
+@document()
+class Running:
+    """Every running container on the box (no label filter), or why they could not be listed."""
+
+    containers: tuple[RunningContainer, ...] | None  # None: not observed (see error)
+    error: str | None = None  # also: the list was cut (more than the collector lists)
+
+
+@document()
 class AuditSection:
     """The box side of an audit: .env's key lines, probes, host network."""
 
@@ -824,6 +885,8 @@ class AuditSection:
     models_mesh_key: KeyedProbe | None
     host_network: HostNetwork | None
     error: str | None = None  # the audit part of the collector failed
+    # None: not in the answer (a snapshot from before the collector listed them)
+    running: Running | None = None
 
 
 # -- the whole answer ------------------------------------------------------------------------------
@@ -936,20 +999,20 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         meminfo=_meminfo(r, get(doc, "meminfo", "")),
         files=_mapping(_or(get(doc, "files", ""), {}), "files", _file_fact),
         envfile=None if envfile_raw is None else _envfile(envfile_raw, "envfile"),
-        secret_sources=_mapping(
-            _or(get(doc, "secret_sources", ""), {}), "secret_sources", _secret_source
+        secret_sources=_sections(
+            r, get(doc, "secret_sources", ""), "secret_sources", _secret_source
         ),
         docker=_docker(r, get(doc, "docker", ""), "docker"),
         gateway=_gateway(r, get(doc, "gateway", ""), "gateway"),
-        lanes=_mapping(_or(get(doc, "lanes", ""), {}), "lanes", _lane_probe),
+        lanes=_sections(r, get(doc, "lanes", ""), "lanes", _lane_probe),
         render=_render(r, get(doc, "render", ""), "render"),
         render_login=None if render_login is None else _render(r, render_login, "render_login"),
         render_current=None if own is None else _render(r, own, "render_current"),
         render_login_current=(
             None if own_login is None else _render(r, own_login, "render_login_current")
         ),
-        variables=_variables(get(doc, "variables", ""), "variables"),
-        login_shell=_login_shell(get(doc, "login_shell", ""), "login_shell"),
+        variables=_variables(r, get(doc, "variables", ""), "variables"),
+        login_shell=_login_shell(r, get(doc, "login_shell", ""), "login_shell"),
         current_env_keys=_names(_or(get(doc, "current_env_keys", ""), []), "current_env_keys"),
         audit=None if audit is None else _audit(r, audit, "audit"),
         timings_ms=_mapping(_or(get(doc, "timings_ms", ""), {}), "timings_ms", _int),
@@ -1081,9 +1144,25 @@ def _secret_source(raw: Any, path: str) -> SecretSource:
     )
 
 
-def _docker(r: _Reader, raw: Any, path: str) -> Docker:
+def _sections(r: _Reader, raw: Any, path: str, read: Callable[[Any, str], T]) -> dict[str, T]:
+    """A mapping the collector always writes (`secret_sources`, `lanes`): see `_section`."""
+    return _mapping(raw if _section(r, raw, path) else {}, path, read)
+
+
+def _section(r: _Reader, raw: Any, path: str) -> bool:
+    """Whether a section the collector always writes as an object is there: a live answer's
+    null is malformed (read as empty, it would turn that section's checks off without a word);
+    a snapshot's is not observed (compare/box.py says which checks could not be made)."""
     if raw is None:
-        return Docker(None)  # a snapshot without the section
+        if r.complete:
+            _bad(path, "expected an object, got null")
+        return False
+    return True
+
+
+def _docker(r: _Reader, raw: Any, path: str) -> Docker:
+    if not _section(r, raw, path):
+        return Docker(None)  # a snapshot without the section: not observed, no error
     obj = _obj(raw, path)
     error = _error(obj, path)
     if "containers" not in obj:
@@ -1228,8 +1307,10 @@ def _port_entry(raw: Any, path: str) -> str:
     return json.dumps(_plain_json(raw, path), sort_keys=True)
 
 
-def _variables(raw: Any, path: str) -> Variables:
-    obj = _obj(raw if raw is not None else {}, path)
+def _variables(r: _Reader, raw: Any, path: str) -> Variables:
+    if not _section(r, raw, path):
+        return Variables(frozenset(), observed=False)
+    obj = _obj(raw, path)
     names = obj.get("names")
     return Variables(
         frozenset(_names(names, f"{path}.names")) if names is not None else frozenset(),
@@ -1237,8 +1318,10 @@ def _variables(raw: Any, path: str) -> Variables:
     )
 
 
-def _login_shell(raw: Any, path: str) -> LoginShell:
-    obj = _obj(raw if raw is not None else {}, path)
+def _login_shell(r: _Reader, raw: Any, path: str) -> LoginShell:
+    if not _section(r, raw, path):
+        return LoginShell({}, observed=False)
+    obj = _obj(raw, path)
     exports = obj.get("exports")
     return LoginShell(
         _mapping(exports, f"{path}.exports", _export) if exports is not None else {},
@@ -1392,6 +1475,38 @@ def _audit(r: _Reader, raw: Any, path: str) -> AuditSection:
         models_mesh_key=keyed("models_mesh_key"),
         host_network=host_network,
         error=_error(obj, path),
+        # A live answer's audit section always lists them (or says why not); the section's
+        # own failure (`error`, nothing else) lists nothing.
+        running=_running(r.get(obj, "running", path, not obj.get("error")), f"{path}.running"),
+    )
+
+
+def _running(raw: Any, path: str) -> Running | None:
+    if raw is None:
+        return None
+    obj = _obj(raw, path)
+    listed = obj.get("containers")
+    return Running(
+        None
+        if listed is None
+        else tuple(
+            _running_container(c, f"{path}.containers[{i}]")
+            for i, c in enumerate(_list(listed, f"{path}.containers"))
+        ),
+        _error(obj, path),
+    )
+
+
+def _running_container(raw: Any, path: str) -> RunningContainer:
+    obj = _obj(raw, path)
+    ports = obj.get("ports")
+    return RunningContainer(
+        name=_name(obj.get("name"), f"{path}.name"),
+        image=_opt_text(obj.get("image"), f"{path}.image"),
+        project=_opt_name(obj.get("project"), f"{path}.project"),
+        service=_opt_name(obj.get("service"), f"{path}.service"),
+        host_network=_bool(_or(obj.get("host_network"), False), f"{path}.host_network"),
+        ports=_ports(ports, f"{path}.ports") if ports is not None else {},
     )
 
 

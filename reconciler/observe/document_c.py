@@ -38,6 +38,7 @@ from reconciler.observe.document import (
     _MAX_INT,
     MAX_ITEMS,
     MAX_TEXT,
+    SNAPSHOT_DEPTH,
     Container,
     Docker,
     EnvLine,
@@ -69,6 +70,7 @@ from reconciler.observe.document import (
     _Reader,
     _secret_source,
     _variables,
+    nested_deeper,
 )
 
 # document.py's field checks, as msgspec constraints.
@@ -230,6 +232,7 @@ def read_snapshot_file(data: bytes) -> TypedSnapshot | None:
     assert _Decoders.file is not None
     try:
         raw = _Decoders.file.decode(data)
+        _shallow((raw.box, raw.controller, raw.elapsed_s, raw.error, raw.connection), 1)
         document = _observed(raw.collected)
     except (msgspec.MsgspecError, _Bad, RecursionError, ValueError):
         return None  # _Refused is a ValueError
@@ -240,8 +243,39 @@ def read_snapshot_file(data: bytes) -> TypedSnapshot | None:
 _SNAPSHOT = _Reader(complete=False)
 
 
+# What msgspec reads typed nests a few levels at most; what it keeps as plain JSON (`Any`)
+# may nest as deep as the text does. load_json refuses a file nested deeper than
+# SNAPSHOT_DEPTH: so is such a file refused here (the caller then reads it for that fault).
+# Each `Any` field, by the objects and lists around it in the file:
+_IN_COLLECTED = 2  # {"collected": {"files": ...}}
+_IN_ITEM = 5  # {"collected": {"docker": {"containers": [{"ports": ...}]}}}, a service's ports
+
+
+def _shallow(values: tuple[Any, ...], around: int) -> None:
+    if nested_deeper(values, SNAPSHOT_DEPTH - around):
+        raise _Refused
+
+
 def _observed(doc: _Collected) -> Observed:
     r = _SNAPSHOT
+    _shallow(
+        (
+            doc.meminfo,
+            doc.files,
+            doc.secret_sources,
+            doc.gateway,
+            doc.lanes,
+            doc.variables,
+            doc.login_shell,
+            doc.current_env_keys,
+            doc.audit,
+            doc.timings_ms,
+            doc.file_errors,
+            doc.envfile_desired,
+            doc.knobs_desired,
+        ),
+        _IN_COLLECTED,
+    )
     read = _renders()
     render = read(doc.render)
     return Observed(
@@ -262,8 +296,8 @@ def _observed(doc: _Collected) -> Observed:
         render_login=read(doc.render_login),
         render_current=read(doc.render_current),
         render_login_current=read(doc.render_login_current),
-        variables=_variables(doc.variables, "variables"),
-        login_shell=_login_shell(doc.login_shell, "login_shell"),
+        variables=_variables(r, doc.variables, "variables"),
+        login_shell=_login_shell(r, doc.login_shell, "login_shell"),
         current_env_keys=_names(_or(doc.current_env_keys, []), "current_env_keys"),
         audit=None if doc.audit is None else _audit(r, doc.audit, "audit"),
         timings_ms=_mapping(_or(doc.timings_ms, {}), "timings_ms", _int),
@@ -301,6 +335,8 @@ def _docker(docker: _Docker | None) -> Docker:
 
 def _container(c: _Container) -> Container:
     _names_ok((c.name, c.service or "", c.status or "", c.health or ""))
+    if c.ports is not None or c.ips is not None:
+        _shallow((c.ports, c.ips), _IN_ITEM)
     return Container(
         name=c.name,
         id=c.id if c.id is not None else "",
@@ -365,6 +401,8 @@ def _service(s: _Service) -> Service:
     if s.profiles:
         _names_ok(s.profiles)
     ports = _list(_or(s.ports, []), "ports")
+    if ports:
+        _shallow((ports,), _IN_ITEM)
     return Service(
         image=s.image,
         command=_argv(s.command),

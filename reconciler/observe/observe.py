@@ -24,6 +24,7 @@ from reconciler.observe import fanout
 from reconciler.observe.document import (
     MAX_ANSWER_BYTES,
     NO_PROBES,
+    SNAPSHOT_DEPTH,
     ControllerProbes,
     Fault,
     FaultKind,
@@ -266,7 +267,9 @@ def snapshot_observation(
             typed = _typed_snapshot(box, data)
             if typed is not None:
                 return typed
-        raw = load_json(data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c)
+        raw = load_json(
+            data, SNAPSHOT_FILE_LIMIT, keys_unique=unique, in_c=in_c, depth=SNAPSHOT_DEPTH
+        )
     if not isinstance(raw, Fault) and not isinstance(raw, dict):
         raw = Fault(FaultKind.MALFORMED, "expected an object", box)
     if isinstance(raw, Fault):
@@ -446,11 +449,9 @@ def save_snapshot(
             index["facts"] = sorted(facts)
         digests = {}
         for name, obs in observations.items():
-            # From parsed dicts, keys sorted (mixed key types would fail): no object of the
-            # text can repeat a key, which its recorded digest lets a replay rely on (`sha256`
-            # below). No NaN or Infinity: the replay would refuse what was written.
-            text = json.dumps(asdict(obs), indent=1, sort_keys=True, allow_nan=False)
-            data = (text + "\n").encode("utf-8")
+            # No object of the text repeats a key (`_box_file`), which its recorded digest
+            # lets a replay rely on (`sha256` below).
+            data = _box_file(name, obs)
             (building / f"{name}.json").write_bytes(data)
             digests[name] = hashlib.sha256(data).hexdigest()
         index["sha256"] = dict(sorted(digests.items()))
@@ -462,6 +463,20 @@ def save_snapshot(
             _into_place(building, real)
     finally:
         shutil.rmtree(building, ignore_errors=True)  # gone already once renamed into place
+
+
+def _box_file(name: str, obs: BoxObservation) -> bytes:
+    """A box's snapshot file. From parsed dicts, keys sorted (mixed key types would fail): no
+    object of the text can repeat a key. No NaN or Infinity: the replay would refuse what was
+    written. One box's file that cannot be written so (nested past what json.dumps takes: an
+    observation not read through load_json) is saved as that box's fault, never the run's."""
+    try:
+        text = json.dumps(asdict(obs), indent=1, sort_keys=True, allow_nan=False)
+    except (RecursionError, ValueError, TypeError) as exc:
+        why = f"its observation could not be saved in the snapshot ({type(exc).__name__})"
+        kept = BoxObservation(name, None, why, elapsed_s=obs.elapsed_s)
+        text = json.dumps(asdict(kept), indent=1, sort_keys=True, allow_nan=False)
+    return (text + "\n").encode("utf-8")
 
 
 def index_box_problem() -> str:
@@ -740,7 +755,7 @@ def snapshot_index(directory: Path) -> dict[str, Any]:
         data = _read_limited(path)
     except NotRegularFile as exc:  # a FIFO would block the run forever
         raise ValueError(f"{path}: {exc}") from None
-    index = load_json(data, SNAPSHOT_FILE_LIMIT)
+    index = load_json(data, SNAPSHOT_FILE_LIMIT, depth=SNAPSHOT_DEPTH)
     if isinstance(index, Fault):
         raise ValueError(f"{path}: {index.what}")
     # The index is the run's, not a box's: a damaged one is the run's error (a ValueError the

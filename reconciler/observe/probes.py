@@ -118,7 +118,9 @@ def _get(url: str, keep_body: bool, deadline: Deadline | None = None) -> dict[st
     elapsed_ms = int((time.monotonic() - started) * 1000)
     result: dict[str, Any] = {"status": status, "ms": elapsed_ms}
     if keep_body:
-        result["body"] = body_json(raw)
+        result["body"], why = read_body(raw)
+        if why is not None:  # kept for the record (a snapshot): the body is read as absent
+            result["body_error"] = why
     return result
 
 
@@ -323,13 +325,19 @@ def _bounded_decoder(encoding: str) -> Callable[[bytes, int], bytes] | None:
 
 def body_json(raw: bytes) -> Any:
     """The body as JSON, read as a box's answer is (document.load_json: within MAX_BODY, UTF-8,
-    no NaN, duplicate keys or absurd nesting); None when it is not that."""
+    no NaN, duplicate keys or nesting deeper than document.MAX_DEPTH); None when it is not."""
+    return read_body(raw)[0]
+
+
+def read_body(raw: bytes) -> tuple[Any, str | None]:
+    """`body_json`'s value, and why the body is not usable JSON (None: it is, or it is empty);
+    the fault's text never quotes the body."""
     # Imported here: a drift run's early start imports this module before it launches the
     # collectors, and the document module is not needed until the answers come back.
     from reconciler.observe.document import Fault, load_json
 
     parsed = load_json(raw, MAX_BODY) if raw else None
-    return None if isinstance(parsed, Fault) else parsed
+    return (None, parsed.message) if isinstance(parsed, Fault) else (parsed, None)
 
 
 def failure(exc: BaseException) -> str:

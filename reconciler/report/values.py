@@ -2,7 +2,9 @@
 
 Everything printed here came from a box, so it is untrusted: control characters are escaped
 (an ESC sequence in a container's env must not repaint the operator's terminal), and a secret is
-`***` wherever it sits, top level or inside a tuple, or assigned inside a word (`HF_TOKEN=***`).
+`***` wherever it sits, top level or inside a tuple, or inside a word: assigned (`HF_TOKEN=***`),
+after a flag named like a secret (`--api-key ***`, `--hf-token=***`) or after `Bearer` or a
+credential header (`Authorization: Bearer ***`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from enum import Enum
 
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value, comparable
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
-from reconciler.scrub import mask_assignments, scrub_text
+from reconciler.scrub import mask_assignments, mask_credentials, scrub_text
 
 MASK = "***"
 FREE_TEXT_LIMIT = 1000  # a finding's message may be long; an error is cut sooner by its maker
@@ -42,7 +44,8 @@ _GUARD_KEY = os.urandom(32)  # secrets.token_bytes(32), without importing secret
 def guarded(report: DriftReport) -> DriftReport:
     """The report with every clear value under a secret-named path masked, and every assignment
     to a secret name inside any drift's string values (`HF_TOKEN=x` as a command's word, a
-    `bash -c` script's `export KEY=x`) shown as `NAME=***`: the collector hashes them on the
+    `bash -c` script's `export KEY=x`) shown as `NAME=***`, so is the value of a secret flag or
+    credential header there (`--api-key ***`, `Bearer ***`): the collector hashes them on the
     box, but a snapshot saved by an older collector or with a narrower list, or an edited one,
     could still carry one. Reports say `***` whatever they were given.
 
@@ -115,11 +118,18 @@ def _guard_words(drift: Drift) -> Drift:
 
 
 def _words(value: Value) -> Value:
-    """A string or a tuple of strings with its secret assignments masked (the same object when
-    there were none); any other value as it is."""
+    """A string or a tuple of strings with its secret assignments, flags and credentials masked
+    (the same object when there were none); any other value as it is."""
     if type(value) is str:
-        # An assignment needs its `=` or `:`: most values have neither, and `in` is cheap.
-        if "=" not in value and ":" not in value:
+        # An assignment needs its `=` or `:`, a flag its `-`, a credential its `Bearer` (or a
+        # header's `:`/`=`): most values have none of them, and `in` is cheap.
+        if (
+            "=" not in value
+            and ":" not in value
+            and "-" not in value
+            and "earer" not in value
+            and "EARER" not in value
+        ):
             return value
         return _read(value) or value  # "": nothing to mask
     if type(value) is tuple:
@@ -133,7 +143,7 @@ def _words(value: Value) -> Value:
 @functools.lru_cache(maxsize=8192)
 def _read(text: str) -> str:
     out = _WIRE_FORM.sub(MASK, text) if '{"secret"' in text else text
-    out = mask_assignments(out)
+    out = mask_credentials(mask_assignments(out))
     return "" if out == text else out
 
 
