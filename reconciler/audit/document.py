@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 SCHEMA_ID = "fleet-reconciler/audit-report"
 # 2: each box's `observation` and `partial` (a box seen from the mesh side); 3: a `.env` line
 # and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
-# mesh's `not_in_run`.
-VERSION = 3
+# mesh's `not_in_run`; 4: `published.stray`, `stray_host_network`, `running` (containers
+# outside the compose project), lane_probes also asks extra gateway and stray ports.
+VERSION = 4
 
 Count = Annotated[int, Field(ge=0)]
 Severity = Literal["ok", "warn", "fail"]
@@ -151,7 +152,20 @@ class PublishedDoc(_Doc):
     gateway: list[BindingDoc]
     lanes: list[BindingDoc] = Field(description="should be empty: lanes only via the gateway")
     host_network: list[str]
-    lane_probes: list[LaneProbeDoc] = Field(description="GET /v1/models on each, without a key")
+    lane_probes: list[LaneProbeDoc] = Field(
+        description="GET /v1/models without a key from the controller, at the box's own "
+        "inventory address only: each published lane, extra gateway and stray port"
+    )
+    stray: list[BindingDoc] = Field(
+        description="ports published by running containers outside the compose project "
+        "(service: their project/service, else their image)"
+    )
+    stray_host_network: list[str] = Field(
+        description="running containers outside the compose project on the host network"
+    )
+    running: str | None = Field(
+        description="why the box's other running containers are not (all) known; null: listed"
+    )
 
 
 class KeyUseDoc(_Doc):
@@ -266,7 +280,7 @@ class AuditReportDoc(_Doc):
     """fleet-reconciler audit: who can call what on the mesh, and why."""
 
     schema_: Literal["fleet-reconciler/audit-report"] = Field(alias="schema")
-    version: Literal[3]
+    version: Literal[4]
     run_id: str
     generated_at: str = Field(json_schema_extra={"format": "date-time"})
     inventory: str

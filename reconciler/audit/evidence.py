@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from reconciler.compare.containers import service_containers
 from reconciler.desired import roles
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
 from reconciler.desired.types import url_host
@@ -29,6 +30,7 @@ from reconciler.observe import document as seen
 from reconciler.observe.document import (
     AuditSection,
     CapabilitiesProbe,
+    Container,
     ControllerAudit,
     EnvValue,
     Fault,
@@ -175,10 +177,30 @@ class LaneProbe:
 
 @dataclass(frozen=True)
 class Published:
-    gateway: tuple[Binding, ...]
+    gateway: tuple[Binding, ...]  # every gateway-service container's (copies included)
     lanes: tuple[Binding, ...]
-    host_network: tuple[str, ...]  # containers on the host network
+    host_network: tuple[str, ...]  # containers of the project on the host network
+    # GET /v1/models without a key from the controller, at the box's own inventory address
+    # only: on each published lane, gateway and stray port it could ask (audit phase 2)
     lane_probes: tuple[LaneProbe, ...] = ()
+    # Running containers outside the compose project (any `docker run`): their published
+    # ports, and those on the host network; `running` None: they were not listed (why).
+    stray: tuple[Binding, ...] = ()
+    stray_host_network: tuple[str, ...] = ()
+    running: str | None = None
+
+    def probe_of(self, b: Binding) -> LaneProbe | None:
+        """The controller's request to `b` (one per container and host port), if one was sent."""
+        for p in self.lane_probes:
+            if p.container == b.container and port_of(p.url) == b.host_port:
+                return p
+        return None
+
+
+def port_of(url: str) -> str:
+    """The port of a probe's `http://host:port/v1/models`."""
+    authority = url.partition("://")[2].partition("/")[0]
+    return authority.rpartition(":")[2]
 
 
 @dataclass(frozen=True)
@@ -351,7 +373,7 @@ def box_evidence(
     audit = doc.audit
     assert audit is not None  # _lacking said so
     controller = obs.probes
-    gateway = next((c for c in doc.containers if c.service == roles.GATEWAY_SERVICE), None)
+    gateway = gateway_container(doc)
     unread = _envfile_unread(doc, audit)
     envfile = _envfile(audit, unread)
     shell = _shell(box, doc)
@@ -384,7 +406,7 @@ def box_evidence(
         ),
         keyed=_keyed(audit.models_key),
         mesh_keyed=_keyed(audit.models_mesh_key),
-        published=_published(doc, audit, on_box),
+        published=_published(doc, audit, on_box, gateway.name if gateway else None),
         mesh_name=_plain(gateway.env.get("LOBES_MESH_NAME") if gateway else None),
         mesh_detect=_mesh_detect(on_box.mesh_detect),
         proxied=_proxied(controller.capabilities, doc.gateway.capabilities),
@@ -484,6 +506,11 @@ def _errors(doc: Observed, audit: AuditSection) -> tuple[str, ...]:
     ):
         if error:
             errors.append(f"{part}: {error}")
+    # What is published beside the gateway is unknown (or known only in part): never "none".
+    if audit.host_network is not None and audit.host_network.error:
+        errors.append(f"host network: {audit.host_network.error}")
+    if audit.running is not None and audit.running.error:
+        errors.append(f"running containers: {audit.running.error}")
     unread = doc.file_errors.get(".env")
     if unread and not audit.error:  # a collector that says so in its audit section says it once
         errors.append(f"file .env: {unread}")
@@ -602,7 +629,20 @@ def _keyed(probe: seen.KeyedProbe | None) -> KeyedProbe | None:
     )
 
 
-def _published(doc: Observed, audit: AuditSection, on_box: ControllerAudit) -> Published:
+def gateway_container(doc: Observed) -> Container | None:
+    """The gateway, picked as drift picks a service's container (compare/containers.py): the
+    render's `container_name`, else lobes' fixed name, else compose's replica; never a
+    `docker compose run` copy only because its name sorts first."""
+    group = service_containers(doc).get(roles.GATEWAY_SERVICE) or []
+    rendered = (doc.render.services or {}).get(roles.GATEWAY_SERVICE)
+    named = rendered.container_name if rendered and rendered.container_name else None
+    wanted = named or roles.container_name(roles.GATEWAY_SERVICE)
+    return next((c for c in group if c.name == wanted), group[0] if group else None)
+
+
+def _published(
+    doc: Observed, audit: AuditSection, on_box: ControllerAudit, gateway_name: str | None
+) -> Published:
     gateway: list[Binding] = []
     lanes: list[Binding] = []
     for c in doc.containers:
@@ -616,7 +656,38 @@ def _published(doc: Observed, audit: AuditSection, on_box: ControllerAudit) -> P
         (gateway if c.service == roles.GATEWAY_SERVICE else lanes).extend(found)
     host_net = audit.host_network.containers if audit.host_network else None
     lane_probes = tuple(LaneProbe(p.container, p.url, p.status, p.error) for p in on_box.lane_ports)
-    return Published(tuple(gateway), tuple(lanes), host_net or (), lane_probes)
+    stray: list[Binding] = []
+    stray_host: list[str] = []
+    running = audit.running
+    why = None
+    if running is None:
+        why = "not listed in this observation (a snapshot from an older collector)"
+    elif running.containers is None:
+        why = f"not listed: {running.error or 'no answer'}"
+    else:
+        ours = {c.name for c in doc.containers}
+        for r in running.containers:
+            if r.name in ours:
+                continue  # the project's own: judged above (lanes, the gateway and its copies)
+            if r.host_network:
+                stray_host.append(r.name)
+            label = r.project and f"{r.project}/{r.service or '?'}"
+            stray += [
+                Binding(r.name, label or r.image, b.host_ip, b.host_port, port)
+                for port, binds in sorted(r.ports.items())
+                for b in binds
+            ]
+        if running.error:
+            why = running.error  # listed, but cut: what is past the cut is unknown
+    return Published(
+        tuple(gateway),
+        tuple(lanes),
+        host_net or (),
+        lane_probes,
+        stray=tuple(stray),
+        stray_host_network=tuple(sorted(stray_host)),
+        running=why,
+    )
 
 
 def _mesh_detect(probe: MeshDetectProbe | None) -> bool | None:

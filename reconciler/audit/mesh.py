@@ -8,6 +8,7 @@ the mesh key as a bearer, so its own key is bypassed. The mesh is as open as its
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from reconciler.audit.evidence import Binding, BoxEvidence, Posture, Proof, every_interface
@@ -101,20 +102,50 @@ def proof_attempts(
 
 
 def lane_port_targets(rows: list[BoxEvidence], addresses: dict[str, str]) -> list[LanePort]:
-    """Published lane ports the controller can reach: asked for /v1/models without a key."""
+    """Published ports the controller asks for /v1/models without a key: every lane's, every
+    stray container's, and every gateway port but the one the mesh side already probed (the
+    gateway's own at the desired bind:port). Only ever at the box's own inventory address
+    (`addresses[box]`): a binding on any other address is judged from the box's word alone,
+    never requested (a box chooses that address: it could name any host the controller
+    reaches, 169.254.169.254 or another box)."""
     out = []
     for row in rows:
-        if row.published is None:
+        pub = row.published
+        if pub is None:
             continue
-        for b in row.published.lanes:
-            # Not asked: a loopback binding (the controller cannot reach it), no port yet, or a
-            # range (no one port to ask). The document typed both: an IP and a port, no URL part.
-            if b.loopback or not b.host_port.isdigit():
+        want = f"{row.intent.bind}:{row.intent.port}"
+        gateway = [
+            b
+            for b in pub.gateway
+            if not (b.container == row.gateway_container and every_as_one(b) == want)
+        ]
+        sent: set[tuple[str, str]] = set()
+        for b in (*pub.lanes, *gateway, *pub.stray):
+            # Not asked: a loopback binding (the controller cannot reach it), no port yet, a
+            # range (no one port to ask), or an address other than the box's own.
+            if b.loopback or not b.host_port.isdigit() or not at_box(b, addresses[row.box]):
                 continue
-            host = addresses[row.box] if every_interface(b.host_ip) else b.host_ip
-            url = f"http://{url_host(host)}:{b.host_port}/v1/models"
+            if (b.container, b.host_port) in sent:
+                continue  # a dual-stack publish (0.0.0.0 and ::) is one port to ask
+            sent.add((b.container, b.host_port))
+            url = f"http://{url_host(addresses[row.box])}:{b.host_port}/v1/models"
             out.append(LanePort(row.box, b.container, url))
     return out
+
+
+def at_box(b: Binding, address: str) -> bool:
+    """Is `b` reachable at the box's inventory address: every interface, or that very IP."""
+    if every_interface(b.host_ip):
+        return True
+    try:
+        return ipaddress.ip_address(b.host_ip) == ipaddress.ip_address(address)
+    except ValueError:
+        return False  # an inventory host name: only an every-interface binding is asked
+
+
+def every_as_one(b: Binding) -> str:
+    """Docker spells every interface "", 0.0.0.0 or :: (a dual-stack publish shows two): one."""
+    return f"0.0.0.0:{b.host_port}" if every_interface(b.host_ip) else b.address
 
 
 def lane_bindings(row: BoxEvidence) -> tuple[Binding, ...]:

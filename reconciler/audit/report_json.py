@@ -31,8 +31,9 @@ from reconciler.report.values import free_json as scrub  # free text: via the sc
 SCHEMA_ID = "fleet-reconciler/audit-report"
 # 2: each box's `observation` and `partial` (a box seen from the mesh side); 3: a `.env` line
 # and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
-# mesh's `not_in_run`.
-VERSION = 3
+# mesh's `not_in_run`; 4: `published.stray`, `stray_host_network`, `running` (containers
+# outside the compose project), lane_probes also asks extra gateway and stray ports.
+VERSION = 4
 
 
 def render_json(report: AuditReport) -> str:
@@ -167,6 +168,13 @@ def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
                 }
                 for p in (pub.lane_probes if pub else ())
             ],
+            # a container outside the project: its name and image are the box's own words
+            "stray": [
+                {**_binding(b), "container": said(b.container), "service": said(b.service)}
+                for b in (pub.stray if pub else ())
+            ],
+            "stray_host_network": list(pub.stray_host_network) if pub else [],
+            "running": said(pub.running) if pub and pub.running else None,
         },
         "keys": {name: _key_use(u) for name, u in key_use(row, rows).items()},
         "mesh": {"on": row.mesh_on, "detect": row.mesh_detect, "proxied": dict(row.proxied)},

@@ -229,6 +229,8 @@ def _published(row: BoxEvidence) -> str:
     lines = [f"gw {b.address}" for b in pub.gateway] or ["gw none"]
     lines += [f"LANE {b.service or b.container} {b.address}" for b in pub.lanes]
     lines += [f"HOST-NET {name}" for name in pub.host_network]
+    lines += [f"STRAY {b.container} {b.address}" for b in pub.stray]
+    lines += [f"STRAY HOST-NET {name}" for name in pub.stray_host_network]
     return "\n".join(lines)
 
 

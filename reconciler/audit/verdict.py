@@ -31,11 +31,18 @@ Codes (stable, in the JSON report):
   shell.secret-export         the login shell exports a secret compose interpolates
   publish.lane                a lane publishes a host port (reachable around the gateway)
   publish.host-network        a lane runs on the host network
-  publish.gateway             the gateway is published elsewhere than the desired bind:port
+  publish.gateway             the gateway is published elsewhere than the desired bind:port,
+                              another gateway container publishes a port, a published gateway
+                              port answers without a key, or a desired loopback gateway
+                              answers the mesh side (or runs on the host network)
+  publish.stray               a running container outside the compose project publishes a
+                              host port or runs on the host network (reachable around the
+                              gateway; asked without a key at the box's own address only)
   mesh.member                 mesh membership differs from the desired state
   mesh.member-loopback        desired a mesh member with a loopback gateway.bind: no other
                               member can reach it
   mesh.key-not-desired        a member's running mesh key is not the desired secret's value
+                              (fail on a keyed box: the mesh key is a data-plane bearer)
   mesh.weakest-link           an open member and a keyed member in one mesh
   mesh.keys-differ            members run with different mesh keys
   mesh.incomplete             a member could not be audited
@@ -58,11 +65,12 @@ from reconciler.audit.evidence import (
     AUDITED_KEYS,
     Binding,
     BoxEvidence,
+    Published,
     Side,
     every_interface,
     is_loopback,
 )
-from reconciler.audit.mesh import MeshEvidence
+from reconciler.audit.mesh import MeshEvidence, every_as_one
 
 
 class Severity(StrEnum):
@@ -328,17 +336,12 @@ def _published(row: BoxEvidence) -> Iterator[Finding]:
     pub = row.published
     if pub is None:
         return
-    probes = {p.container: p for p in pub.lane_probes}
     for b in pub.lanes:
-        probe = probes.get(b.container)
-        live = ""
-        if probe is not None:
-            live = f"; GET {probe.url} without a key: {probe.status or probe.error}"
         yield Finding(
             "publish.lane",
             Severity.WARN if b.loopback else Severity.FAIL,
             f"{b.container} publishes {b.address}->{b.container_port} on the host: callers "
-            f"reach the lane without the gateway's key{live}",
+            f"reach the lane without the gateway's key{_asked(pub, b)}",
         )
     for name in pub.host_network:
         if name != row.gateway_container:
@@ -347,28 +350,120 @@ def _published(row: BoxEvidence) -> Iterator[Finding]:
                 Severity.FAIL,
                 f"{name} runs on the host network: every port it opens is on the box",
             )
-    want = f"{row.intent.bind}:{row.intent.port}"
+    for b in pub.stray:
+        yield Finding(
+            "publish.stray",
+            Severity.WARN if b.loopback else Severity.FAIL,
+            f"{b.container} ({b.service or 'no image'}), outside the compose project, publishes "
+            f"{b.address}->{b.container_port} on the host: callers reach it around the "
+            f"gateway{_asked(pub, b)}",
+        )
+    for name in pub.stray_host_network:
+        yield Finding(
+            "publish.stray",
+            Severity.FAIL,
+            f"{name}, outside the compose project, runs on the host network: every port it "
+            "opens is on the box, around the gateway (its ports are unknown: not probed)",
+        )
+    yield from _gateway_published(row, pub)
+
+
+def _asked(pub: Published, b: Binding) -> str:
+    """What the controller got from `b` without a key, or why it did not ask."""
+    probe = pub.probe_of(b)
+    if probe is not None:
+        return f"; GET {probe.url} without a key: {probe.status or probe.error}"
+    if b.loopback:
+        return ""
+    if not every_interface(b.host_ip):
+        return (
+            f"; not requested: {b.host_ip} is not the box's inventory address (judged from "
+            "the published address alone)"
+        )
+    return "; not probed"
+
+
+def _answers_without_key(pub: Published, b: Binding) -> bool:
+    probe = pub.probe_of(b)
+    return probe is not None and probe.status is not None and probe.status != 401
+
+
+def _answered(side: Side | None) -> bool:
+    """Did any request from that side get an answer (401 included: it reached the gateway)?"""
+    if side is None:
+        return False
+    return any(p.status is not None for p in (side.health, side.capabilities, *side.gated))
+
+
+def _gateway_published(row: BoxEvidence, pub: Published) -> Iterator[Finding]:
+    bind = row.intent.bind
+    want = f"{bind}:{row.intent.port}"
+    loopback_wanted = is_loopback(bind)
+    mesh_seen = f"mesh side {_codes(row.mesh_side)}"
+    answered = _answered(row.mesh_side)
     bindings = [b for b in pub.gateway if b.container_port.startswith("8000")]
-    addresses = sorted({b.address for b in bindings})
-    # Docker spells every interface "", 0.0.0.0 or :: (a dual-stack publish shows two): one.
-    published = sorted({_every_as_one(b) for b in bindings})
-    if not addresses:
+    mine = [b for b in bindings if b.container == row.gateway_container]
+    # Another container of the gateway service (a `docker compose run` copy, a replica): each
+    # of its ports is one more door, asked without a key like the lanes.
+    for b in bindings:
+        if b.container == row.gateway_container:
+            continue
+        opened = _answers_without_key(pub, b)
         yield Finding(
             "publish.gateway",
-            Severity.WARN,
-            f"the gateway publishes no port (desired {want}): mesh members cannot reach it",
+            Severity.FAIL if opened or _wider(bind, b) else Severity.WARN,
+            f"another gateway container, {b.container}, publishes {b.address} (the gateway is "
+            f"{row.gateway_container or 'not running'}, desired {want})"
+            f"{' and answers without a key' if opened else ''}{_asked(pub, b)}",
         )
-    elif published != [want]:
-        wider = any(_wider(row.intent.bind, b) for b in bindings)
+    if row.gateway_container is not None and row.gateway_container in pub.host_network:
+        # Docker publishes nothing for it: it listens on the box's own addresses (GATEWAY_HOST).
+        wider = loopback_wanted or not every_interface(bind)
+        seen = "it answers the mesh side" if answered else "the mesh side got no answer"
         yield Finding(
             "publish.gateway",
             Severity.FAIL if wider else Severity.WARN,
-            f"the gateway is published on {', '.join(addresses)}, desired {want}",
+            f"the gateway runs on the host network, not published on {want}: it listens on "
+            f"the box's own addresses ({seen}: {mesh_seen})",
         )
-
-
-def _every_as_one(b: Binding) -> str:
-    return f"0.0.0.0:{b.host_port}" if every_interface(b.host_ip) else b.address
+        return
+    addresses = sorted({b.address for b in mine})
+    published = sorted({every_as_one(b) for b in mine})
+    extra_open = [b for b in mine if every_as_one(b) != want and _answers_without_key(pub, b)]
+    if not addresses:
+        if answered:
+            # Something answers the controller where the gateway should be: never "unreachable".
+            yield Finding(
+                "publish.gateway",
+                Severity.FAIL if loopback_wanted else Severity.WARN,
+                f"the gateway publishes no port (desired {want}), yet the mesh side gets "
+                f"answers ({mesh_seen})",
+            )
+        else:
+            yield Finding(
+                "publish.gateway",
+                Severity.WARN,
+                f"the gateway publishes no port (desired {want}): mesh members cannot reach it",
+            )
+    elif published != [want]:
+        # Reached from the mesh side while the box alone should reach it (published on another
+        # loopback address, say, yet answering): wider than desired whatever the bindings say.
+        reached = loopback_wanted and answered
+        wider = any(_wider(bind, b) for b in mine) or bool(extra_open) or reached
+        asked = "".join(_asked(pub, b) for b in mine if every_as_one(b) != want)
+        yield Finding(
+            "publish.gateway",
+            Severity.FAIL if wider else Severity.WARN,
+            f"the gateway is published on {', '.join(addresses)}, desired {want}"
+            f"{'; answers without a key there' if extra_open else ''}"
+            f"{f'; it answers the mesh side ({mesh_seen})' if reached else ''}{asked}",
+        )
+    elif loopback_wanted and answered:
+        yield Finding(
+            "publish.gateway",
+            Severity.FAIL,
+            f"desired {want} (the box only), yet the gateway answers the mesh side ({mesh_seen})",
+        )
 
 
 def _wider(bind: str, b: Binding) -> bool:
@@ -407,9 +502,11 @@ def _mesh_member(row: BoxEvidence) -> Iterator[Finding]:
     mesh = row.carried.get("LOBES_MESH_KEY")
     if want.mesh and want.mesh_key is not None and mesh is not None and mesh.digest is not None:
         if mesh.digest != want.mesh_key:
+            # lobes accepts the mesh key as a data-plane bearer: on a keyed box, whoever holds
+            # this other key calls it, as key.not-desired's holder would.
             yield Finding(
                 "mesh.key-not-desired",
-                Severity.WARN,
+                Severity.FAIL if want.auth == "keyed" else Severity.WARN,
                 f"the gateway's mesh key ({phrases.digest(mesh.digest)}) is not the desired "
                 f"{want.mesh_key_secret} ({phrases.digest(want.mesh_key)})",
             )
@@ -444,6 +541,9 @@ def _box_reasons(row: BoxEvidence) -> list[str]:
     inbound = row.inbound
     if inbound is not None:
         out.append(f"the gateway's {inbound.name}: {phrases.carried(inbound)}")
+    if row.published is not None and row.published.running is not None:
+        # Containers outside the project were not (all) seen: none published is not proven.
+        out.append(f"other running containers: {row.published.running}")
     return out
 
 

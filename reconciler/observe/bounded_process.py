@@ -69,7 +69,10 @@ class _Gathered(io.BytesIO):
 
 
 def _stdin_bytes(stdin: Any) -> bytes:
-    """`stdin` as pyinfra's write_stdin sends it: lines, each newline-ended."""
+    """`stdin` as pyinfra's write_stdin sends it: lines, each newline-ended; bytes (the
+    Collected fact's payload, transport.WithStdin) as they are."""
+    if isinstance(stdin, bytes):
+        return stdin
     gathered = _Gathered()
     write_stdin(stdin, gathered)
     return gathered.getvalue()

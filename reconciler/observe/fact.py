@@ -6,7 +6,8 @@ deploy's `host.get_fact(Collected)`, or `pyinfra inventory.py fact
 reconciler.observe.fact.Collected` from a shell) the same program with the same payload runs
 through the host's connector, `@openssh`, which is that same transport. Secrets are hashed on
 the box with a key that lives only in this process: digests compare across the hosts of one
-pyinfra run, never across runs.
+pyinfra run, never across runs. The payload goes on stdin, never in the command line; only
+the `@openssh` connector sends it (another connector's run gets no payload and fails).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyinfra.api import FactBase
 
-from reconciler.observe.collectors import collector_command
+from reconciler.observe.collectors import collector_command, collector_stdin
 from reconciler.observe.document import Fault, load_json, parse_collected
+from reconciler.observe.transport import WithStdin
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -47,8 +49,12 @@ class Collected(FactBase[dict[str, Any]]):
         return None
 
     def command(self) -> str:
+        """The collector's command line, which holds nothing of the payload: the payload (the
+        run key with it) rides along as `stdin`, which the `@openssh` connector sends on ssh's
+        stdin (reconciler/observe/openssh_connector.py), as `reconcile drift` sends it. No
+        controller_env secret is sent: those checks say "not-sent"."""
         inputs = _inputs(self._root, self._inventory)
-        return collector_command(inputs.payload(self._box, RUN_KEY))
+        return WithStdin(collector_command(), collector_stdin(inputs.payload(self._box, RUN_KEY)))
 
     def process(self, output: list[str]) -> dict[str, Any]:
         """The collector's JSON, once it passed the same checks as `reconcile drift` reads it

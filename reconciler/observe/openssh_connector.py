@@ -80,6 +80,9 @@ class OpenSSHConnector(BaseConnector):
         arguments.pop("_get_pty", False)
         timeout = arguments.pop("_timeout", None)
         stdin = arguments.pop("_stdin", None)
+        carried = getattr(command, "stdin", None)  # transport.WithStdin: the Collected fact's
+        if carried is not None:  # payload, sent on ssh's stdin, never in its command line
+            stdin = carried
         success_codes = arguments.pop("_success_exit_codes", None)
 
         def execute() -> tuple[int, CommandOutput]:

@@ -40,6 +40,19 @@ class Target(NamedTuple):
     known_hosts: str | None
 
 
+class WithStdin(str):
+    """A remote command line and what its program reads on stdin (`stdin`): how the pyinfra
+    fact hands the collector its payload to the `@openssh` connector, which sends it on ssh's
+    stdin (pyinfra's facts have a command and no stdin of their own)."""
+
+    stdin: bytes
+
+    def __new__(cls, command: str, stdin: bytes) -> WithStdin:
+        made = super().__new__(cls, command)
+        made.stdin = stdin
+        return made
+
+
 class RemoteResult(NamedTuple):
     """One remote command's outcome: exit code, output (bounded), or why it could not run."""
 
@@ -338,8 +351,10 @@ class _Tail:
 
 
 def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Running:
-    """`stdin`: sent to the remote command, then closed (a controller_env secret travels here,
-    never in the command line); small, so the write never waits for the box to read."""
+    """`stdin`: sent to the remote command, then closed (a collector's payload and the
+    controller_env secrets travel here, never in the command line). Up to PIPE_BUF bytes (a
+    payload is ~3 KB) are written here: they fit any pipe, so the write never waits for ssh
+    to connect; more is written by a thread of its own, so that no other box waits for it."""
     try:
         proc = subprocess.Popen(
             ssh_argv(target, remote_command),
@@ -353,12 +368,24 @@ def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Ru
         return Running(target.box, None, str(exc))
     fresh = Background(new_connections_refused, target)
     if stdin is not None and proc.stdin is not None:
-        try:
-            proc.stdin.write(stdin)
-            proc.stdin.close()
-        except OSError:  # ssh already gone: its exit status and stderr say why
-            pass
+        if len(stdin) <= PIPE_BUF:
+            _write_all(proc.stdin, stdin)
+        else:
+            threading.Thread(target=_write_all, args=(proc.stdin, stdin), daemon=True).start()
     return Running(target.box, proc, fresh=fresh)
+
+
+# What a write to an empty pipe takes whole, whatever its capacity (POSIX: at least 512; Linux
+# gives 4096, and a pipe of a user past pipe-user-pages-soft holds one page).
+PIPE_BUF = 4096
+
+
+def _write_all(pipe: Any, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (OSError, ValueError):  # ssh gone (its exit says why), or cancelled: pipe closed
+        pass
 
 
 def finish_all(running: list[Running], timeout: float) -> dict[str, RemoteResult]:

@@ -5,8 +5,8 @@ The collector reads the deploy user's files: the deployment's `.env` and its `.e
 `docker-compose*` files, the box_file secrets, ~/.docker's config, /proc/meminfo. Any of them
 may be a FIFO (opening it waited for a writer for ever), a symlink to /dev/zero (read whole: the
 memory), a directory or bytes that are not UTF-8 (raised out of the run: no answer at all).
-Here the real program runs as a box runs it (`python3 collector.py PAYLOAD`, in a home of its
-own) over each such file; its answer is read by the controller, compared and reported.
+Here the real program runs as a box runs it (`python3 collector.py -`, its payload on stdin, in
+a home of its own) over each such file; its answer is read by the controller, compared and reported.
 
 Only a file a converge or the box's compose run meets is an error of the box (it blocks a
 converge): the `.env`, the compose files, the secret sources, and any `docker-compose*.yml` the
@@ -16,7 +16,6 @@ unreadable `.env.bak`) or a ~/.docker file docker only warns about is not.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -90,12 +89,12 @@ def collect(home: Path, engine: str | None = None) -> tuple[str, dict[str, Any]]
         "timeout_s": 2,  # a docker CLI that meets a FIFO config waits for it: not for long
         "probe_timeout_s": 1,
     }
-    encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+    sent = json.dumps({"payload": payload, "sent": {}})  # on stdin, as the controller sends it
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "USER": "lobes"}
     if engine is not None:
         env["DOCKER_HOST"] = "unix://" + engine
     proc = subprocess.run(
-        [sys.executable, str(PROGRAM), encoded],
+        [sys.executable, str(PROGRAM), "-"], input=sent,
         capture_output=True, text=True, env=env, cwd=home, timeout=RUN_S, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -6,7 +6,8 @@ probe (and with it the whole observation, which waits for its slowest part) aliv
 liked. Here a real server on the loopback answers with its status line, headers or body dripped
 a byte every DRIP_S, for DRIP_FOR_S at most; every path a probe takes must give up at its
 timeout: the raw HTTP/1.1 reader (GET and POST), the Engine's unix socket, urllib's (a redirect
-to follow, a proxy) and a redirect that hands the probe over to urllib.
+to follow) and a redirect that hands the probe over to urllib. (No probe goes through a proxy:
+tests/unit/test_collector_review2_proxy.py.)
 """
 
 from __future__ import annotations
@@ -161,17 +162,6 @@ def test_a_late_redirect_leaves_urllib_only_what_is_left_of_the_timeout(
     posted, took = timed(collector.http_post_json, url, {"max_tokens": 1}, LATE_TIMEOUT_S)
     assert LATE_S < took < LATE_BOUND_S
     assert posted["status"] is None and "timed out" in posted["error"]
-
-
-def test_a_proxy_path_times_out_too(gateway: Dripping, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A proxy the environment names sends every probe through urllib; the proxy here is the
-    # dripping server itself (it answers whatever it is asked).
-    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{gateway.port}")
-    monkeypatch.delenv("no_proxy", raising=False)
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    answer, took = timed(collector.http_get, "http://127.0.0.1:9/health", TIMEOUT_S)
-    assert took < BOUND_S
-    assert answer["status"] is None and "timed out" in answer["error"]
 
 
 def test_the_engine_over_its_unix_socket_times_out_too(tmp_path: Path) -> None:

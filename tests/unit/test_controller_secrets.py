@@ -9,7 +9,6 @@ reports for the same value, and the collector's half is tested on the box progra
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import pickle
@@ -129,22 +128,27 @@ def test_values_go_on_stdin_only_and_are_masked_in_later_text(
     collectors.start_collectors(inputs.targets, payloads, environ)
     command, stdin = sent["thor"]
     assert stdin is not None and json.loads(stdin) == {
-        "gateway_api_key": CANARY,
-        "mesh_key": CANARY + "-m",
+        "payload": payloads["thor"],
+        "sent": {"gateway_api_key": CANARY, "mesh_key": CANARY + "-m"},
     }
-    encoded = command.rsplit(" ", 1)[-1].strip("'")
-    assert CANARY not in command and CANARY not in base64.b64decode(encoded).decode()
+    assert command.endswith(" -")  # the payload (its run key too) is on stdin, not here
+    assert CANARY not in command and "k" * 32 not in command
     assert CANARY not in scrub_text(f"ssh said: {CANARY} was refused")
 
 
-def test_a_box_without_controller_secrets_gets_no_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_box_without_controller_secrets_gets_its_payload_alone_on_stdin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     inputs = drift_inputs(load_fleet(EXAMPLE, "lab"))
     sent: dict[str, bytes | None] = {}
     monkeypatch.setattr(
         collectors, "spawn", lambda target, cmd, stdin=None: sent.setdefault(target.box, stdin)
     )
     collectors.start_collectors(inputs.targets, {"thor": inputs.payload("thor", "k" * 32)}, {})
-    assert sent == {"thor": None}
+    assert json.loads(sent["thor"] or b"") == {
+        "payload": inputs.payload("thor", "k" * 32),
+        "sent": {},
+    }
     assert controller_values({"thor": inputs.payloads["thor"]}, {}) == {}
 
 
@@ -175,16 +179,18 @@ def test_the_box_hashes_a_sent_value_as_it_hashes_its_own_file(tmp_path: Path) -
 
 def test_the_box_reads_stdin_only_when_the_payload_names_controller_secrets() -> None:
     module = _collector()
+    named = {"controller_secrets": {"k": "V"}}
+    for payload, taken in ((named, {"k": CANARY}), ({}, {})):  # unnamed: never taken
+        read, write = os.pipe()
+        os.write(write, json.dumps({"payload": payload, "sent": {"k": CANARY, "bad": 3}}).encode())
+        os.close(write)
+        with os.fdopen(read, "rb") as stream:
+            assert module.read_input(stream) == (payload, taken)
     read, write = os.pipe()
-    os.write(write, json.dumps({"k": CANARY, "bad": 3}).encode())
+    os.write(write, json.dumps({"payload": named}).encode())
     os.close(write)
-    with os.fdopen(read, "rb") as stream:
-        assert module.sent_secrets({"controller_secrets": {"k": "V"}}, stream) == {"k": CANARY}
-    read, write = os.pipe()
-    os.close(write)
-    with os.fdopen(read, "rb") as stream:  # stdin closed empty: nothing sent
-        assert module.sent_secrets({"controller_secrets": {"k": "V"}}, stream) == {}
-    assert module.sent_secrets({}, object()) == {}  # never touched
+    with os.fdopen(read, "rb") as stream:  # nothing sent beside the payload
+        assert module.read_input(stream) == (named, {})
 
 
 # -- drift: the comparisons ----------------------------------------------------------------------

@@ -2261,9 +2261,8 @@ def http_ask(url, timeout, method="GET", headers=(), body=None, limit=262144):
     User-Agent; at most `limit` bytes of a 2xx body, 65536 of another one, as the probes
     read them); a failure to connect is a URLError, as urllib raised it; a timeout once the
     request has taken `timeout` s in all. None when urllib itself must answer: a redirect to
-    follow, or a proxy the environment names."""
-    if any(name.lower() == "http_proxy" for name in os.environ):
-        return None
+    follow. Always direct: a proxy the environment names (http_proxy, all_proxy, ...) is never
+    used (the keyed probes carry the gateway's and the mesh's keys; see `within`)."""
     host, port, netloc, path = _split_url(url)
     sent = [(name.title(), value) for name, value in headers]
     sent += [("User-Agent", "Python-urllib/%d.%d" % sys.version_info[:2])]
@@ -2425,7 +2424,7 @@ def http_get(url, timeout, headers=None):
 
 
 def _urllib_get(url, timeout, headers, started):
-    """http_get through urllib: a redirect to follow, a proxy to go through; the whole probe,
+    """http_get through urllib: a redirect to follow (direct, as every probe); the whole probe,
     begun at `started` (its first request included), ends within `timeout` s."""
     import urllib.error
     import urllib.request
@@ -2443,11 +2442,17 @@ def _urllib_get(url, timeout, headers, started):
 
 
 def within(timeout):
-    """urllib's opener (urlopen's: the environment's proxies, redirects followed), whose
-    requests each end within `timeout` s from now, every redirect and the body's reads
-    included: urllib's timeout bounds each socket operation only, and a gateway dripping a
-    byte a second kept a probe alive for ever. Each connection it opens has its socket's reads
-    bounded by what is left (`_bounded`); past it they fail as timed out."""
+    """urllib's opener (redirects followed within the origin asked), whose requests each end
+    within `timeout` s from now, every redirect and the body's reads included: urllib's
+    timeout bounds each socket operation only, and a gateway dripping a byte a second kept a
+    probe alive for ever. Each connection it opens has its socket's reads bounded by what is
+    left (`_bounded`); past it they fail as timed out.
+
+    Every request goes direct, never through a proxy: urlopen's default ProxyHandler reads the
+    environment (http_proxy, HTTP_PROXY, all_proxy, no_proxy, ...), and a box whose deploy user
+    has one set sent the keyed probes' Authorization (the gateway's and the mesh's keys) to that
+    proxy, whose answer then stood in for the gateway's. So the opener's ProxyHandler has no
+    proxies, and a request that is a proxied one anyway is refused before it is sent."""
     import urllib.parse
     import urllib.request
 
@@ -2462,6 +2467,8 @@ def within(timeout):
 
     class BoundedOpen:  # before urllib's handler: its connections are bounded ones
         def do_open(self, http_class, req, **kwargs):
+            if req.has_proxy():  # its headers (a key) would go to the proxy: never sent
+                raise URLError("refusing to send a probe through a proxy (%s)" % req.host)
             return super().do_open(connection(http_class), req, **kwargs)  # type: ignore[misc]
 
     class SameOrigin(urllib.request.HTTPRedirectHandler):
@@ -2474,7 +2481,11 @@ def within(timeout):
                 return None  # urllib then raises HTTPError(code): the probe's status
             return super().redirect_request(req, fp, code, msg, headers, newurl)
 
-    handlers = [SameOrigin, type("HTTPHandler", (BoundedOpen, urllib.request.HTTPHandler), {})]
+    handlers = [  # type: list
+        urllib.request.ProxyHandler({}),  # replaces build_opener's environment-reading default
+        SameOrigin,
+        type("HTTPHandler", (BoundedOpen, urllib.request.HTTPHandler), {}),
+    ]
     if hasattr(urllib.request, "HTTPSHandler"):  # a redirect to https (urllib has ssl)
         handlers.append(type("HTTPSHandler", (BoundedOpen, urllib.request.HTTPSHandler), {}))
     return urllib.request.build_opener(*handlers)
@@ -2592,6 +2603,7 @@ def audit_section(run, secret_values):
         "envfile_keys": keys,
         "probes": audit_probes(run, spec, secret_values, active),
         "host_network": audit_host_network(run),
+        "running": _running_or_error(run),
     }
     problem = run.file_errors.get(".env")
     if problem:  # its keys read as "no-file": the audit's own warning says why
@@ -2661,7 +2673,7 @@ def http_post_json(url, body, timeout, headers=None):
 
 
 def _urllib_post(url, data, hdrs, timeout, started=None):
-    """http_post_json's request through urllib (a redirect, a proxy): (status, headers as
+    """http_post_json's request through urllib (a redirect, direct): (status, headers as
     name -> first value, body); the whole probe, begun at `started` (now if None), ends
     within `timeout` s."""
     import urllib.error
@@ -2741,6 +2753,128 @@ def audit_host_network(run):
     if code != 0:
         return {"error": _last_line(err, run) or "docker ps exited %d" % code}
     return {"containers": sorted(out.split())}
+
+
+RUNNING_LIMIT = 500  # containers listed for the audit; more is said, never silently cut
+
+
+def audit_running(run):
+    """Every running container on the box, of any compose project or none (no label filter: a
+    `docker run -p 0.0.0.0:18001:8000 vllm ...` beside the project is reachable as well): its
+    name, image, compose project, whether it is on the host network, and the ports it publishes
+    ("8000/tcp" -> [{HostIp, HostPort}], as bound now). Never its environment or command."""
+    try:
+        listed = _engine_running(run)
+    except (OSError, ValueError, HTTPException) as exc:
+        if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+            return {"error": "docker engine not reachable: %s" % _reason(exc)}
+        listed = None  # anything odd: let the CLI try, as containers() does
+    if listed is None:
+        listed = _cli_running(run)
+        if isinstance(listed, dict):
+            return listed
+    out = []
+    for c in listed:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
+            continue
+        labels = c.get("labels")
+        labels = labels if isinstance(labels, dict) else {}
+        image = c.get("image")
+        out.append(
+            {
+                "name": c["name"],
+                "image": image if isinstance(image, str) else None,
+                "project": labels.get("com.docker.compose.project"),
+                "service": labels.get("com.docker.compose.service"),
+                "host_network": c.get("network") == "host",
+                "ports": c.get("ports") or {},
+            }
+        )
+    out.sort(key=lambda c: c["name"])
+    section = {"containers": out[:RUNNING_LIMIT]}  # type: dict
+    if len(out) > RUNNING_LIMIT:
+        section["error"] = "%d running containers: only the first %d are listed" % (
+            len(out),
+            RUNNING_LIMIT,
+        )
+    return section
+
+
+def _running_or_error(run):
+    try:
+        return audit_running(run)
+    except Exception as exc:  # this part failing must not lose the audit's others
+        return {"error": exception_text(exc, run.is_secret)}
+
+
+def _engine_running(run):
+    """GET /containers/json (running ones, no filter) on the Engine's socket; None: no socket."""
+    path = docker_socket(run)
+    if path is None:
+        return None
+    conn = unix_connection(path, run.timeout)
+    conn.until = time.monotonic() + run.timeout
+    conn.max_body = OUTPUT_LIMIT
+    try:
+        listed = engine_get(conn, "/containers/json")
+    finally:
+        conn.close()
+    out = []
+    for c in listed if isinstance(listed, list) else []:
+        if not isinstance(c, dict):
+            continue
+        names = c.get("Names") or []
+        ports = {}  # type: dict
+        for p in c.get("Ports") or []:
+            if not isinstance(p, dict) or not p.get("PublicPort"):
+                continue  # exposed, not published
+            key = "%s/%s" % (p.get("PrivatePort"), p.get("Type") or "tcp")
+            ports.setdefault(key, []).append(
+                {"HostIp": p.get("IP") or "", "HostPort": str(p.get("PublicPort"))}
+            )
+        out.append(
+            {
+                "name": (names[0] if names and isinstance(names[0], str) else "").lstrip("/"),
+                "image": c.get("Image"),
+                "labels": c.get("Labels") or {},
+                "network": (c.get("HostConfig") or {}).get("NetworkMode"),
+                "ports": ports,
+            }
+        )
+    return out
+
+
+_RUNNING_FORMAT = (
+    '{"name": {{json .Name}}, "image": {{json .Config.Image}}, '
+    '"labels": {{json .Config.Labels}}, "network": {{json .HostConfig.NetworkMode}}, '
+    '"ports": {{json .NetworkSettings.Ports}}}'
+)
+
+
+def _cli_running(run):
+    code, out, err = run.run(["docker", "ps", "-q", "--no-trunc"], env=run.scrubbed_env())
+    if code != 0:
+        return {"error": _last_line(err, run) or "docker ps exited %d" % code}
+    ids = out.split()
+    if not ids:
+        return []
+    argv = ["docker", "inspect", "--format", _RUNNING_FORMAT] + ids
+    code, out, err = run.run(argv, env=run.scrubbed_env())
+    if code != 0 and not out.strip():  # one gone since `ps`: the others are still printed
+        return {"error": _last_line(err, run) or "docker inspect exited %d" % code}
+    found = []
+    for line in out.splitlines():
+        if line.strip():
+            c = json_loads(line)
+            if isinstance(c, dict):
+                name = c.get("name")
+                c["name"] = name.lstrip("/") if isinstance(name, str) else ""
+                ports = c.get("ports")
+                ports = ports if isinstance(ports, dict) else {}
+                # NetworkSettings.Ports also names exposed ports (null): only published ones.
+                c["ports"] = {k: v for k, v in ports.items() if v}
+                found.append(c)
+    return found
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -2916,42 +3050,54 @@ def without_known_secrets(doc):
     return json_dumps(mask(doc), sort_keys=True)
 
 
-STDIN_LIMIT = 64 * 1024
+STDIN_LIMIT = 1024 * 1024  # the controller's collectors.STDIN_LIMIT_BYTES
 STDIN_WAIT_S = 10
 
 
-def sent_secrets(payload, stream=None):
-    """The controller_env secrets the controller sends on stdin (one JSON object, name ->
-    value), read only when the payload names some. A caller that sends nothing (the pyinfra
-    fact) leaves them "not-sent"; a stdin that stays open is given up after a few seconds."""
-    if not payload.get("controller_secrets"):
-        return {}
+def read_input(stream=None):
+    """(payload, sent) from stdin, where the controller sends them: one JSON object,
+    `{"payload": {...}, "sent": {name: value}}`. Never from the command line: argv is in
+    /proc/PID/cmdline and `ps` for every user of the box, and the payload holds the run's key
+    (and any secret a setting carries inline). `sent`: the controller_env secrets' values,
+    taken only when the payload names some ({} otherwise). Raises ValueError, quoting nothing
+    of what came, when no payload did: nothing, too much, not that object, or a stdin still
+    open after STDIN_WAIT_S."""
     stream = stream if stream is not None else sys.stdin.buffer
     import select
 
-    data, deadline = b"", time.monotonic() + STDIN_WAIT_S
+    chunks, size, deadline = [], 0, time.monotonic() + STDIN_WAIT_S
+    while size <= STDIN_LIMIT:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise ValueError("no payload on stdin within %d s" % STDIN_WAIT_S)
+        chunk = os.read(stream.fileno(), 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > STDIN_LIMIT:
+        raise ValueError("more than %d bytes on stdin" % STDIN_LIMIT)
     try:
-        while len(data) <= STDIN_LIMIT:
-            ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                return {}
-            chunk = os.read(stream.fileno(), 65536)
-            if not chunk:
-                break
-            data += chunk
-        found = json_loads(data.decode("utf-8")) if len(data) <= STDIN_LIMIT else None
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(found, dict):
-        return {}
-    return dict((k, v) for k, v in found.items() if isinstance(k, str) and isinstance(v, str))
+        found = json_loads(b"".join(chunks).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        found = None
+    payload = found.get("payload") if isinstance(found, dict) else None
+    if not isinstance(payload, dict):
+        raise ValueError("no payload on stdin (%d bytes, not the controller's JSON)" % size)
+    sent = found.get("sent") if payload.get("controller_secrets") else None
+    if not isinstance(sent, dict):
+        return payload, {}
+    named = dict((k, v) for k, v in sent.items() if isinstance(k, str) and isinstance(v, str))
+    return payload, named
 
 
 def main():
-    import binascii  # base64.b64decode without base64's own imports
-
-    payload = json_loads(binascii.a2b_base64(sys.argv[1].encode("ascii")).decode("utf-8"))
-    sys.stdout.write(without_known_secrets(collect(payload, sent_secrets(payload))))
+    try:
+        payload, sent = read_input()
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("collector: %s\n" % exc)
+        sys.exit(2)
+    sys.stdout.write(without_known_secrets(collect(payload, sent)))
     sys.stdout.write("\n")
 
 
