@@ -326,27 +326,26 @@ class InventorySpec(Strict):
             ssh.setdefault((same_host(box.ssh_hostname), box.ssh_port), []).append(name)
             if box.gateway_origin is not None:
                 origins.setdefault(origin_endpoint(box.gateway_origin), []).append(name)
+        clash = {
+            "ssh_hostname": (
+                ssh,
+                "two boxes cannot be one machine (an apply of one would converge the other's host)",
+            ),
+            "gateway_origin": (origins, "two boxes cannot be one gateway of the mesh"),
+        }
         errors: list[tuple[tuple[str, ...], str]] = []
-        for (host, port), names in ssh.items():
-            for name in names if len(names) > 1 else ():
-                others = ", ".join(f"boxes.{n}.ssh_hostname" for n in names if n != name)
-                errors.append(
-                    (
-                        ("boxes", name, "ssh_hostname"),
-                        f"{url_host(host)} port {port} is also {others}: two boxes cannot be one "
-                        "machine (an apply of one would converge the other's host)",
+        for key, (seen, why) in clash.items():
+            for (host, port), names in seen.items():
+                for name in names if len(names) > 1 else ():
+                    others = ", ".join(f"boxes.{n}.{key}" for n in names if n != name)
+                    what = "" if key == "ssh_hostname" else "the gateway at "
+                    sep = " port " if key == "ssh_hostname" else ":"
+                    errors.append(
+                        (
+                            ("boxes", name, key),
+                            f"{what}{url_host(host)}{sep}{port} is also {others}: {why}",
+                        )
                     )
-                )
-        for (host, port), names in origins.items():
-            for name in names if len(names) > 1 else ():
-                others = ", ".join(f"boxes.{n}.gateway_origin" for n in names if n != name)
-                errors.append(
-                    (
-                        ("boxes", name, "gateway_origin"),
-                        f"the gateway at {url_host(host)}:{port} is also {others}: two boxes "
-                        "cannot be one gateway of the mesh",
-                    )
-                )
         if errors:
             raise _refused(InventorySpec, errors)
         return self
