@@ -105,6 +105,7 @@ class RollbackResult:
     removed: tuple[str, ...] = ()  # absent at the snapshot, created by a converge since
     kept: tuple[KeptFile, ...] = ()  # absent at the snapshot, not removed, and why
     removed_containers: tuple[str, ...] = ()  # services whose container went with the files
+    started: tuple[str, ...] = ()  # strays a converge had stopped (to remove), started again
 
     @property
     def restored(self) -> tuple[str, ...]:
@@ -137,6 +138,7 @@ def rollback_result(raw: Any) -> RollbackResult | None:
             removed=_names(raw, "removed"),
             kept=_kept(raw),
             removed_containers=_names(raw, "removed_containers"),
+            started=_names(raw, "started"),
         )
     except _Wrong as exc:
         return RollbackResult(False, None, failed=f"the box's rollback result is malformed: {exc}")

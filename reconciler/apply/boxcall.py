@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -46,6 +47,18 @@ RECREATE_S = 300 + 60 + 600  # `docker stop`, a page-cache drop, `compose up` (+
 UNDO_S = 300 + RECREATE_S  # a rollback's `compose rm` of a created service, then its recreate
 
 
+# ssh's own errors before a session runs a command (connect, DNS, host key, key exchange,
+# authentication, its configuration): the remote program cannot have been started. Anything
+# else ssh says (a connection closed, reset or timed out mid-session) may come after it was.
+CONNECT_FAILED = re.compile(
+    r"ssh: connect\b|ssh: Could not resolve hostname|Permission denied \(|"
+    r"Host key verification failed|kex_exchange_identification:|ssh_exchange_identification:|"
+    r"Connection timed out during banner exchange|Unable to negotiate with|"
+    r"Bad owner or permissions on|^Connection closed by \S+ port \d+$|"
+    r"^Connection (?:closed|reset) by (?:authenticating|invalid) user"
+)
+
+
 @dataclass
 class BoxCall:
     result: Event  # the program's last `result` event (ok, failed, snapshot, ...)
@@ -56,6 +69,36 @@ class BoxCall:
     snapshot: str | None = None  # the id a `snapshot` event announced (answer.taken_snapshot)
     heard: int = 0  # events read, kept or not
     dropped: int = 0  # events read but not kept (MAX_EVENTS, MAX_KEPT_CHARS)
+    delivered: bool = False  # the whole payload was handed to ssh (written, stdin closed)
+    output: bool = False  # ssh wrote anything at all on stdout, an event or not
+    code: int | None = None  # ssh's exit status
+
+    @property
+    def may_have_run(self) -> bool:
+        """No result came, and the box program may have run all the same: its state is
+        unknown (STATE UNKNOWN), never "unreachable, nothing changed".
+
+        The rule: a payload handed to ssh may have reached the box, and its program changes
+        the box before its first event can reach us (and, before it checked its output at
+        the lock, went on without one); so once the payload was delivered, only a proof that
+        the program never ran makes the call a plain failure:
+        - the payload was not all delivered: ssh was gone before it took it; a program that
+          started read a cut JSON text, which never parses, and refuses before the lock;
+        - ssh exited 255 (its own failure) with no output at all, its last words one of the
+          errors ssh gives while connecting or authenticating, before any command runs
+          (CONNECT_FAILED): "Connection to HOST closed by remote host", a reset or a broken
+          pipe come after the session started, and are not proof.
+        Anything the box said (an event), or a deadline passed, is never such a proof."""
+        if self.answered:
+            return False
+        if self.heard or self.timed_out or self.snapshot is not None:
+            return True
+        return self.delivered and not self.connect_failed
+
+    @property
+    def connect_failed(self) -> bool:
+        last = (self.stderr.strip().splitlines() or [""])[-1]
+        return self.code == 255 and not self.output and bool(CONNECT_FAILED.search(last))
 
 
 def deadline_s(payload: Mapping[str, Any]) -> int:
@@ -112,32 +155,36 @@ def call_box(target: Target, payload: dict[str, Any], on_event: OnEvent | None =
     reader = threading.Thread(target=lambda: errors.append(_tail(proc.stderr)), daemon=True)  # type: ignore[arg-type]
     reader.start()
     try:
-        _send(proc, payload)
+        call.delivered = _send(proc, payload)
         _read(proc, call, on_event)
         code = proc.wait()
     finally:
         timer.cancel()
     reader.join(timeout=5)
     call.stderr = "".join(errors)
+    call.code = code
     if not call.result:
         call.answered = False
         call.result = {"event": "result", "ok": False, "failed": _unanswered(call, code, limit)}
     return call
 
 
-def _send(proc: subprocess.Popen[str], payload: dict[str, Any]) -> None:
+def _send(proc: subprocess.Popen[str], payload: dict[str, Any]) -> bool:
+    """The payload to ssh's stdin; False when ssh did not take all of it (see may_have_run)."""
     assert proc.stdin is not None
     try:
         proc.stdin.write(json.dumps(payload))
         proc.stdin.close()
     except OSError:
-        pass  # ssh is gone already (killed, or never connected): its exit says why
+        return False  # ssh is gone already (killed, or never connected): its exit says why
+    return True
 
 
 def _read(proc: subprocess.Popen[str], call: BoxCall, on_event: OnEvent | None) -> None:
     assert proc.stdout is not None
     kept_chars = 0
     for line in _lines(proc.stdout):
+        call.output = True
         event = _event(line)
         if event is None:
             continue  # not ours (a motd, a warning): never echoed, it could hold anything
@@ -170,6 +217,8 @@ def _unanswered(call: BoxCall, code: int, limit: int) -> str:
     if call.timed_out:
         return f"no result within {limit}s (the deadline from the plan's timeouts): ssh was ended"
     last = scrub_text((call.stderr.strip().splitlines() or [f"exit {code}"])[-1])
+    # ssh's own failure (255) reads "unreachable" whether or not the program ran: whether the
+    # state is unknown is may_have_run's to say (engine: STATE UNKNOWN), not this text's.
     reason = "unreachable" if code == 255 else "the box program ended without a result"
     return f"{reason}: {last}"
 

@@ -231,9 +231,10 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     finally:
         reporter.close()
     result = rollback_result(call.result)
-    if not call.answered and (call.heard or call.timed_out):
-        # The box program spoke, then no result came: it outlives a dropped connection (it
-        # ignores SIGHUP) and may still be restoring files and recreating lanes under its lock.
+    if call.may_have_run:
+        # No result came, and nothing proves the program never ran (boxcall.BoxCall's rule):
+        # it outlives a dropped connection (it ignores SIGHUP) and may still be restoring files
+        # and recreating lanes under its lock.
         lost = scrub_text(str(call.result.get("failed") or "no result"))
         print(
             f"{args.box}: rollback failed: {_line(lost)}; STATE UNKNOWN: the box may still be "
@@ -267,6 +268,14 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     if result.removed_containers:
         gone = ", ".join(result.removed_containers)
         print(_line(f"{args.box}: removed the containers of {gone} (created since the snapshot)"))
+    if result.started:
+        again = ", ".join(result.started)
+        print(
+            _line(
+                f"{args.box}: started again the stopped containers of {again} (a converge had "
+                "stopped them to remove)"
+            )
+        )
     for kept in result.kept:
         # A file the snapshot did not have, left in place on purpose: never an operator's file
         # removed. Said on stderr, as a warning: the files are not all as in the snapshot.

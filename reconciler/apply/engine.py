@@ -122,7 +122,10 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         return _finish(out)
     call = call_box(_target(prep.fleet, prep.box), payload, on_event)
     _keep(out, call)
-    if not call.answered and (call.snapshot or call.heard or call.timed_out):
+    # No result: unknown unless ssh proves the program never ran (BoxCall.may_have_run). A
+    # payload delivered whose first event never came back may have converged the box all
+    # the same; only a connect-phase failure or a payload ssh never took is "nothing changed".
+    if call.may_have_run:
         return _finish(_unknown(out, prep, call))
     answer = converge_result(call.result)  # typed: a box's answer decides what happens next
     out.snapshot = answer.snapshot
@@ -148,10 +151,12 @@ def _keep(out: Outcome, call: BoxCall) -> None:
 
 
 def _unknown(out: Outcome, prep: Prepared, call: BoxCall) -> Outcome:
-    """The box program spoke, then no result came: it outlives a dropped connection or a killed
-    ssh (it ignores SIGHUP) and may still be changing the box. Nothing is rolled back from
-    here (its lock would refuse it while it runs); the box is observed again, and the operator
-    is told which snapshot holds the state before."""
+    """No result came after the payload was delivered: the program may have run, and may
+    still be running (it ignores SIGHUP; it stops before its next change once it sees its
+    output gone, and rolls back, but a connection gone silent is not seen). Nothing is rolled
+    back from here (its lock would refuse it while it runs); the box is observed again, and the
+    operator is told which snapshot holds the state before (the one it announced, or, when no
+    event came back, to look for it with `reconcile snapshots`)."""
     out.state_unknown = True
     out.snapshot = call.snapshot
     out.changed = call.snapshot is not None
@@ -168,8 +173,8 @@ def _roll_back(
     rolled = rollback(prep.fleet, prep.box, out.snapshot, who, on_event, reason=out.failed)
     _keep(out, rolled)
     out.rollback = rolled.result
-    # A rollback that spoke and never answered may still be running too: as for a converge.
-    out.state_unknown = not rolled.answered and bool(rolled.heard or rolled.timed_out)
+    # A rollback that may have run and never answered may still be running: as a converge.
+    out.state_unknown = rolled.may_have_run
     out.drift_after = run_drift(prep.fleet, [prep.box]).report
     return out
 

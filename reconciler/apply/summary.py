@@ -72,6 +72,8 @@ def _rollback_line(rb: RollbackResult) -> str:
         restored = "; ".join(x for x in (restored, removed) if x)
     if rb.removed_containers:
         equal += f"; containers removed: {', '.join(clean(s) for s in rb.removed_containers)}"
+    if rb.started:
+        equal += f"; stopped containers started again: {', '.join(clean(s) for s in rb.started)}"
     # A file kept is said with why: the box never removes a file a converge did not write.
     kept = "".join(f"; KEPT {clean(k.name)}: {free_text(k.why)}" for k in rb.kept)
     return f"rolled back to snapshot {rb.snapshot}: {restored}; {equal}{kept}"
@@ -79,9 +81,13 @@ def _rollback_line(rb: RollbackResult) -> str:
 
 def _unknown_line(out: Outcome) -> str:
     if out.snapshot is None:
+        # The payload was delivered and nothing came back: the box may have taken a snapshot
+        # and converged without a word reaching us (BoxCall.may_have_run).
         return (
-            f"STATE UNKNOWN: no snapshot was announced; `reconcile snapshots {out.box}` lists "
-            "what the box took and who holds its lock"
+            f"STATE UNKNOWN: the payload was delivered but no snapshot was announced; once "
+            f"`reconcile snapshots {out.box}` shows no lock, a snapshot it lists taken after "
+            f"{out.started_at} is this converge's: check it, or roll back with "
+            f"`reconcile rollback {out.box} --to SNAPSHOT`"
         )
     return (
         f"STATE UNKNOWN: once `reconcile snapshots {out.box}` shows no lock, check it or roll "

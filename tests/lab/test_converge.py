@@ -156,9 +156,12 @@ def failing_hand_root(tmp_path: Path) -> Path:
     root.mkdir()
     shutil.copytree(ROOT / "group_vars", root / "group_vars")
     (root / "inventory").mkdir()
-    # The lab's own files (its digests, its ssh key) named where they are: a directory
-    # symlink out of the repository would be refused like any way out (desired/safe_read.py).
+    # The lab's own ssh key and known_hosts named where they are; its digests copied in, since
+    # an overlay must lie inside the repository (a symlink or a path out of it is refused).
     inv = (ROOT / "inventory" / "lab.yaml").read_text().replace(" .lab/", f" {ROOT}/.lab/")
+    inv = inv.replace(f"image_overlay: {ROOT}/.lab/", "image_overlay: .lab/")
+    (root / ".lab").mkdir()
+    shutil.copy(ROOT / ".lab" / "images.yaml", root / ".lab" / "images.yaml")
     inv = [line for line in inv.splitlines() if not line.startswith("box_overlay:")]
     inv.append("box_overlay: overlay/{box}.yaml")
     (root / "inventory" / "lab.yaml").write_text("\n".join(inv) + "\n")
@@ -382,15 +385,17 @@ def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
         # the .env is written: kill only once the new .env is in place, so the kill lands
         # mid-way.
         _wait_for_env_change("thor", before_env)
-        os.killpg(proc.pid, signal.SIGKILL)
-        # The box program (its pid is the lock's record, converge.py Lock.acquire) outlives its
-        # ssh. Kill it, then wait (bounded, 60 s) until its process group (it leads its ssh
-        # session: sshd setsid, `bash -c` execs python3) is gone: a `docker compose` child left
-        # running would go on recreating a lane under the next apply.
+        # The box program first (its pid is the lock's record, converge.py Lock.acquire): killed
+        # mid-way, as a lost box leaves it. Were its controller killed first, the program would
+        # find its output gone and roll back before its next change (converge.py go_on). Then
+        # wait (bounded, 60 s) until its process group (it leads its ssh session: sshd setsid,
+        # `bash -c` execs python3) is gone: a `docker compose` child left running would go on
+        # recreating a lane under the next apply. The controller goes after.
         pid = int(holder["pid"])
         sh("thor", f"pg=$(ps -o pgid= -p {pid} | tr -d ' '); kill -9 {pid} 2>/dev/null; "
                    'n=0; while [ -n "$pg" ] && pgrep -g "$pg" >/dev/null; do '
                    "n=$((n+1)); [ $n -le 300 ] || exit 1; sleep 0.2; done")  # fmt: skip
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         assert env_bytes("thor") != before_env  # it got past the .env write
         assert not [p for p in os.listdir(config.box("thor").home / ".lobes") if "fleet-tmp" in p]

@@ -3,7 +3,8 @@ program) through whole converges and rollbacks in a temp home (converge_helpers.
 
 Containers are keyed by service; a container's config hash is a digest of the deployment's
 `.env` and docker-compose.yml as they were when it was created, as compose's would change
-with them. `docker compose config --hash` answers for the lanes, the gateway and `extra`."""
+with them. `docker compose config --hash` answers for the lanes, the gateway and `extra`;
+`docker stop` and `docker start` of an id change its container's state."""
 
 from __future__ import annotations
 
@@ -74,6 +75,12 @@ class Engine:
             return 0, "\n".join(f"{s} {self.render(s)}" for s in RENDERED), ""
         if argv[:3] == ["docker", "compose", "up"]:
             self.up(argv[-1])
+        elif argv[:2] in (["docker", "stop"], ["docker", "start"]):
+            running = argv[1] == "start"
+            for c in self.c.values():
+                if c["Id"] == argv[2]:
+                    c["State"] = dict(c["State"], Running=running)
+                    c["State"]["Status"] = "running" if running else "exited"
         elif argv[:3] == ["docker", "rm", "-f"]:
             self.c = {s: c for s, c in self.c.items() if c["Id"] != argv[3]}
         elif argv[:4] == ["docker", "compose", "rm", "-s"]:

@@ -176,17 +176,17 @@ def test_a_key_listed_twice_in_env_keys_is_refused_before_anything(
 
 
 # -- 2. a rollback's config_equal counts missing and extra containers -----------------------------
-def test_a_rollback_reports_a_container_the_converge_removed_as_unequal(
+def test_a_rollback_reports_a_container_missing_since_the_snapshot_as_unequal(
     deploy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     eng = engine(monkeypatch, deploy, "vllm-worker", "extra", "gateway")
-    gateway_fails(monkeypatch)
-    r = result(converge_payload(managed_env={"FOO": "1"}, services=["gateway"], removes=["extra"]))
-    assert "extra" not in eng.c
-    assert r["rollback"]["config_equal"] is False and r["rollback"]["unequal"] == ["extra"]
+    sid = result(converge_payload(managed_env={"FOO": "1"}))["snapshot"]
+    eng.c.pop("extra")  # removed by hand since the snapshot
+    r = result(converge_payload("rollback", snapshot=sid))
+    assert r["config_equal"] is False and r["unequal"] == ["extra"]
 
 
-def test_an_operator_rollback_reports_a_container_the_converge_created_and_recreates_none(
+def test_an_operator_rollback_removes_a_container_the_converge_created_and_recreates_none(
     deploy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     eng = engine(monkeypatch, deploy)
@@ -194,7 +194,9 @@ def test_an_operator_rollback_reports_a_container_the_converge_created_and_recre
     assert "extra" in eng.c
     r = result(converge_payload("rollback", snapshot=sid))
     assert r["ok"] is True
-    assert r["config_equal"] is False and r["unequal"] == ["extra"]
+    # Recorded as made by the converge (its snapshot's `made`), absent at the snapshot: gone.
+    assert r["removed_containers"] == ["extra"] and "extra" not in eng.c
+    assert r["config_equal"] is True and r["unequal"] == []
     assert r["recreated"] == []  # it had no container in the snapshot: nothing recreated
     assert meta(deploy, sid)["rollback"]["recreated"] == []
 

@@ -57,3 +57,17 @@ def test_a_rollback_that_never_reached_the_box_is_a_plain_failure(
     code, said = _rollback(capsys)
     assert code == 1
     assert "thor: rollback failed:" in said and "STATE UNKNOWN" not in said
+
+
+def test_a_rollback_whose_connection_drops_before_any_event_says_the_state_is_unknown(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The payload was taken, then the session closed before the first event: the program may
+    be restoring all the same (boxcall.BoxCall.may_have_run), so never a plain failure."""
+    _box_runs(
+        monkeypatch,
+        "sys.stderr.write('Connection to 10.77.0.11 closed by remote host.\\n')\nsys.exit(255)\n",
+    )
+    code, said = _rollback(capsys)
+    assert code == 1
+    assert "STATE UNKNOWN: the box may still be rolling back" in said

@@ -9,8 +9,11 @@ one `{"event": "result", ...}`. Values are never printed: events carry key and s
 Why one process does the whole converge: the per-box lock is an flock held for the life of
 this process, so a converge that is killed (SIGKILL, a lost box) releases it by itself and
 the next run starts cleanly, and a failure anywhere is rolled back by the same process that
-took the snapshot, under the same lock. A dropped SSH connection does not stop it halfway:
-events that cannot be written are dropped, the work (or its rollback) completes.
+took the snapshot, under the same lock. A dropped SSH connection never stops a step halfway
+(SIGHUP is ignored): the first event, `started`, is written right after the lock, and a
+program that cannot write it changes nothing; a converge that finds its output gone later
+stops before its next change and rolls back (go_on), and a rollback, once begun, completes.
+No change is left behind that no controller could see, verify or mark good.
 
 Compose always runs as `env -i PATH=... HOME=$HOME docker compose ...` in the deployment
 directory, so nothing in the deploy user's environment can change what it renders.
@@ -370,7 +373,7 @@ def reason_of(exc, secrets=()):
 
 
 # -- events --------------------------------------------------------------------------------------
-_STDOUT_OK = [True]
+_STDOUT_OK = [True]  # False once a write failed: the controller can no longer read us
 
 
 def emit(event, **fields):
@@ -382,7 +385,34 @@ def emit(event, **fields):
         sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
         sys.stdout.flush()
     except (OSError, ValueError):
-        _STDOUT_OK[0] = False  # the controller went away: finish the work silently
+        # The controller went away: the events are dropped from here on. A converge stops
+        # before its next change and rolls back (go_on); a rollback, once begun, completes.
+        _STDOUT_OK[0] = False
+
+
+def announce_start(action):
+    """The first event, right after the lock is taken and before anything is looked at or
+    changed: the controller's proof that the program runs (and holds the lock). When even this
+    cannot be written the controller is gone already (its connection dropped after the payload
+    was delivered), so nothing is done: no one could be told what changed, nor verify or roll
+    it back. (A network that went silent is not seen here: the write lands in a buffer. The
+    controller counts any payload delivered without a result as STATE UNKNOWN, boxcall.py.)"""
+    emit("started", action=action, pid=os.getpid())
+    if not _STDOUT_OK[0]:
+        raise Failed("the controller's connection is gone (output closed): nothing was changed")
+
+
+def go_on(before):
+    """Called by a converge right after announcing a change (its step event), before making
+    it: once the controller cannot read us, the converge stops there, as a stop signal would
+    (on_stop), and its rollback puts the snapshot back: a box is never changed unseen,
+    unverified and never marked good. Not once the rollback or the applied state is reached
+    (disarm_stop): those complete whatever the output does."""
+    if _STOP["armed"] and not _STDOUT_OK[0]:
+        _STOP["armed"] = False
+        raise Stopped(
+            "the controller's connection is gone (output closed): stopped before " + before
+        )
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -1095,26 +1125,29 @@ def record_write(box, sid, name, data):
         write_meta(snapshot_path(box, sid), meta)
 
 
-def record_made(box, sid, services, found):
-    """The ids of the containers this converge made (recreated or created: `services`, as
-    `found` now by containers()), added to its snapshot's `made` record ({service: [id, ...]}):
-    the only containers a later rollback may remove as a converge's (remove_containers). A
-    service's name proves nothing: an operator may have started its container by hand since.
+def record_made(box, sid, service, before, created):
+    """The id of the container this converge just made for `service` (recreated or created:
+    one that is not the container `before` had), added to its snapshot's `made` record
+    ({service: [id, ...]}): the only containers a later rollback may remove as a converge's
+    (remove_containers). A service's name proves nothing: an operator may have started its
+    container by hand since. A service of `created` (no container before) is also listed in the
+    snapshot's `created`.
 
     Written after, not before (like record_write): the id exists only once compose made the
     container. A converge killed in between leaves a container no record names, which a later
     rollback keeps (and counts unequal): never one removed that no record proves ours."""
-    if not services:
-        return
+    cid = (containers(box).get(service) or {}).get("Id")
+    if not (isinstance(cid, str) and cid) or cid == (before.get(service) or {}).get("Id"):
+        return  # compose made nothing (it failed before creating): the old one, or none
     meta = read_meta(box, sid)
     made = meta.get("made")
     made = dict(made) if isinstance(made, dict) else {}
-    for service in services:
-        cid = found[service].get("Id")
-        ids = [i for i in made.get(service) or [] if isinstance(i, str)]
-        if isinstance(cid, str) and cid and cid not in ids:
-            made[service] = ids + [cid]
+    ids = [i for i in made.get(service) or [] if isinstance(i, str)]
+    if cid not in ids:
+        made[service] = ids + [cid]
     meta["made"] = made
+    if service in created:
+        meta["created"] = list(dict.fromkeys(service_names(meta.get("created")) + [service]))
     write_meta(snapshot_path(box, sid), meta)
 
 
@@ -1319,14 +1352,41 @@ def list_snapshots(box):
     return snapshot_ids(root) if root else []
 
 
+APPLIED = ("applied", "verified")  # a snapshot whose converge changed the box and stayed
+
+
+def newest_applied(box, ids):
+    """The newest of `ids` whose converge was applied (and perhaps verified): the snapshot
+    that undoes the last real apply. None when there is none, or none can be read."""
+    for sid in reversed(ids):
+        try:
+            if read_meta(box, sid).get("status") in APPLIED:
+                return sid
+        except (OSError, ValueError, Failed):
+            continue
+    return None
+
+
 def prune(box, keep, protect=()):
     """All but the newest `keep` snapshots removed, never one of `protect` (the snapshot of
-    this run, the one holding a copy this run's restore list names), nor one holding files a
-    rollback removed (holds_removed): such a copy may be an operator's only bytes, so no count
-    deletes it; it stays, named in a note, until the operator deletes it by hand."""
+    this run, the one holding a copy this run's restore list names), nor the newest applied
+    one (newest_applied: failed, rolled-back retries must not push out the only snapshot that
+    undoes the last real apply), nor one holding files a rollback removed (holds_removed):
+    such a copy may be an operator's only bytes, so no count deletes it; it stays, named in a
+    note, until the operator deletes it by hand."""
     root = snapshots_dir(box)
-    for sid in list_snapshots(box)[:-keep] if keep > 0 else []:
+    ids = list_snapshots(box)
+    old = ids[:-keep] if keep > 0 else []
+    applied = newest_applied(box, ids)
+    for sid in old:
         if sid in protect:
+            continue
+        if sid == applied:
+            emit(
+                "note",
+                message="snapshot %s not pruned: it is the newest applied one (a rollback to "
+                "it undoes the last converge that stayed)" % sid,
+            )
             continue
         if holds_removed(os.path.join(root, sid)):
             emit(
@@ -1356,7 +1416,9 @@ def holds_removed(path):
 
 def snapshot_files(meta, sid):
     """The snapshot's {name: {sha256, mode} | None}, every name checked before any is used:
-    a plain name of a managed file (no `/`, no `..`), a sha256, a mode without special bits.
+    a plain name of a managed file (no `/`, no `..`), a sha256, a mode (permission bits, and
+    setuid, setgid or sticky as the file had them: put back as they were, as read_regular
+    reads them, never refused at rollback time, which would leave the new files in place).
 
     A snapshot taken before managed_files() kept to plain names may list a stray compose file
     of the listing (`docker-compose copy.yml`): no converge ever wrote it, so there is nothing
@@ -1384,7 +1446,7 @@ def snapshot_files(meta, sid):
         if (
             not isinstance(info, dict)
             or not (isinstance(info.get("sha256"), str) and SHA256.match(info["sha256"]))
-            or not (_is_int(info.get("mode")) and 0 <= info["mode"] <= 0o777)
+            or not (_is_int(info.get("mode")) and 0 <= info["mode"] <= 0o7777)
             or not _link_text(info.get("symlink", ""))
         ):
             raise Failed(
@@ -1561,9 +1623,11 @@ def wait_healthy(box, service, timeout):
         time.sleep(1.0)
 
 
-def recreate(box, service, lane):
-    """One service: stop it (its memory comes back first), gate, recreate scrubbed, wait."""
-    emit("step", step="recreate", subject=service, status="start")
+def recreate(box, service, lane, announced=False):
+    """One service: stop it (its memory comes back first), gate, recreate scrubbed, wait.
+    `announced`: its start event was emitted already (recreate_recorded)."""
+    if not announced:
+        emit("step", step="recreate", subject=service, status="start")
     if lane is not None:
         # `docker stop` of this one container, not `compose stop`, which would also stop the
         # services that depend on it (the gateway, the worker) and leave them down.
@@ -1786,6 +1850,7 @@ def converge(box, lock):
     # hold, stops here with nothing touched.
     desired = desired_values(box)
     stale = lock.acquire(p["holder"])
+    announce_start("converge")  # the controller's proof that we run; gone: nothing is done
     # Under the lock, before the sweep, the snapshot or any write: a managed file that is not
     # a regular file within READ_LIMIT is this box's named refusal, with nothing changed.
     check_managed_files(box)
@@ -1812,16 +1877,20 @@ def converge(box, lock):
     )
     box.snapshot = sid  # from here every managed write is recorded in it first (write_managed)
     emit("snapshot", id=sid)
-    touched = []  # services recreated, in order: what a rollback must put back
-    created = []  # services that had no container before
+    touched = []  # type: list # services recreated, in order: what a rollback must put back
+    created = []  # type: list # services that had no container before
+    strays = {}  # type: dict # {service: id} of `removes`: stopped, removed only once nothing can fail
+    hashes = None  # the render before any change: what this converge's rollback compares with
     try:
         hashes = hashes_or_empty(box)
         if p.get("env_keys"):
             emit("step", step="write-env", subject=".env", status="start")
+            go_on("writing .env")
             changed = write_env(box, p["env_keys"], desired)
             emit("step", step="write-env", subject=".env", status="done", keys=changed)
         if p.get("restore"):
             emit("step", step="restore-files", subject="files", status="start")
+            go_on("restoring files")
             restored = restore_files(box, p["restore"])
             emit("step", step="restore-files", subject="files", status="done", files=restored)
         lanes = {lane["service"]: lane for lane in p["lane_specs"]}
@@ -1841,26 +1910,24 @@ def converge(box, lock):
         pull(box, list(dict.fromkeys(refs)))
         before = containers(box)
         for service in lane_order(box, todo):
-            touched.append(service)
-            if service not in before:
-                created.append(service)
-            recreate(box, service, lanes.get(service))
-        strays = containers(box)
-        record_made(box, sid, [s for s in touched if s in strays], strays)
+            recreate_recorded(box, sid, service, lanes.get(service), before, touched, created)
+        found = containers(box)
         for service in p.get("removes", []):
             # By container: a stray is often a service no active profile renders any more.
-            if service in strays:
-                emit("step", step="remove", subject=service, status="start")
-                box.must(["docker", "rm", "-f", strays[service]["Id"]], "remove " + service)
-                emit("step", step="remove", subject=service, status="done")
+            if service in found:
+                strays[service] = stop_stray(box, sid, service, found[service])
         if GATEWAY in todo:
-            touched.append(GATEWAY)
-            recreate(box, GATEWAY, None)
+            recreate_recorded(box, sid, GATEWAY, None, before, touched, created)
             verify_gateway(box, int(p["gateway"]["timeout_s"]))
+        # Only now, after the last step that can fail: a converge rolled back before this
+        # point starts its strays again (start_stopped), never having lost them.
+        for service, cid in strays.items():
+            box.must(["docker", "rm", "-f", cid], "remove " + service)
+            emit("step", step="remove", subject=service, status="done")
     except Exception as exc:  # anything after the snapshot is rolled back, not left half done
         message = reason_of(exc, box.secrets)
         emit("failed", message=message)
-        rolled = rollback(box, sid, touched, created, reason=message)
+        rolled = rollback(box, sid, touched, created, reason=message, original=hashes)
         prune_after(box, sid)
         return {"ok": False, "snapshot": sid, "failed": message, "rollback": rolled}
     disarm_stop()  # applied: a stop now would roll back nothing (see on_stop)
@@ -1870,6 +1937,51 @@ def converge(box, lock):
         emit("note", message="snapshot %s: could not record its status applied" % sid)
     prune_after(box, sid)
     return {"ok": True, "snapshot": sid, "touched": touched}
+
+
+def recreate_recorded(box, sid, service, lane, before, touched, created):
+    """recreate(), with the container it made recorded in the snapshot (record_made) as soon as
+    it exists, healthy or not: every rollback of the snapshot, this converge's own or a later
+    one (the controller's after a failed verification runs in another process), then knows it
+    a converge's. `touched`: the services recreated, this one added once it is announced and
+    the controller still reads us (go_on): a converge stopped before it leaves it running and
+    its rollback does not recreate it. `created`: those that had no container `before`."""
+    emit("step", step="recreate", subject=service, status="start")
+    go_on("recreating " + service)
+    touched.append(service)
+    if service not in before and service not in created:
+        created.append(service)
+    try:
+        recreate(box, service, lane, True)  # announced above
+    except Exception:
+        # The step's own failure is the one reported. A record that cannot be made now leaves
+        # the container to this converge's rollback, which knows it from `created`/`touched`.
+        with contextlib.suppress(Exception):
+            record_made(box, sid, service, before, created)
+        raise
+    record_made(box, sid, service, before, created)
+
+
+def stop_stray(box, sid, service, found):
+    """A stray container of the plan's `removes`, stopped and kept: its memory and ports come
+    back before the gateway is recreated, but a converge that fails later (or that the
+    controller rolls back) has not lost it. Recorded in the snapshot's `stopped` before the
+    stop (as record_write: a killed converge's rollback may start a container that was never
+    stopped, which changes nothing); one that was not running is neither stopped nor recorded,
+    so no rollback ever starts it. Its id: removed at the end of the converge."""
+    cid = found["Id"]
+    emit("step", step="remove", subject=service, status="start")
+    go_on("stopping " + service)
+    if (found.get("State") or {}).get("Running"):
+        meta = read_meta(box, sid)
+        stopped = meta.get("stopped")
+        stopped = dict(stopped) if isinstance(stopped, dict) else {}
+        stopped[service] = cid
+        meta["stopped"] = stopped
+        write_meta(snapshot_path(box, sid), meta)
+        box.must(["docker", "stop", cid], "stop " + service)
+    emit("step", step="remove", subject=service, status="stopped")
+    return cid
 
 
 def prune_after(box, sid):
@@ -2181,15 +2293,23 @@ def service_names(value):
     return [s for s in value if isinstance(s, str) and SERVICE.match(s)]
 
 
-def rollback(box, sid, touched=None, created=None, reason="requested"):
+def rollback(box, sid, touched=None, created=None, reason="requested", original=None):
     """Files back byte for byte, then every service whose config differs recreated from them.
+
+    Differs from what: a converge's own rollback passes `original`, the render taken before
+    its first change, and recreates only what it touched plus what the restored files render
+    differently from that: a converge that failed before recreating anything leaves every
+    healthy lane running (the render now, with the converge's files, differs from the
+    restored one for every service a changed variable reaches, but their containers were made
+    from the files before). An operator's rollback (no `original`) compares with the render
+    at its start: the containers running were made from the files it replaces.
 
     Whatever stops it is recorded in the snapshot's status (a scrubbed reason: names, never
     file contents or values), so `reconcile snapshots` shows a rollback that did not finish."""
     disarm_stop()  # a stop now (SIGTERM, SIGINT) must not cut the rollback short
     emit("step", step="rollback", subject=sid, status="start", reason=scrub(reason, box.secrets))
     try:
-        hashes = hashes_or_empty(box)
+        hashes = original if original is not None else hashes_or_empty(box)
         chain = snapshot_chain(box, sid)
         meta, restored, removed, kept = restore_snapshot_files(box, sid, chain)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
@@ -2208,12 +2328,14 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
         # recreated moments ago under this lock); an operator's rollback gets the snapshot's
         # recorded names, which an operator may since have started by hand: ids only then.
         ours = (touched or []) if created is not None else []
-        gone = remove_containers(box, before, created or [], chain, ours, damaged)
+        kept_names = [k["name"] for k in kept]
+        gone = remove_containers(box, before, created or [], chain, ours, damaged, kept_names)
         differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
         recreated = [s for s in order if s in before]  # one with no container before: none now
         for service in recreated:
             recreate(box, service, lanes.get(service))
+        started = start_stopped(box, before, chain)
         now = containers(box)
         # Unequal: a container whose config differs from the snapshot's, and one that is there
         # now but was not then, or was then but is not now (removed by the converge).
@@ -2233,6 +2355,7 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
             "kept": kept,
             "removed_containers": gone,
             "recreated": recreated,
+            "started": started,
             "config_equal": not unequal,
             "unequal": unequal,
         }
@@ -2247,21 +2370,26 @@ def rollback(box, sid, touched=None, created=None, reason="requested"):
     return result
 
 
-def remove_containers(box, before, created, chain, touched, damaged=False):
+def remove_containers(box, before, created, chain, touched, damaged=False, kept=()):
     """Containers that were not there at the snapshot and go with the rollback, by container
-    id (`docker rm -f`, as a converge's `removes` step), never by compose service name: once
-    the rollback removed the compose file that defined a service, compose no longer knows it
-    (`compose rm` of it did nothing and left the lane running).
+    id (`docker rm -f`), never by compose service name: once the rollback removed the compose
+    file that defined a service, compose no longer knows it (`compose rm` of it did nothing and
+    left the lane running).
 
-    Which ones, and why this keeps compose coherent with the files: (1) a service this very
-    converge created (`created`, as before); (2) a container no compose file renders any more
-    after the files came back (the file that defined it removed, a profile switched back)
-    that this converge recreated (`touched`, this run's, in memory) or whose id a converge
-    since the snapshot recorded as made (record_made), and that the snapshot did not have:
-    compose can neither see nor manage it. Never by a planned or recorded service name: an
-    operator may have started that service's container by hand since (it is left, and counts
-    as unequal, as is any container compose still renders). `damaged`: the snapshot's own
-    record of its containers is damaged, so which were there then is not known: only (1)."""
+    Which ones: (1) a service this very converge created (`created`, in memory); (2) a
+    container whose id a converge since the snapshot recorded making (record_made: the
+    snapshot's `made`, written as each container is made, the gateway's too) and that the
+    snapshot did not have, whether compose still renders it or not: a rollback after the
+    converge's process ended (the controller's, after a failed verification) removes what
+    the converge created as its own rollback would; except, when the rollback `kept` a file
+    (an operator's edit, remove_created), one compose still renders: that file may define
+    it, and is the operator's (the container is left, unequal); (3) a container no compose
+    file renders any more after the files came back that this converge recreated (`touched`,
+    this run's) and the snapshot did not have: compose can neither see nor manage it. Never by
+    a planned or recorded service name alone: an operator may have started that service's
+    container by hand since (it is left, and counts as unequal). `damaged`: the snapshot's own
+    record of its containers is damaged, so which were there then is not known: only (1), and
+    a container its own converge recorded both creating (`created`) and making (its id)."""
     now = containers(box)
     made = set()  # type: set
     for _, later in chain:
@@ -2270,29 +2398,80 @@ def remove_containers(box, before, created, chain, touched, damaged=False):
             if isinstance(ids, list):  # a damaged entry proves no container a converge's
                 made.update(i for i in ids if isinstance(i, str) and i)
     then = {(c or {}).get("id") for c in before.values() if isinstance(c, dict)}
+    own_created = set(service_names(chain[0][1].get("created")))
     gone = [s for s in created if s not in before and s in now]
+    proved = [
+        s
+        for s in sorted(now)
+        if s not in before
+        and s not in gone
+        and now[s].get("Id") in made
+        and (
+            (not damaged and str(now[s].get("Id", ""))[:12] not in then)
+            or (damaged and s in own_created)
+        )
+    ]
+    if proved and kept:
+        rendered = rendered_or_all(box, proved)
+        left = [s for s in proved if s in rendered]
+        if left:
+            emit(
+                "note",
+                message="kept %s: compose still renders it from the files kept (%s)"
+                % (", ".join(left), ", ".join(kept)),
+            )
+        proved = [s for s in proved if s not in rendered]
+    gone += proved
     extra = [
         s
         for s in sorted(now)
         if not damaged
         and s not in before
         and s not in gone
-        and (s in touched or now[s].get("Id") in made)
+        and s in touched
         and str(now[s].get("Id", ""))[:12] not in then
     ]
     if extra:
-        try:
-            rendered = config_hashes(box)
-        except Failed as exc:
-            # Not knowing what compose renders, nothing more is removed: it counts as unequal.
-            emit("note", message="kept %s: %s" % (", ".join(extra), reason_of(exc, box.secrets)))
-            rendered = dict.fromkeys(extra, "")
+        rendered = rendered_or_all(box, extra)
         gone += [s for s in extra if s not in rendered]
     for service in gone:
         emit("step", step="remove", subject=service, status="start")
         box.must(["docker", "rm", "-f", now[service]["Id"]], "remove " + service)
         emit("step", step="remove", subject=service, status="done")
     return gone
+
+
+def rendered_or_all(box, services):
+    """The services compose renders now; when that cannot be known, all of `services` (so
+    nothing more is removed: they count as unequal), said in a note."""
+    try:
+        return config_hashes(box)
+    except Failed as exc:
+        emit("note", message="kept %s: %s" % (", ".join(services), reason_of(exc, box.secrets)))
+        return dict.fromkeys(services, "")
+
+
+def start_stopped(box, before, chain):
+    """The strays a converge since the snapshot stopped (stop_stray's `stopped` record) and
+    that are still there, stopped: started again, as they ran at the snapshot. Only the very
+    container the snapshot had (its recorded id) and the record names, never another of that
+    service. Returns the services started."""
+    now = containers(box)
+    then = {s: (c or {}).get("id") for s, c in before.items() if isinstance(c, dict)}
+    started = []
+    for _, later in chain:
+        record = later.get("stopped")
+        for service, cid in sorted(record.items()) if isinstance(record, dict) else ():
+            found = now.get(service) or {}
+            if not isinstance(cid, str) or not cid or found.get("Id") != cid:
+                continue  # removed since, or another container now: nothing of ours to start
+            if then.get(service) != cid[:12] or (found.get("State") or {}).get("Running"):
+                continue
+            emit("step", step="start", subject=service, status="start")
+            box.must(["docker", "start", cid], "start " + service)
+            emit("step", step="start", subject=service, status="done")
+            started.append(service)
+    return started
 
 
 def mark_good(box, sid):
@@ -2349,6 +2528,7 @@ def run_action(box, payload):
         if action == "converge":
             return converge(box, lock)
         lock.acquire(payload["holder"])
+        announce_start(action)  # as a converge: nothing is done for a controller gone
         sweep_temp_files(box)
         if action == "mark-good":
             return mark_good(box, payload.get("snapshot"))
@@ -2394,6 +2574,7 @@ def main():
     stops = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, on_stop) for sig in stops}
     _STOP["armed"] = True
+    _STDOUT_OK[0] = True  # this run's output (a loaded program runs main() more than once)
     try:
         return run_main()
     finally:
