@@ -96,6 +96,27 @@ def control_variable(name: str) -> bool:
     return name.startswith(CONTROL_PREFIX) or name in CONTROL_NAMES
 
 
+# Of those, the ones that send compose elsewhere, or make it remove containers, when `.env` sets
+# them (compose reads `.env` for its own options too): another project, other files or
+# profiles, another engine. A desired `env:` pin of one is refused (desired/checks.py); a
+# tuning knob (COMPOSE_PARALLEL_LIMIT, COMPOSE_HTTP_TIMEOUT, COMPOSE_ANSI, ...) moves nothing
+# and may be pinned. A login shell exporting any of the floor above is still reported.
+REDIRECTING = CONTROL_NAMES | {
+    "COMPOSE_PROJECT_NAME",
+    "COMPOSE_FILE",
+    "COMPOSE_PROFILES",
+    "COMPOSE_PATH_SEPARATOR",
+    "COMPOSE_ENV_FILES",
+    "COMPOSE_REMOVE_ORPHANS",  # `up` would remove containers a rollback may need (strays)
+    "COMPOSE_IGNORE_ORPHANS",
+}
+
+
+def redirecting_variable(name: str) -> bool:
+    """A variable that, set in `.env`, moves compose off the deployment (REDIRECTING)."""
+    return name in REDIRECTING
+
+
 # Remembered per name and policy (bounded: a box chooses its exports): a fleet's login shells
 # export the same few names under one policy, and every pattern is an fnmatch call.
 @functools.lru_cache(maxsize=1024)

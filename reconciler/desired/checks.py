@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from reconciler.compare.shell import control_variable
+from reconciler.compare.shell import redirecting_variable
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry
 from reconciler.desired.envfile import left_out_image_problems
@@ -264,17 +264,18 @@ def _compose_project(box: BoxSpec) -> Iterator[Finding]:
 
 
 def _control_pins(box: BoxSpec) -> Iterator[Finding]:
-    """No `env:` pin sets a variable compose or docker reads itself (compare/shell.py's floor:
-    COMPOSE_*, DOCKER_HOST, ...): in `.env` it would move every `docker compose` in the directory
-    to another project, other files or another engine. What the fleet needs of them it derives
-    (COMPOSE_FILE, COMPOSE_PROFILES). A null pin writes nothing and removes a stray line."""
+    """No `env:` pin sets a variable that moves compose off the deployment (compare/shell.py
+    REDIRECTING: the project, its files and profiles, the engine, orphans removed): in `.env` it
+    would move every `docker compose` in the directory. What the fleet needs of them it derives
+    (COMPOSE_FILE, COMPOSE_PROFILES). A tuning knob (COMPOSE_PARALLEL_LIMIT) may be pinned. A
+    null pin writes nothing and removes a stray line."""
     for path, key, value in _env_maps(box):
-        if value is not None and control_variable(key):
+        if value is not None and redirecting_variable(key):
             yield (
                 path,
                 f"{key} is read by compose or docker itself: in .env it would move compose to "
-                "another project, other files or another engine (the fleet derives COMPOSE_FILE "
-                "and COMPOSE_PROFILES; null leaves the key out)",
+                "another project, other files or another engine, or remove containers (the "
+                "fleet derives COMPOSE_FILE and COMPOSE_PROFILES; null leaves the key out)",
             )
 
 
@@ -290,7 +291,7 @@ def _env_keys(entries: list[EnvEntry]) -> Iterator[Finding]:
         blamed = pins or group[1:]
         keeper = next((e for e in group if e not in blamed), group[0])
         for entry in blamed:
-            if entry.value is not None and _is_pin(entry.origin) and control_variable(key):
+            if entry.value is not None and _is_pin(entry.origin) and redirecting_variable(key):
                 continue  # _control_pins says why, at the same line
             if entry is not keeper:
                 yield _origin_path(entry.origin), f"{key} is already set by {keeper.origin}"

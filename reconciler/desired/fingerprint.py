@@ -61,7 +61,27 @@ def layer_listing(root: Path) -> list[str]:
         names = os.listdir(root / "group_vars")
     except OSError:
         return []  # no group_vars/: the loader says so, the listing is empty
-    return sorted(n for n in names if not n.startswith("."))
+    return sorted(n for n in names if not ignored_entry(n))
+
+
+# What group_vars/ may hold besides layers, never read and never an error: hidden entries (an
+# editor's swap file, .gitkeep), an editor's or a merge's leftovers (`thor.yaml~`, `#all.yaml#`,
+# `.orig`, `.rej`, `.bak`, a package manager's `.dpkg-old`/`.rpmnew`) and notes (`README`,
+# `*.md`). Anything else that is not a layer (a directory, `x.YAML`, `x.txt`) is an error: it
+# is most likely a layer its author expected to apply (load.py `_load_group_vars`).
+_LEFTOVER_SUFFIXES = (".orig", ".rej", ".bak", ".md", ".rpmnew", ".rpmsave")
+
+
+def ignored_entry(name: str) -> bool:
+    """An entry of group_vars/ the loader neither reads nor refuses (_LEFTOVER_SUFFIXES)."""
+    return (
+        name.startswith(".")
+        or name.endswith("~")
+        or (name.startswith("#") and name.endswith("#"))
+        or name.endswith(_LEFTOVER_SUFFIXES)
+        or ".dpkg-" in name
+        or name.split(".", 1)[0] == "README"
+    )
 
 
 def entry_name(kind: str, root: Path, inventory: Path) -> Path:

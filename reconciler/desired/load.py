@@ -16,7 +16,7 @@ from reconciler.desired.checks import check_box, check_fleet
 from reconciler.desired.envfile import MeshSeeds, desired_env
 from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
-from reconciler.desired.fingerprint import InputsRead, layer_listing
+from reconciler.desired.fingerprint import InputsRead, ignored_entry, layer_listing
 from reconciler.desired.fleet import DerivedEnvs, Fleet
 from reconciler.desired.locate import inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
@@ -362,11 +362,12 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
 
 
 def _entries(root: Path, folder: Path, problems: list[Problem]) -> list[tuple[Path, bool]]:
-    """Every entry of group_vars/ but a hidden one (an editor's swap file, .gitkeep), sorted,
-    with whether it is a directory (or a symlink to one)."""
+    """Every entry of group_vars/ but one it may hold besides layers (a hidden one, an editor's
+    backup, notes: fingerprint.ignored_entry), sorted, with whether it is a directory (or a
+    symlink to one)."""
     try:
         with os.scandir(folder) as found:
-            entries = [(Path(e.path), _is_dir(e)) for e in found if not e.name.startswith(".")]
+            entries = [(Path(e.path), _is_dir(e)) for e in found if not ignored_entry(e.name)]
     except (FileNotFoundError, NotADirectoryError):
         return []  # no layers at all: every box then misses what all.yaml would set
     except OSError as exc:

@@ -60,16 +60,18 @@ class BoxView:
         desired/types.check_env_value): a value the box holds that no quoting reads back (both
         ' and $, a control character) is left out, said here, so one such pin costs its key,
         never the whole import (the adopted state would not validate)."""
-        from reconciler.compare.shell import control_variable
+        from reconciler.compare.shell import redirecting_variable
         from reconciler.desired.types import check_env_value
 
-        if control_variable(key):
-            # The loader refuses an `env:` pin of a variable compose or docker reads itself
-            # (desired/checks.py `_control_pins`): adopting it would refuse the whole import.
+        if redirecting_variable(key):
+            # The loader refuses an `env:` pin of a variable that moves compose off the
+            # deployment (desired/checks.py `_control_pins`): adopting it would refuse the
+            # whole import.
             self.note(
                 f"{key} is left out of the adopted state: compose or docker reads it itself "
-                "(another project, other files or another engine for every `docker compose` "
-                "there), so a desired state does not pin it; it stays as the box has it"
+                "(another project, other files, another engine or orphans removed for every "
+                "`docker compose` there), so a desired state does not pin it; it stays as the "
+                "box has it"
             )
             return False
         try:

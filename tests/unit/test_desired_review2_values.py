@@ -149,8 +149,8 @@ def test_the_loader_accepts_exactly_what_compose_reads_back_from_the_box_quoting
 # -- 2. the compose project is pinned: no control variable in env:, project = directory's ----
 CONTROL = (
     "{key} is read by compose or docker itself: in .env it would move compose to another "
-    "project, other files or another engine (the fleet derives COMPOSE_FILE and "
-    "COMPOSE_PROFILES; null leaves the key out)"
+    "project, other files or another engine, or remove containers (the fleet derives "
+    "COMPOSE_FILE and COMPOSE_PROFILES; null leaves the key out)"
 )
 
 
@@ -162,6 +162,7 @@ CONTROL = (
         "COMPOSE_PATH_SEPARATOR",
         "DOCKER_HOST",
         "DOCKER_CONTEXT",
+        "COMPOSE_REMOVE_ORPHANS",
     ],
 )
 def test_an_env_pin_of_a_compose_or_docker_variable_is_refused(tmp_path: Path, key: str) -> None:
@@ -182,8 +183,20 @@ def test_a_lane_env_pin_of_one_is_refused_and_a_null_pin_is_not(tmp_path: Path) 
     )
 
 
-def test_the_control_variables_are_the_shell_leak_floor_itself() -> None:
-    assert checks.control_variable is shell.control_variable
+def test_the_refused_pins_are_within_the_shell_leak_floor() -> None:
+    """One list (compare/shell.py): every variable a pin may not set is one a login shell may
+    not export either."""
+    assert checks.redirecting_variable is shell.redirecting_variable
+    assert all(shell.control_variable(name) for name in shell.REDIRECTING)
+
+
+def test_a_compose_tuning_knob_may_be_pinned(tmp_path: Path) -> None:
+    """COMPOSE_PARALLEL_LIMIT or COMPOSE_HTTP_TIMEOUT move nothing: refusing them cost an
+    operator a real setting for no safety."""
+    knobs = "env:\n  COMPOSE_PARALLEL_LIMIT: '1'\n  COMPOSE_HTTP_TIMEOUT: '300'\n"
+    fleet = load_fleet(_fleet(tmp_path, ("group_vars/all.yaml", None, knobs)))
+    box = next(iter(fleet.boxes.values()))
+    assert box.env["COMPOSE_PARALLEL_LIMIT"] == "1"
 
 
 PROJECT = (

@@ -42,3 +42,37 @@ def test_a_yaml_directive_is_named_at_its_line(repo: Path) -> None:
     with pytest.raises(DesiredStateError) as caught:
         load_fleet(repo)
     assert [str(p.location) for p in caught.value.problems] == ["group_vars/gpu.yaml:1:1"]
+
+
+@pytest.mark.parametrize(
+    "leftover",
+    [
+        "thor.yaml~",
+        "#all.yaml#",
+        "gpu.yaml.orig",
+        "gpu.yaml.rej",
+        "all.yaml.bak",
+        "README",
+        "README.md",
+        "notes.md",
+        "all.yaml.dpkg-old",
+        "all.yaml.rpmnew",
+    ],
+)
+def test_an_editors_or_a_merges_leftover_is_neither_read_nor_refused(
+    repo: Path, leftover: str
+) -> None:
+    """Refusing them stopped every command (validate, drift, apply, pyinfra) over a backup file
+    an editor left behind; they hold no layer, so they change no state and no cache either."""
+    before = layer_listing(repo)
+    (repo / "group_vars" / leftover).write_text("gatewya: not yaml a layer would take\n")
+    assert len(load_fleet(repo).boxes) == 3
+    assert layer_listing(repo) == before
+
+
+@pytest.mark.parametrize("misnamed", ["spark.YAML", "spark.yaml.txt", "thor.json"])
+def test_a_misnamed_layer_is_still_refused(repo: Path, misnamed: str) -> None:
+    (repo / "group_vars" / misnamed).write_text("gateway:\n  port: 8000\n")
+    with pytest.raises(DesiredStateError) as caught:
+        load_fleet(repo)
+    assert any(misnamed in str(p) for p in caught.value.problems)
