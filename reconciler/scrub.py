@@ -60,7 +60,12 @@ _CREDENTIAL = (
 # goes, `Authorization: Bearer ***`, `X-Api-Key: ***`, `Bearer ***` (`mask_credentials`).
 _HEADER_VALUE = rf"(?i:\b({_HEADERS})([\"']?\s*[:=]\s*(?:(?:{_SCHEMES})\s+)?))(?!\*\*\*)"
 _SCHEME_VALUE = r"(?i:\b(bearer)(\s+))(?!\*\*\*)"  # `Basic` alone is a word of prose
-_CREDENTIAL_VALUE = r"([^\s\"',;)}]+)"
+# The value: quoted (all of it), or up to the next blank (`sk-abc;def` is one token: a `;` or
+# `,` inside it ends nothing); a scheme word is never the value (`Authorization: Bearer 'x'`
+# masks `'x'`, not `Bearer`). What closes around an unquoted value (`'... Bearer x'`, `x),`)
+# is kept (`_mask_credential`).
+_CLOSERS = "\"',;)}"
+_CREDENTIAL_VALUE = rf"(?!(?i:{_SCHEMES})(?:[\s{_CLOSERS}]|$))('[^']*'|\"[^\"]*\"|\S+)"
 # A line break, real or as repr() escapes it: what follows can be an injected header line.
 _BREAK = r"[\r\n]|\\r|\\n"
 # `NAME=value` first, then `NAME: value` (so `error: HF_TOKEN=x` reaches the HF_TOKEN). The
@@ -178,11 +183,34 @@ def mask_credentials(text: str) -> str:
     return text
 
 
+def flag_values(words: tuple[object, ...]) -> list[int]:
+    """Of command words (an argv), the index of each one that follows a flag named like a
+    secret (`'--api-key', 'x'`: two words, so `mask_credentials` of each one sees neither the
+    value after its flag nor the flag before its value): the values to mask."""
+    return [
+        i + 1
+        for i, flag in enumerate(words[:-1])
+        if type(flag) is str
+        and flag[:1] == "-"
+        and re.fullmatch(_FLAG_NAME, flag)
+        and _a_value(words[i + 1])
+    ]
+
+
+def _a_value(word: object) -> bool:
+    # `--token -v`: no value, the next word is a flag; `--api-key ***`: masked already.
+    return type(word) is str and word not in _STATE_WORDS and not word.startswith("-")
+
+
 def _mask_credential(match: re.Match[str]) -> str:
     name, sep, value = match.groups()
-    if value.lower() in _STATE_WORDS:
+    closing = ""
+    if value[0] not in "'\"":
+        kept = value.rstrip(_CLOSERS)
+        value, closing = kept, value[len(kept) :]
+    if not value or value.lower() in _STATE_WORDS:
         return match.group(0)  # `Authorization: missing`: prose
-    return f"{name}{sep}{MASK}"
+    return f"{name}{sep}{MASK}{closing}"
 
 
 def _may_name_a_secret(text: str) -> bool:

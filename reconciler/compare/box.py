@@ -67,7 +67,7 @@ def observation_errors(
         (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
     )
     errors += [BoxError(part, name, error) for part, name, error in sections if error]
-    errors += not_in_observation(doc)
+    errors += not_in_observation(doc, bool(exp.lanes))
     # A file the collector found but could not read (a FIFO `.env`, a directory, a symlink to
     # /dev/zero, not UTF-8): the parts that read it are missing or partial, and a converge
     # would meet the same file.
@@ -92,8 +92,9 @@ def observation_errors(
 NOT_IN_OBSERVATION = "not in this observation (a snapshot without it): {} not compared"
 
 
-def not_in_observation(doc: Observed) -> list[BoxError]:
-    """The sections of `doc` that were not observed at all, each with the checks it decides."""
+def not_in_observation(doc: Observed, lanes: bool = True) -> list[BoxError]:
+    """The sections of `doc` that were not observed at all, each with the checks it decides.
+    `lanes`: the box has lanes desired (without any, no lane probe decides anything)."""
     errors = []
     if doc.docker.containers is None and doc.docker.error is None:
         what = "containers, their images, ports and state"
@@ -107,6 +108,12 @@ def not_in_observation(doc: Observed) -> list[BoxError]:
     if not doc.login_shell.observed:
         what = "the login shell's exports"
         errors.append(BoxError(Part.LOGIN_SHELL, "login_shell", NOT_IN_OBSERVATION.format(what)))
+    if not doc.gateway.observed:
+        what = "the gateway's health, contract and unauthenticated models from the box"
+        errors.append(BoxError(Part.GATEWAY_PROBE, "gateway", NOT_IN_OBSERVATION.format(what)))
+    if lanes and not doc.lanes_observed:
+        what = "the lanes' served windows against the contract"
+        errors.append(BoxError(Part.GATEWAY_PROBE, "lanes", NOT_IN_OBSERVATION.format(what)))
     return errors
 
 

@@ -815,6 +815,7 @@ class GatewayProbes:
     capabilities: CapabilitiesProbe | None = None
     models_noauth: Probe | None = None
     error: str | None = None  # the probes themselves could not run
+    observed: bool = True  # False: a snapshot without the section (no probes known, no error)
 
 
 @document()
@@ -907,6 +908,8 @@ class Observed:
     docker: Docker
     gateway: GatewayProbes
     lanes: Mapping[str, LaneProbe]  # by compose service
+    # False: a snapshot without `lanes` (none known, no error; compare/box.py says so).
+    lanes_observed: bool = True
     render: Render  # compose config from the desired .env, scrubbed environment
     render_login: Render | None  # the same under the deploy user's login shell
     # The box's own .env rendered, when a snapshot asked and it differs from the desired one.
@@ -989,6 +992,7 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
     own = get(doc, "render_current", "", required=False)
     own_login = get(doc, "render_login_current", "", required=False)
     audit = get(doc, "audit", "", required=False)
+    lanes = get(doc, "lanes", "")
     return Observed(
         collector=version,
         user=_opt_text(get(doc, "user", ""), "user"),
@@ -1004,7 +1008,8 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         ),
         docker=_docker(r, get(doc, "docker", ""), "docker"),
         gateway=_gateway(r, get(doc, "gateway", ""), "gateway"),
-        lanes=_sections(r, get(doc, "lanes", ""), "lanes", _lane_probe),
+        lanes=_sections(r, lanes, "lanes", _lane_probe),
+        lanes_observed=lanes is not None,
         render=_render(r, get(doc, "render", ""), "render"),
         render_login=None if render_login is None else _render(r, render_login, "render_login"),
         render_current=None if own is None else _render(r, own, "render_current"),
@@ -1405,7 +1410,9 @@ def _lane_probe(raw: Any, path: str) -> LaneProbe:
 
 
 def _gateway(r: _Reader, raw: Any, path: str) -> GatewayProbes:
-    obj = _obj(raw if raw is not None else {}, path)
+    if not _section(r, raw, path):
+        return GatewayProbes(observed=False)  # a snapshot without the section
+    obj = _obj(raw, path)
     error = _error(obj, path)
 
     def part(key: str, read: Callable[[Any, str], T]) -> T | None:

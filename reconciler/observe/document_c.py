@@ -292,6 +292,7 @@ def _observed(doc: _Collected) -> Observed:
         docker=_docker(doc.docker),
         gateway=_gateway(r, doc.gateway, "gateway"),
         lanes=_mapping(_or(doc.lanes, {}), "lanes", _lane_probe),
+        lanes_observed=doc.lanes is not None,
         render=render if render is not None else Render(None),
         render_login=read(doc.render_login),
         render_current=read(doc.render_current),

@@ -21,7 +21,7 @@ from enum import Enum
 
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value, comparable
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
-from reconciler.scrub import mask_assignments, mask_credentials, scrub_text
+from reconciler.scrub import flag_values, mask_assignments, mask_credentials, scrub_text
 
 MASK = "***"
 FREE_TEXT_LIMIT = 1000  # a finding's message may be long; an error is cut sooner by its maker
@@ -133,9 +133,23 @@ def _words(value: Value) -> Value:
             return value
         return _read(value) or value  # "": nothing to mask
     if type(value) is tuple:
-        words = tuple(_words(v) if type(v) is str else v for v in value)
-        return value if all(w is v for w, v in zip(words, value, strict=True)) else words
+        try:
+            words = _read_words(value)
+        except TypeError:  # an item that cannot be hashed: read without the cache
+            words = _masked_words(value)
+        return value if words is None else words
     return value
+
+
+def _masked_words(value: tuple[object, ...]) -> tuple[object, ...] | None:
+    """A tuple of words, each masked as a string is and each value of a secret flag given as
+    the next word (`'--api-key', 'x'`) masked too: None when there was nothing to mask."""
+    words = [_words(v) if type(v) is str else v for v in value]
+    for i in flag_values(value):
+        words[i] = MASK
+    if all(w is v for w, v in zip(words, value, strict=True)):
+        return None
+    return tuple(words)
 
 
 # Each distinct string read once (bounded: a box chooses its values), as its masked text or ""
@@ -148,6 +162,11 @@ def _read(text: str) -> str:
 
 
 when_patterns_change(_read.cache_clear)
+
+
+# The same for a tuple of words (a command line): a fleet's boxes share theirs.
+_read_words = functools.lru_cache(maxsize=4096)(_masked_words)
+when_patterns_change(_read_words.cache_clear)
 
 
 # Exact types that are neither a SecretValue nor a Mapping (a subclass still takes the checks).
