@@ -14,8 +14,9 @@ SCHEMA_ID = "fleet-reconciler/audit-report"
 # 2: each box's `observation` and `partial` (a box seen from the mesh side); 3: a `.env` line
 # and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
 # mesh's `not_in_run`; 4: `published.stray`, `stray_host_network`, `running` (containers
-# outside the compose project), lane_probes also asks extra gateway and stray ports.
-VERSION = 4
+# outside the compose project), lane_probes also asks extra gateway and stray ports; 5:
+# `stray[*].expected_by` and `expected_host_network` (audit.expected_containers).
+VERSION = 5
 
 Count = Annotated[int, Field(ge=0)]
 Severity = Literal["ok", "warn", "fail"]
@@ -141,6 +142,13 @@ class BindingDoc(_Doc):
     container_port: str
 
 
+class StrayBindingDoc(BindingDoc):
+    expected_by: str | None = Field(
+        description="the desired audit.expected_containers entry (name or pattern) declaring "
+        "this port: expected, no finding unless it answers as an open LLM API; null: a stray"
+    )
+
+
 class LaneProbeDoc(_Doc):
     container: str
     url: str
@@ -156,12 +164,16 @@ class PublishedDoc(_Doc):
         description="GET /v1/models without a key from the controller, at the box's own "
         "inventory address only: each published lane, extra gateway and stray port"
     )
-    stray: list[BindingDoc] = Field(
+    stray: list[StrayBindingDoc] = Field(
         description="ports published by running containers outside the compose project "
         "(service: their project/service, else their image)"
     )
     stray_host_network: list[str] = Field(
         description="running containers outside the compose project on the host network"
+    )
+    expected_host_network: list[str] = Field(
+        description="those of stray_host_network a desired audit.expected_containers entry "
+        "names: expected"
     )
     running: str | None = Field(
         description="why the box's other running containers are not (all) known; null: listed"
@@ -280,7 +292,7 @@ class AuditReportDoc(_Doc):
     """fleet-reconciler audit: who can call what on the mesh, and why."""
 
     schema_: Literal["fleet-reconciler/audit-report"] = Field(alias="schema")
-    version: Literal[4]
+    version: Literal[5]
     run_id: str
     generated_at: str = Field(json_schema_extra={"format": "date-time"})
     inventory: str

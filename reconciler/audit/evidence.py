@@ -24,7 +24,12 @@ from typing import Any, Literal
 
 from reconciler.compare.containers import service_containers
 from reconciler.desired import roles
-from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
+from reconciler.desired.models import (
+    BoxFileSecret,
+    BoxSpec,
+    ControllerEnvSecret,
+    ExpectedContainer,
+)
 from reconciler.desired.types import url_host
 from reconciler.observe import document as seen
 from reconciler.observe.document import (
@@ -138,6 +143,9 @@ class Binding:
     host_ip: str  # "" = every interface
     host_port: str
     container_port: str
+    # A stray's port that a desired `audit.expected_containers` entry declares: that entry's
+    # name (or pattern). None: not declared (or not a stray).
+    expected_by: str | None = None
 
     @property
     def address(self) -> str:
@@ -188,6 +196,12 @@ class Published:
     stray: tuple[Binding, ...] = ()
     stray_host_network: tuple[str, ...] = ()
     running: str | None = None
+    # Stray containers a desired `audit.expected_containers` entry names (container -> that
+    # entry's name or pattern), whatever its ports; a declared host-network one is expected.
+    declared: Mapping[str, str] = field(default_factory=dict)
+    # Stray containers whose image looks like an LLM server (vLLM and its kin, or one of the
+    # box's own desired images): one that cannot be asked is never taken as harmless.
+    llm_like: frozenset[str] = frozenset()
 
     def probe_of(self, b: Binding) -> LaneProbe | None:
         """The controller's request to `b` (one per container and host port), if one was sent."""
@@ -406,7 +420,7 @@ def box_evidence(
         ),
         keyed=_keyed(audit.models_key),
         mesh_keyed=_keyed(audit.models_mesh_key),
-        published=_published(doc, audit, on_box, gateway.name if gateway else None),
+        published=_published(doc, audit, on_box, box),
         mesh_name=_plain(gateway.env.get("LOBES_MESH_NAME") if gateway else None),
         mesh_detect=_mesh_detect(on_box.mesh_detect),
         proxied=_proxied(controller.capabilities, doc.gateway.capabilities),
@@ -641,7 +655,7 @@ def gateway_container(doc: Observed) -> Container | None:
 
 
 def _published(
-    doc: Observed, audit: AuditSection, on_box: ControllerAudit, gateway_name: str | None
+    doc: Observed, audit: AuditSection, on_box: ControllerAudit, box: BoxSpec
 ) -> Published:
     gateway: list[Binding] = []
     lanes: list[Binding] = []
@@ -658,6 +672,10 @@ def _published(
     lane_probes = tuple(LaneProbe(p.container, p.url, p.status, p.error) for p in on_box.lane_ports)
     stray: list[Binding] = []
     stray_host: list[str] = []
+    declared: dict[str, str] = {}
+    llm_like: set[str] = set()
+    expected = box.audit.expected_containers
+    own_images = _repositories(box)
     running = audit.running
     why = None
     if running is None:
@@ -671,9 +689,21 @@ def _published(
                 continue  # the project's own: judged above (lanes, the gateway and its copies)
             if r.host_network:
                 stray_host.append(r.name)
+            named = [e for e in expected if fnmatch.fnmatchcase(r.name, e.name)]
+            if named:
+                declared[r.name] = named[0].name
+            if r.image and _llm_image(r.image, own_images):
+                llm_like.add(r.name)
             label = r.project and f"{r.project}/{r.service or '?'}"
             stray += [
-                Binding(r.name, label or r.image, b.host_ip, b.host_port, port)
+                Binding(
+                    r.name,
+                    label or r.image,
+                    b.host_ip,
+                    b.host_port,
+                    port,
+                    expected_by=_declaring(named, b.host_port),
+                )
                 for port, binds in sorted(r.ports.items())
                 for b in binds
             ]
@@ -687,7 +717,53 @@ def _published(
         stray=tuple(stray),
         stray_host_network=tuple(sorted(stray_host)),
         running=why,
+        declared=declared,
+        llm_like=frozenset(llm_like),
     )
+
+
+def _declaring(named: list[ExpectedContainer], host_port: str) -> str | None:
+    """The first entry naming the container that allows `host_port` (no `ports`: any)."""
+    for e in named:
+        if e.ports is None or (host_port.isdigit() and int(host_port) in e.ports):
+            return e.name
+    return None
+
+
+# Image names of servers that answer an OpenAI-style API (GET /v1/models): vLLM and its kin.
+LLM_IMAGE_MARKERS = (
+    "vllm",
+    "sglang",
+    "text-generation-inference",
+    "ollama",
+    "llama.cpp",
+    "llama-cpp",
+    "llama-server",
+    "tensorrt-llm",
+    "tensorrt_llm",
+    "lmdeploy",
+    "localai",
+)
+
+
+def _repository(image: str) -> str:
+    """`host:5000/vllm/vllm-openai:tag@sha256:...` -> `host:5000/vllm/vllm-openai`."""
+    name = image.partition("@")[0]
+    head, _, last = name.rpartition("/")
+    last = last.partition(":")[0]
+    return f"{head}/{last}" if head else last
+
+
+def _repositories(box: BoxSpec) -> frozenset[str]:
+    """The repositories of the box's own desired images (its lanes' and the gateway's)."""
+    refs = [box.image_ref(lane.image) for lane in box.lanes.values()]
+    refs.append(box.image_ref(box.gateway.image))
+    return frozenset(_repository(r) for r in refs)
+
+
+def _llm_image(image: str, own: frozenset[str]) -> bool:
+    lowered = image.lower()
+    return any(m in lowered for m in LLM_IMAGE_MARKERS) or _repository(image) in own
 
 
 def _mesh_detect(probe: MeshDetectProbe | None) -> bool | None:

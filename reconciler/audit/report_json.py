@@ -32,8 +32,9 @@ SCHEMA_ID = "fleet-reconciler/audit-report"
 # 2: each box's `observation` and `partial` (a box seen from the mesh side); 3: a `.env` line
 # and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
 # mesh's `not_in_run`; 4: `published.stray`, `stray_host_network`, `running` (containers
-# outside the compose project), lane_probes also asks extra gateway and stray ports.
-VERSION = 4
+# outside the compose project), lane_probes also asks extra gateway and stray ports; 5:
+# `stray[*].expected_by` and `expected_host_network` (audit.expected_containers).
+VERSION = 5
 
 
 def render_json(report: AuditReport) -> str:
@@ -170,10 +171,18 @@ def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
             ],
             # a container outside the project: its name and image are the box's own words
             "stray": [
-                {**_binding(b), "container": said(b.container), "service": said(b.service)}
+                {
+                    **_binding(b),
+                    "container": said(b.container),
+                    "service": said(b.service),
+                    "expected_by": b.expected_by,  # the desired state's own pattern
+                }
                 for b in (pub.stray if pub else ())
             ],
             "stray_host_network": list(pub.stray_host_network) if pub else [],
+            "expected_host_network": (
+                [n for n in pub.stray_host_network if n in pub.declared] if pub else []
+            ),
             "running": said(pub.running) if pub and pub.running else None,
         },
         "keys": {name: _key_use(u) for name, u in key_use(row, rows).items()},

@@ -229,8 +229,13 @@ def _published(row: BoxEvidence) -> str:
     lines = [f"gw {b.address}" for b in pub.gateway] or ["gw none"]
     lines += [f"LANE {b.service or b.container} {b.address}" for b in pub.lanes]
     lines += [f"HOST-NET {name}" for name in pub.host_network]
-    lines += [f"STRAY {b.container} {b.address}" for b in pub.stray]
-    lines += [f"STRAY HOST-NET {name}" for name in pub.stray_host_network]
+    lines += [
+        f"{'expected' if b.expected_by else 'STRAY'} {b.container} {b.address}" for b in pub.stray
+    ]
+    lines += [
+        f"{'expected' if name in pub.declared else 'STRAY'} HOST-NET {name}"
+        for name in pub.stray_host_network
+    ]
     return "\n".join(lines)
 
 

@@ -37,7 +37,10 @@ Codes (stable, in the JSON report):
                               answers the mesh side (or runs on the host network)
   publish.stray               a running container outside the compose project publishes a
                               host port or runs on the host network (reachable around the
-                              gateway; asked without a key at the box's own address only)
+                              gateway; asked without a key at the box's own address only):
+                              fail when it answers GET /v1/models without a key (2xx), declared
+                              or not, or is undeclared with an LLM server's image and no answer;
+                              else a warning, none when audit.expected_containers declares it
   mesh.member                 mesh membership differs from the desired state
   mesh.member-loopback        desired a mesh member with a loopback gateway.bind: no other
                               member can reach it
@@ -351,21 +354,82 @@ def _published(row: BoxEvidence) -> Iterator[Finding]:
                 f"{name} runs on the host network: every port it opens is on the box",
             )
     for b in pub.stray:
+        yield from _stray(pub, b)
+    for name in pub.stray_host_network:
+        if name in pub.declared:
+            continue  # expected (audit.expected_containers): listed, no finding
+        llm = name in pub.llm_like
         yield Finding(
             "publish.stray",
-            Severity.WARN if b.loopback else Severity.FAIL,
-            f"{b.container} ({b.service or 'no image'}), outside the compose project, publishes "
-            f"{b.address}->{b.container_port} on the host: callers reach it around the "
-            f"gateway{_asked(pub, b)}",
+            Severity.FAIL if llm else Severity.WARN,
+            f"{name}, outside the compose project, runs on the host network: every port it "
+            "opens is on the box, around the gateway (its ports are unknown: not probed)"
+            + (
+                "; its image is an LLM server's"
+                if llm
+                else f"; if intended, declare it under audit.expected_containers "
+                f"(name: {name}) in group_vars"
+            ),
         )
-    for name in pub.stray_host_network:
+    yield from _gateway_published(row, pub)
+
+
+def _stray(pub: Published, b: Binding) -> Iterator[Finding]:
+    """A port published by a container outside the project. Declared (audit.expected_containers,
+    this port included): no finding, unless it answers GET /v1/models without a key (2xx), an
+    open LLM API, which fails whatever is declared. Undeclared: fails when it answers so, or
+    when its image is an LLM server's and no answer says otherwise; else a warning."""
+    where = (
+        f"{b.container} ({b.service or 'no image'}), outside the compose project, publishes "
+        f"{b.address}->{b.container_port} on the host"
+    )
+    if _answers_as_llm_api(pub, b):
+        declared = (
+            f"; declared under audit.expected_containers ({b.expected_by}), but an LLM API "
+            "anyone can call is never expected"
+            if b.expected_by
+            else ""
+        )
         yield Finding(
             "publish.stray",
             Severity.FAIL,
-            f"{name}, outside the compose project, runs on the host network: every port it "
-            "opens is on the box, around the gateway (its ports are unknown: not probed)",
+            f"{where}: it answers as an LLM API without a key, around the gateway"
+            f"{_asked(pub, b)}{declared}",
         )
-    yield from _gateway_published(row, pub)
+        return
+    if b.expected_by is not None:
+        return  # expected: listed as such in the report
+    probe = pub.probe_of(b)
+    unanswered = probe is None or probe.status is None
+    if b.container in pub.llm_like and unanswered and not b.loopback:
+        yield Finding(
+            "publish.stray",
+            Severity.FAIL,
+            f"{where}: its image is an LLM server's, reachable around the gateway{_asked(pub, b)}",
+        )
+        return
+    if b.container in pub.declared:
+        hint = (
+            f"{b.container} is declared under audit.expected_containers "
+            f"({pub.declared[b.container]}) without port {b.host_port}: add it to that "
+            "entry's ports if intended"
+        )
+    else:
+        hint = (
+            f"if intended, declare it under audit.expected_containers (name: {b.container}, "
+            f"ports: [{b.host_port}]) in group_vars"
+        )
+    yield Finding(
+        "publish.stray",
+        Severity.WARN,
+        f"{where}: callers reach it around the gateway{_asked(pub, b)}; {hint}",
+    )
+
+
+def _answers_as_llm_api(pub: Published, b: Binding) -> bool:
+    """The controller's GET /v1/models without a key got a 2xx: an OpenAI-style API, open."""
+    probe = pub.probe_of(b)
+    return probe is not None and probe.status is not None and 200 <= probe.status < 300
 
 
 def _asked(pub: Published, b: Binding) -> str:
@@ -541,10 +605,25 @@ def _box_reasons(row: BoxEvidence) -> list[str]:
     inbound = row.inbound
     if inbound is not None:
         out.append(f"the gateway's {inbound.name}: {phrases.carried(inbound)}")
+    expected = _expected(row.published) if row.published is not None else []
+    if expected:
+        out.append(f"expected (audit.expected_containers): {', '.join(expected)}")
     if row.published is not None and row.published.running is not None:
         # Containers outside the project were not (all) seen: none published is not proven.
         out.append(f"other running containers: {row.published.running}")
     return out
+
+
+def _expected(pub: Published) -> list[str]:
+    """The containers outside the project that the desired state declares, and where."""
+    out: dict[str, list[str]] = {}
+    for b in pub.stray:
+        if b.expected_by is not None:
+            out.setdefault(b.container, []).append(b.address)
+    for name in pub.stray_host_network:
+        if name in pub.declared:
+            out.setdefault(name, []).append("host network")
+    return [f"{name} ({', '.join(where)})" for name, where in out.items()]
 
 
 # -- the mesh ------------------------------------------------------------------------------------

@@ -253,6 +253,47 @@ class MemoryPolicy(Strict):
     mem_available_floor_gib: Annotated[float, Field(ge=0, le=MAX_FLOOR_GIB)]
 
 
+# A container name (Docker's [a-zA-Z0-9][a-zA-Z0-9_.-]*) or an fnmatch pattern of one (`*`,
+# `?`, `[...]`, `[!...]`): nothing else, so no space, quote, `;` or `/` ever reaches a report.
+def _names_something(pattern: str) -> str:
+    if not re.search(r"[A-Za-z0-9]", re.sub(r"\[[^\]]*\]?", "", pattern)):
+        raise ValueError(
+            f"{pattern!r} names no container (a pattern of wildcards only would expect every one)"
+        )
+    return pattern
+
+
+ContainerPattern = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9*?\[][A-Za-z0-9_.*?\[\]!-]{0,127}$"),
+    AfterValidator(_names_something),
+]
+HostPort = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ExpectedContainer(Strict):
+    """A container outside the compose project that may run on the box (an exporter)."""
+
+    name: ContainerPattern = Field(
+        description="its container name, or an fnmatch pattern of one (*, ?, [...])"
+    )
+    ports: tuple[HostPort, ...] | None = Field(
+        default=None,
+        description="the host ports it may publish (any other is a stray); omitted: any; []: none",
+    )
+
+
+class AuditPolicy(Strict):
+    """What `reconcile audit` accepts beside the compose project. An expected container's
+    port that answers GET /v1/models without a key (2xx) fails whatever is declared."""
+
+    expected_containers: tuple[ExpectedContainer, ...] = Field(
+        default=(),
+        description="containers outside the compose project that may run (host network "
+        "included) and publish their declared ports: listed as expected, not as strays",
+    )
+
+
 class BoxSpec(Strict):
     """The merged desired state of one box: group_vars all -> groups -> box."""
 
@@ -280,6 +321,7 @@ class BoxSpec(Strict):
     )
     lanes: dict[Name, LaneSpec] = Field(default_factory=dict)
     contract: dict[Role, RoleContract] = Field(default_factory=dict)
+    audit: AuditPolicy = Field(default_factory=AuditPolicy)
 
     def image_ref(self, image: str) -> str:
         """Resolve a catalog name (or pass a literal reference through)."""

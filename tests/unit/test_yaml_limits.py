@@ -136,7 +136,7 @@ CASES: list[tuple[str, Callable[[Path], None], list[str]]] = [
         "yes_is_a_string_key",  # YAML 1.2: `yes` is text, so it is only an unknown key
         _write(DGX, "yes: 1\n"),
         [
-            f"{DGX}:1:1: yes: unknown key (valid keys: contract, deployment, env, gateway, "
+            f"{DGX}:1:1: yes: unknown key (valid keys: audit, contract, deployment, env, gateway, "
             "gpu_memory_budget, images, lanes, lobes, login_shell, memory, mesh, name, "
             "secret_patterns, secrets)"
         ],
