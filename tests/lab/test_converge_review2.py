@@ -24,15 +24,14 @@ from typing import Any
 import pytest
 
 from reconciler.apply import boxcall, engine
-from reconciler.apply.payload import base_payload, verify_spec
 from reconciler.desired.load import load_fleet
 from tests.lab.test_rollback_created_files import (  # noqa: F401 (the fixture `thor`)
     BOX,
     ROOT,
     container_ids,
-    exp,
     listing,
     lobes,
+    quiet_payload,
     sh,
     thor,
 )
@@ -62,24 +61,7 @@ WRAPPER = textwrap.dedent(
 
 
 def payload(**fields: Any) -> dict[str, Any]:
-    fleet = load_fleet(ROOT, "lab")
-    p = base_payload(exp(), fleet.boxes[BOX], "converge", "test (review 2)")
-    p.update(
-        titles=["test"],
-        fingerprint={"files": {}, "containers": None},
-        managed_env={},
-        box_secrets={},
-        env_keys=[],
-        restore=[],
-        pulls=[],
-        services=[],
-        removes=[],
-        images={},
-        verify=verify_spec(exp()),
-        keep=1000,  # never prunes a snapshot another test left
-    )
-    p.update(fields)
-    return p
+    return quiet_payload("test (review 2)", **fields)
 
 
 def call(p: dict[str, Any]) -> boxcall.BoxCall:

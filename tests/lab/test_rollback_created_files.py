@@ -101,11 +101,10 @@ def exp() -> Any:
     return expectations(load_fleet(ROOT, "lab"), [BOX])[BOX]
 
 
-def converge(**fields: Any) -> dict[str, Any]:
-    """One converge of thor by the box program, with `fields` over a payload that changes
-    nothing; its result (which names its snapshot)."""
+def quiet_payload(who: str, **fields: Any) -> dict[str, Any]:
+    """A converge payload for thor that changes nothing, with `fields` over it."""
     fleet = load_fleet(ROOT, "lab")
-    payload = base_payload(exp(), fleet.boxes[BOX], "converge", "test (created files)")
+    payload = base_payload(exp(), fleet.boxes[BOX], "converge", who)
     payload.update(
         titles=["test"],
         fingerprint={"files": {}, "containers": None},
@@ -121,6 +120,14 @@ def converge(**fields: Any) -> dict[str, Any]:
         keep=1000,  # never prunes a snapshot another test left
     )
     payload.update(fields)
+    return payload
+
+
+def converge(**fields: Any) -> dict[str, Any]:
+    """One converge of thor by the box program, with `fields` over a payload that changes
+    nothing; its result (which names its snapshot)."""
+    fleet = load_fleet(ROOT, "lab")
+    payload = quiet_payload("test (created files)", **fields)
     result: dict[str, Any] = boxcall.call_box(engine._target(fleet, BOX), payload).result
     assert result.get("ok") is True, result
     return result

@@ -124,15 +124,21 @@ def converge_payload(action: str = "converge", **more: Any) -> dict[str, Any]:
     return p
 
 
-def run_events(converge: Any, p: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    """main() on `p`: its exit code and every event it printed."""
-    out = io.StringIO()
+def run_main(converge: Any, p: dict[str, Any], out: io.StringIO) -> int:
+    """main() on `p`, its events printed into `out`: its exit code."""
     old_in, old_out = sys.stdin, sys.stdout
     sys.stdin, sys.stdout = io.StringIO(json.dumps(p)), out
     try:
-        code = converge.main()
+        code: int = converge.main()
     finally:
         sys.stdin, sys.stdout = old_in, old_out
+    return code
+
+
+def run_events(converge: Any, p: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    """main() on `p`: its exit code and every event it printed."""
+    out = io.StringIO()
+    code = run_main(converge, p, out)
     return code, [json.loads(line) for line in out.getvalue().splitlines()]
 
 

@@ -35,6 +35,7 @@ from tests.unit.converge_harness import (
     converge_payload,
     meta,
     run_events,
+    run_main,
     snapshot_dirs,
 )
 from tests.unit.converge_helpers import deployment
@@ -103,13 +104,7 @@ class Output(io.StringIO):
 
 def run_closed(p: dict[str, Any], gone: Any) -> tuple[int, Output]:
     out = Output(gone)
-    old_in, old_out = sys.stdin, sys.stdout
-    sys.stdin, sys.stdout = io.StringIO(json.dumps(p)), out
-    try:
-        code = converge.main()
-    finally:
-        sys.stdin, sys.stdout = old_in, old_out
-    return code, out
+    return run_main(converge, p, out), out
 
 
 def test_a_converge_whose_output_is_gone_before_its_first_event_changes_nothing(
