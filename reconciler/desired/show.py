@@ -135,7 +135,12 @@ def _annotate(node: Any, path: PathKey, where: dict[PathKey, Location]) -> Any:
         return out
     if isinstance(node, list):
         seq = CommentedSeq(_annotate(v, (*path, i), where) for i, v in enumerate(node))
-        seq.fa.set_flow_style()
+        if any(isinstance(v, dict | list) for v in node):
+            # A list of mappings (audit.expected_containers) in block style: each key's
+            # comment inside a flow mapping would end the line in the middle of it.
+            seq.fa.set_block_style()
+        else:
+            seq.fa.set_flow_style()  # a list of values stays on its key's line
         return seq
     return node
 

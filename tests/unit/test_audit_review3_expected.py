@@ -264,3 +264,28 @@ def test_the_layer_schema_offers_the_setting():
         )
     )
     assert "audit" in schema["properties"]
+
+
+def test_show_prints_the_setting_one_entry_a_line_and_as_yaml(repo):
+    """The first list of mappings in the desired state: in flow style, each key's source comment
+    ended the line inside a mapping (`, ports: null # default` on a line of its own, `},` on the
+    next): one entry a line, in block style, as every other mapping shows."""
+    from ruamel.yaml import YAML
+
+    from reconciler.desired.show import show_text
+
+    (repo / "group_vars" / "gpu.yaml").write_text(
+        (repo / "group_vars" / "gpu.yaml").read_text("utf-8") + SETTING, "utf-8"
+    )
+    text = show_text(load_fleet(repo, "hosts"), "thor")
+    yaml_part = text.split("\n# .env keys managed", 1)[0]
+    shown = YAML(typ="safe").load(yaml_part)
+    assert shown["audit"]["expected_containers"] == [
+        {"name": "node-exporter", "ports": None},
+        {"name": "dcgm-*", "ports": [9400]},
+    ]
+    lines = yaml_part.splitlines()
+    assert any(
+        line.startswith("    - name: node-exporter # group_vars/gpu.yaml:") for line in lines
+    )
+    assert not [line for line in lines if line.lstrip().startswith((",", "}"))]
