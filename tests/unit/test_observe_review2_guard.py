@@ -70,15 +70,20 @@ def test_the_masks_keep_what_holds_no_secret() -> None:
     )
 
 
-def test_a_snapshot_with_them_in_clear_shows_none_in_any_report(tmp_path: Path) -> None:
+def worker_cmd_replayed(tmp_path: Path, cmd: Any) -> Any:
+    """The drift report of lab-incidents' thor replayed with its vllm-worker's command `cmd`."""
     snap = tmp_path / "snap"
     shutil.copytree(EXAMPLE / "snapshot", snap)
     thor = json.loads((snap / "thor.json").read_text("utf-8"))
     for c in thor["collected"]["docker"]["containers"]:
         if c["service"] == "vllm-worker":
-            c["cmd"] = CMD
+            c["cmd"] = cmd
     (snap / "thor.json").write_text(json.dumps(thor, indent=1, sort_keys=True), "utf-8")
-    report = run_drift(load_fleet(EXAMPLE, "lab"), ["thor"], from_snapshot=snap).report
+    return run_drift(load_fleet(EXAMPLE, "lab"), ["thor"], from_snapshot=snap).report
+
+
+def test_a_snapshot_with_them_in_clear_shows_none_in_any_report(tmp_path: Path) -> None:
+    report = worker_cmd_replayed(tmp_path, CMD)
     assert report.boxes[0].reachable
     observed = json.dumps([str(d.observed) for d in report.drifts])
     assert SECRETS[0] in observed  # the drift itself holds the clear text: the reports mask it

@@ -8,17 +8,14 @@ the scheme word was taken as the value and the quoted token stayed), a value hol
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from reconciler import scrub
-from reconciler.desired.load import load_fleet
-from reconciler.drift import run_drift
 from reconciler.report import render
 from reconciler.report.values import _words
-from tests.unit.test_observe_review2_guard import EXAMPLE, FORMATS, _report
+from tests.unit.test_observe_review2_guard import FORMATS, _report, worker_cmd_replayed
 
 # Each secret, and the part of it that must not be shown (a tail after `;` included).
 SECRETS = ("sk-Quoted4711", "sk-Dquoted4712", "sk-secret123456", "tailXYZ987", "sk-Flag4713")
@@ -98,14 +95,7 @@ def test_every_format_masks_them(fmt: str) -> None:
 
 
 def test_a_snapshot_with_them_in_clear_shows_none_in_any_report(tmp_path: Path) -> None:
-    snap = tmp_path / "snap"
-    shutil.copytree(EXAMPLE / "snapshot", snap)
-    thor = json.loads((snap / "thor.json").read_text("utf-8"))
-    for c in thor["collected"]["docker"]["containers"]:
-        if c["service"] == "vllm-worker":
-            c["cmd"] = list(CMD)
-    (snap / "thor.json").write_text(json.dumps(thor, indent=1, sort_keys=True), "utf-8")
-    report = run_drift(load_fleet(EXAMPLE, "lab"), ["thor"], from_snapshot=snap).report
+    report = worker_cmd_replayed(tmp_path, list(CMD))
     assert report.boxes[0].reachable
     observed = json.dumps([str(d.observed) for d in report.drifts])
     assert all(secret in observed for secret in SECRETS)  # the drift holds them: reports mask
