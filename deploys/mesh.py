@@ -35,8 +35,11 @@ try:
     order = mesh_boxes(host.data.dict())
 except DesiredStateError as exc:
     raise PyinfraError("; ".join(str(p) for p in exc.problems)) from None
-running = {h.name for h in state.inventory.get_active_hosts()}
-boxes = [b for b in order if b in running]  # this run's: --limit, hosts that connected
+# This run's boxes: --limit, hosts that connected. Connected, not still active: a box whose
+# plan is blocked fails its host while its greenlet prepares, and every host must see the
+# same list (one operation per box at its place in it, the verify on the last).
+running = {h.name for h in state.activated_hosts}
+boxes = [b for b in order if b in running]
 converge_in_order(boxes)
 
 # Then this run's boxes once more (checks only), from the last one's place in the order.

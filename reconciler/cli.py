@@ -244,7 +244,13 @@ def _boxes(known: Sequence[str], wanted: list[str]) -> list[str] | None:
     if unknown:
         print(f"error: unknown box {unknown[0]!r} (boxes: {', '.join(known)})", file=sys.stderr)
         return None
-    return list(wanted) or list(known)
+    return once(wanted) or list(known)
+
+
+def once(boxes: Sequence[str]) -> list[str]:
+    """`boxes` with each named once, in the order first named: `drift thor thor` is one box.
+    A box observed twice was counted twice and its second row broke the history's record."""
+    return list(dict.fromkeys(boxes))
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -554,6 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(command_named(sys.argv[1:] if argv is None else argv))
         args = parser.parse_args(argv)
+        if getattr(args, "boxes", None):  # drift, audit, apply, import: BOX... taken once
+            args.boxes = once(args.boxes)  # here, before any early start reads them
         if collecting and args.handler is not _cmd_drift:
             gc.enable()  # every other command
         code = _run(args)

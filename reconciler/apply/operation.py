@@ -26,7 +26,9 @@ from reconciler.report.values import free_text
 def converge(box: str) -> Any:
     plan = session.plan(box)
     if plan.blocked:
-        # Fails this host at execute time, with the reason; the other boxes go on.
+        # roles.box fails a blocked box's host while planning and adds no converge for it;
+        # a caller that adds one anyway gets a refusal when it runs, never "no drift" (a
+        # blocked plan has no steps).
         yield FunctionCommand(_refuse, (box, summary_line(plan)), {})
         return
     if plan.empty:

@@ -11,8 +11,8 @@ The desired state is the one pyinfra's hosts came from: inventory.py puts its re
 (`fleet_root`) and inventory (`fleet_inventory`) in every host's data, and the fleet is loaded
 from exactly those, never from $FLEET_ROOT or the working directory. A box that cannot be
 planned (a controller secret unset, an invalid desired state, a connection pyinfra was told to
-make elsewhere than the inventory says) gets a blocked plan saying why: its operation fails
-with that one line and the other boxes go on.
+make elsewhere than the inventory says) gets a blocked plan saying why: its host fails while
+planning (roles/box.py), with that one line, and the other boxes go on.
 """
 
 from __future__ import annotations

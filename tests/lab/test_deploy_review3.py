@@ -1,0 +1,77 @@
+"""The real `pyinfra inventory.py deploys/<x>.py --dry` against the lab when a box's plan is
+blocked (review 3, defect 6): a controller secret of inventory/lab-controller.yaml unset. The
+dry run used to exit 0, listing the refusal as a change; it exits 1 now, naming the box and
+why, and with -y the other boxes are still observed and planned. Dry runs only: nothing on
+any box changes, so nothing is reset.
+
+Run under the lab lock:
+    flock /tmp/lab.lock .venv/bin/pytest tests/lab/test_deploy_review3.py
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from typing import Any
+
+import pytest
+
+from lab.config import REPO
+from tests.lab import audit_scenarios as sc
+from tests.lab.test_controller_secrets import INVENTORY, OWN_ENV, controller_env
+
+pytestmark = pytest.mark.lab
+
+PYINFRA = REPO / ".venv" / "bin" / "pyinfra"
+
+
+def dry_run(deploy: str, *flags: str, env: dict[str, str]) -> tuple[int, str]:
+    """`pyinfra FLAGS inventory.py deploys/DEPLOY --dry`, stdin not a terminal (as in CI)."""
+    done = subprocess.run(
+        [str(PYINFRA), *flags, "inventory.py", f"deploys/{deploy}", "--dry"],
+        cwd=REPO, env={**OWN_ENV, "FLEET_INVENTORY": INVENTORY, "PYINFRA_PROGRESS": "off", **env},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    text = done.stdout + done.stderr
+    for value in sc.lab_secrets().values():
+        assert value not in text, "a secret value appears in pyinfra's output"
+    return done.returncode, text
+
+
+def plans(text: str) -> dict[str, list[str]]:
+    """Each box's plan lines, as the deploy prints them ("[thor]  plan: ...")."""
+    found: dict[str, list[str]] = {}
+    for box, line in re.findall(r"\[(\w+)\]\s+plan: (.*)", text):
+        found.setdefault(box, []).append(line)
+    return found
+
+
+def test_a_dry_run_of_a_box_whose_controller_secret_is_unset_exits_1(lab: Any) -> None:
+    """The reviewer's repro: thor's gateway key and the mesh key unset, no -y."""
+    env = controller_env()
+    for name in ("FLEET_LAB_THOR_GATEWAY_KEY", "FLEET_LAB_MESH_KEY"):
+        env.pop(name)
+    code, text = dry_run("thor.py", env=env)
+    assert code == 1, text
+    refusal = [line for line in text.splitlines() if line.startswith("thor: not converged: ")]
+    assert len(refusal) == 1, text
+    assert "$FLEET_LAB_THOR_GATEWAY_KEY is not set" in refusal[0]
+    assert "$FLEET_LAB_MESH_KEY is not set" in refusal[0]
+    assert "thor cannot be converged" in text and "pass -y" in text
+    assert "Traceback" not in text
+
+
+def test_one_blocked_box_fails_the_mesh_dry_run_and_the_others_are_planned(lab: Any) -> None:
+    env = controller_env()
+    env.pop("FLEET_LAB_SPARK_GATEWAY_KEY")
+    code, text = dry_run("mesh.py", "-y", env=env)
+    assert code == 1, text
+    found = plans(text)
+    assert sorted(found) == ["orin", "spark", "thor"], text
+    assert found["spark"][0].startswith("cannot converge: controller secret: ")
+    for box in ("thor", "orin"):  # observed over SSH and planned, whatever their plan says
+        assert not any(line.startswith("cannot converge") for line in found[box]), text
+    assert [line for line in text.splitlines() if ": not converged: " in line] == [
+        line for line in text.splitlines() if line.startswith("spark: not converged: blocked: ")
+    ]
+    assert "Traceback" not in text
