@@ -482,7 +482,8 @@ def _register_import(sub: Any) -> None:
         "Observe the boxes (or read --from-snapshot DIR) and write a fleet repository at "
         "--output: the inventory copied, group_vars/ generated (shared values in all.yaml, then "
         "groups, then boxes), each value commented with where it was found; secrets become "
-        "references. Exit 0 written, 2 written with findings, 1 refused or invalid.",
+        "references. Exit 0 written, 2 written with findings, 1 refused or invalid (also when "
+        "--partial wrote the valid boxes and left out one that failed).",
     )
     import_p.add_argument("boxes", nargs="*", metavar="BOX", help="boxes to adopt (default: all)")
     import_p.add_argument(
@@ -492,6 +493,12 @@ def _register_import(sub: Any) -> None:
         "--output", required=True, metavar="NEWROOT", type=file_path, help="new repository"
     )
     import_p.add_argument("--force", action="store_true", help="replace an existing NEWROOT")
+    import_p.add_argument(
+        "--partial",
+        action="store_true",
+        help="write the valid boxes and leave out each that fails (nothing written for it; "
+        "the files say so); exit 1",
+    )
 
 
 def _register_lab(sub: Any) -> None:

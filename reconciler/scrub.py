@@ -15,6 +15,13 @@ through here:
   a URL's password (`http://user:pw@host`) becomes `***`, long random-looking runs (keys,
   tokens) become `***`, control characters go and the text is cut to one short line.
 
+A flag is judged two ways: by its last word (`--hf-token`, `--client-secret`: `_FLAG_NAME`),
+and, as the collector judges a flag (`Run.secret_flag`: `--db-cred` -> `DB_CRED`), by the
+floor's and the fleet's own `secret_patterns` (`named_flag`). The second matters once a fleet
+names its own secrets: the collector hashes `--db-cred x` on the box, but a snapshot saved
+before the pattern was added, or edited, holds `x` in clear, and every last guard (the
+reports' mask, the history store's, this scrub) must mask it as the box would have.
+
 The box programs (observe/remote/collector.py, apply/remote/converge.py) cannot import this
 module (they are shipped alone, stdlib only); each carries a short copy of `scrub_text`, kept in
 step by tests/unit/test_secret_boundaries.py.
@@ -91,6 +98,11 @@ _FLAG_NAME = (
 )
 _SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 _SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
+# Any long flag and its value, in the same three forms: masked where `named_flag` says the
+# floor's or the fleet's patterns name it (the collector's `_ANY_FLAG`, judged as it judges).
+_LONG_FLAG = r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)"
+_ANY_FLAG = _LONG_FLAG + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+_ANY_ITEM = _LONG_FLAG + r"([\"']\s*,\s*)([\"'])(.*?)\3"
 # A URL's password (`scheme://user:password@host`), up to the authority's last `@` as URL
 # parsers read it (`/`, `?`, `#` end the authority): the user name stays, it says whose.
 _USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
@@ -130,6 +142,7 @@ def scrub_text(text: object, secrets: Iterable[str] = (), limit: int = LIMIT) ->
         out = out[: cut.start()].rstrip() + (" " + REDACTED if rest.strip() else "")
     out = mask_assignments(out)
     out = re.sub(_SECRET_FLAG, _mask_flag, out)
+    out = _mask_named_flags(out)
     out = re.sub(_SECRET_ITEM, _mask_item, out)
     out = re.sub(_USERINFO, rf"\1:{MASK}@", out)
     out = re.sub(_RUN, _mask_run(out), out)
@@ -176,6 +189,7 @@ def mask_credentials(text: str) -> str:
     if "-" in text:
         text = re.sub(_SECRET_FLAG, _mask_flag, text)
         text = re.sub(_SECRET_ITEM, _mask_item, text)
+        text = _mask_named_flags(text)
     lower = text.lower()
     if "bearer" in lower or "authorization" in lower or "api-key" in lower:
         text = re.sub(_HEADER_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
@@ -192,9 +206,52 @@ def flag_values(words: tuple[object, ...]) -> list[int]:
         for i, flag in enumerate(words[:-1])
         if type(flag) is str
         and flag[:1] == "-"
-        and re.fullmatch(_FLAG_NAME, flag)
+        and (re.fullmatch(_FLAG_NAME, flag) or named_flag(flag))
         and _a_value(words[i + 1])
     ]
+
+
+def named_flag(flag: str) -> bool:
+    """Whether the floor's or the fleet's secret patterns name this long flag, read as the
+    collector reads one (`Run.secret_flag`: `--db-cred` -> `DB_CRED`, `--hf_token` ->
+    `HF_TOKEN`): the flags whose values the box hashed, whatever their last word."""
+    return flag[:2] == "--" and len(flag) > 2 and _named_flag(flag)
+
+
+# Remembered (bounded: a box chooses its flags), forgotten when the fleet's patterns change:
+# a fleet's command lines repeat the same few dozen flags on every box.
+@functools.lru_cache(maxsize=4096)
+def _named_flag(flag: str) -> bool:
+    return is_fleet_secret_name(flag[2:].replace("-", "_").upper())
+
+
+when_patterns_change(_named_flag.cache_clear)
+
+
+def _mask_named_flags(text: str) -> str:
+    """`text` with the value of every long flag `named_flag` names masked (`--db-cred ***`,
+    `--db-cred=***`, `'--db-cred', '***'`). Looked for only where some pattern's literal run
+    (`_CRED` of `*_CRED`) is in the text read as flag names are (upper case, `-` as `_`): most
+    texts have none, and the scan is then a few C searches."""
+    if "--" not in text or not _may_name_a_flag(text):
+        return text
+    text = re.sub(_ANY_FLAG, _mask_named(_mask_flag), text)
+    return re.sub(_ANY_ITEM, _mask_named(_mask_item), text)
+
+
+def _may_name_a_flag(text: str) -> bool:
+    fragments = _pattern_runs()
+    if not fragments:  # a pattern with no literal run (`*`): any flag may name a secret
+        return True
+    upper = text.upper().replace("-", "_")
+    return any(fragment in upper for fragment in fragments)
+
+
+def _mask_named(mask: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    def masked(match: re.Match[str]) -> str:
+        return mask(match) if named_flag(match.group(1)) else match.group(0)
+
+    return masked
 
 
 def _a_value(word: object) -> bool:

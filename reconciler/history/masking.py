@@ -4,9 +4,12 @@ the rule `reconcile diff` applies to every value it compares (observed.py). Pure
 The collector hashes every secret on the box (`{"secret": "hmac:..."}`), but a snapshot saved
 by an older collector or with a narrower list, or an edited one, may carry a value in clear:
 an environment's `HF_TOKEN='hf_...'`, a `.env` line's or a login export's value, the word after
-`--api-key` on a command line. The store promises never to hold a secret value, so each is
-`***` before the observation is packed; the document keeps its shape (lists stay lists, nothing
-is dropped), so `reconcile diff` still reads it as a snapshot's box file.
+`--api-key` (or any flag the floor or the fleet's `secret_patterns` name, `--db-cred`) on a
+command line, or such a flag, a `Bearer` credential or a `KEY=value` assignment inside a word or
+a value (`sh -c 'vllm ... --api-key x'`, `VLLM_ARGS='--db-cred x'`: the collector hashes those in
+place too). The store promises never to hold a secret value, so each is `***` before the
+observation is packed; the document keeps its shape (lists stay lists, nothing is dropped), so
+`reconcile diff` still reads it as a snapshot's box file.
 
 `stored` walks the large, regular parts by their shape (the containers' and images'
 environments and command lines, every compose render's (`render`, `render_login`,
@@ -27,8 +30,8 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
-from itertools import compress, repeat
+from collections.abc import Callable, Collection, Iterable, Mapping
+from itertools import compress, filterfalse, repeat
 from typing import Any
 
 from reconciler.desired.secret_names import when_patterns_change
@@ -193,8 +196,9 @@ def _masked_argv(tokens: list[Any]) -> list[Any]:
                         new = f"{flag}={MASK}"
                     elif not equals:
                         masking = True
-            if new is token and isinstance(token, str) and ("=" in token or ":" in token):
-                new = _assigned(token)  # `HF_TOKEN=x`, `bash -c 'export GATEWAY_API_KEY=x; ...'`
+            if new is token and isinstance(token, str) and _may_carry(token):
+                # `HF_TOKEN=x`, `bash -c 'export GATEWAY_API_KEY=x; vllm ... --api-key y'`
+                new = _assigned(token)
         if out is None and new != token:
             out = list(tokens[:i])  # the first token to mask: copy what came before it
         if out is not None:
@@ -202,14 +206,67 @@ def _masked_argv(tokens: list[Any]) -> list[Any]:
     return tokens if out is None else out
 
 
+def _may_carry(word: str) -> bool:
+    """Whether a word or value may hold a secret inside it: an assignment needs its `=` or
+    `:`, a flag its `-`, a credential its `Bearer` (or a header's `:`): the reports' guard's
+    own test (report/values.py `_words`), a few C searches."""
+    return "=" in word or ":" in word or "-" in word or "earer" in word or "EARER" in word
+
+
 @functools.lru_cache(maxsize=4096)
 def _assigned(word: str) -> str:
-    """A command word with the value of every assignment to a secret name masked (`HF_TOKEN=***`
-    inside the word), as the reports' guard masks it; the word itself when there is none."""
-    from reconciler.scrub import mask_assignments
+    """A command word or a value with every secret inside it masked as the reports' guard
+    masks it: an assignment to a secret name (`HF_TOKEN=***`), the value of a flag named like a
+    secret or named by the floor's or the fleet's patterns (`--api-key ***`, `--db-cred=***`),
+    a credential header's or `Bearer`'s; the word itself when there is none. The collector's
+    digests inside it (`--db-cred={"secret": "hmac:..."}`) are what it keeps: a word holding
+    nothing else is kept as it is (its digests with it), one that also holds a clear secret
+    is kept with every digest as `***` (a diff masks them anyway)."""
+    from reconciler.scrub import mask_assignments, mask_credentials
 
-    out = mask_assignments(word)
-    return word if out == word else out
+    probe = _WIRE_FORM.sub(MASK, word) if '{"secret"' in word else word
+    out = mask_credentials(mask_assignments(probe))
+    return word if out == probe else out
+
+
+# The collector's digest written inside a word (`HF_TOKEN={"secret": "hmac:..."}`).
+_WIRE_FORM = re.compile(r'\{"secret": "[^"]*"\}')
+# Values (an environment's, a `.env` line's, a login export's) seen to hold no secret inside
+# them: a fleet's boxes share most of theirs. Apart from _PLAIN_WORDS: a value equal to a
+# secret flag (`--api-key`) is plain as a value, but no command line may skip it.
+_PLAIN_VALUES: set[str] = set()
+
+
+def masked_value(value: Any) -> Any:
+    """A value under a name that is no secret's, with any secret inside it masked
+    (`VLLM_ARGS='--api-key ***'`, `EXTRA='--db-cred ***'`); itself when there is none (and
+    anything but a string as it is). The rule `reconcile diff` needs for every string it
+    compares too (observed.comparable)."""
+    if type(value) is not str or value in _PLAIN_VALUES:
+        return value
+    out = _assigned(value) if _may_carry(value) else value
+    if out == value:  # (_assigned remembers the first equal string it was given)
+        if len(_PLAIN_VALUES) < _REMEMBERED:
+            _PLAIN_VALUES.add(value)
+        return value
+    return out
+
+
+def _masked_values(values: Iterable[Any]) -> dict[str, str]:
+    """Of these values, each string holding a secret inside it -> its masked form (`_value`).
+    Only the values not seen plain before are looked at, found in C (a set difference): a box's
+    ~3,000 environment values are nearly all its fleet's, and a loop over each of them in
+    Python doubled the store's cost of an observation."""
+    try:
+        fresh: Iterable[Any] = set(values) - _PLAIN_VALUES
+    except TypeError:  # a value that is no string (an edited snapshot): each one judged
+        fresh = [v for v in values if type(v) is str]
+    changed: dict[str, str] = {}
+    for value in fresh:
+        new = masked_value(value)
+        if new is not value:
+            changed[value] = new
+    return changed
 
 
 # Remembered: a fleet's errors and sources repeat from box to box (~40 us a scrub). Sound
@@ -226,7 +283,7 @@ def scrubbed(text: str) -> str:
 def _forget_judged() -> None:
     """The fleet's secret patterns changed (secret_names.adopt_fleet_patterns): every name,
     word, part and text judged under the old ones is judged again."""
-    for memory in (_JUDGED, _SECRET_NAMES, _PLAIN_WORDS, _CLEAN_PARTS):
+    for memory in (_JUDGED, _SECRET_NAMES, _PLAIN_WORDS, _PLAIN_VALUES, _CLEAN_PARTS):
         memory.clear()
     scrubbed.cache_clear()
     _assigned.cache_clear()
@@ -497,32 +554,62 @@ def _digested(value: Any) -> bool:
 
 def _environment(env: dict[str, Any]) -> dict[str, Any]:
     """NAME -> value, each value under a secret name masked (most are "" or hashed: skipped
-    before the name is even looked at)."""
+    before the name is even looked at), and any other value with the secrets inside it masked
+    (`VLLM_ARGS='--api-key ***'`: `masked_value`)."""
     out: dict[str, Any] | None = None
-    for name in secret_names(env):
+    secret = secret_names(env)
+    for name in secret:
         value = env[name]
         if empty(value) or hashed(value):
             continue
         if out is None:
             out = dict(env)
         out[name] = under_secret(name, value, _kept, _as_is)
+    # The other names' values, all in C: nearly always each one was seen plain before.
+    try:
+        values = (
+            map(env.__getitem__, filterfalse(secret.__contains__, env)) if secret else env.values()
+        )
+        if _PLAIN_VALUES.issuperset(values):
+            return env if out is None else out
+    except TypeError:  # a value that is no string: judged below
+        pass
+    others = [name for name in env if name not in secret]
+    changed = _masked_values([env[name] for name in others])
+    if changed:  # rare: a clear secret inside a value
+        for name in others:
+            value = env[name]
+            if type(value) is str and value in changed:
+                if out is None:
+                    out = dict(env)
+                out[name] = changed[value]
     return env if out is None else out
 
 
 def _envfile(lines: list[Any]) -> list[Any]:
-    """`.env` lines ({key, line, value}): a secret-named line's value masked. Only the lines
-    under a secret name are looked at (a `.env` has ~100 lines, a handful of them secrets)."""
+    """`.env` lines ({key, line, value}): a secret-named line's value masked, and any other
+    line's value with the secrets inside it masked (`VLLM_ARGS=--api-key ***`). Only those
+    lines are looked at one by one (a `.env` has ~100 lines, a handful of them secrets)."""
     keys = [line.get("key") if type(line) is dict else None for line in lines]
     secret = secret_names([k for k in keys if isinstance(k, str)])
-    if not secret:
+    values = [line.get("value") if type(line) is dict else None for line in lines]
+    changed = _masked_values(values)  # a line's value may carry one (`VLLM_ARGS=--api-key x`)
+    if not secret and not changed:
         return lines
     out: list[Any] | None = None
     for i, key in enumerate(keys):
-        if key not in secret or empty(lines[i].get("value")) or hashed(lines[i].get("value")):
+        value = values[i]
+        if key in secret:
+            if empty(value) or hashed(value):
+                continue
+            new = under_secret(key, lines[i], _kept, _as_is)
+        elif key is not None and isinstance(value, str) and value in changed:
+            new = {**lines[i], "value": changed[value]}
+        else:
             continue
         if out is None:
             out = list(lines)
-        out[i] = under_secret(key, lines[i], _kept, _as_is)
+        out[i] = new
     return lines if out is None else out
 
 
@@ -532,12 +619,17 @@ def _exports(exports: dict[str, Any]) -> dict[str, Any]:
 
     def export(name: str, item: Any) -> Any:
         if not isinstance(item, dict):
-            return under_secret(name, item, _kept, _as_is) if secret_name(name) else item
+            if secret_name(name):
+                return under_secret(name, item, _kept, _as_is)
+            return masked_value(item)
         if secret_name(name):
             masked = under_secret(name, item, _kept, _as_is)
             return item if masked == item else masked
         source = item.get("source")
-        return _with(item, "source", _kept("source", source)) if isinstance(source, str) else item
+        if isinstance(source, str):
+            item = _with(item, "source", _kept("source", source))
+        value = item.get("value")
+        return _with(item, "value", masked_value(value)) if isinstance(value, str) else item
 
     out = {name: export(name, item) for name, item in exports.items()}
     return exports if all(out[k] is v for k, v in exports.items()) else out

@@ -24,8 +24,10 @@ SSH_PATHS = ("ssh_key", "ssh_known_hosts_file")
 
 
 def copied_inventory(
-    source: Path, root: Path, boxes: Iterable[str], origins: Mapping[str, str]
+    source: Path, root: Path, boxes: Iterable[str], origins: Mapping[str, str], partial: str = ""
 ) -> str:
+    """`partial`: what a partial import says of the boxes it left out (run.py), in the
+    header: the inventory then lacks them, and must say so to whoever reads it later."""
     yaml = YAML()
     yaml.width = 4096
     data = yaml.load(source.read_text(encoding="utf-8"))
@@ -46,6 +48,8 @@ def copied_inventory(
         f"# Copied by `reconcile import` from {clean(str(source))}: overlays dropped (group_vars/\n"
         "# holds what runs), ssh paths made absolute, only the adopted boxes kept.\n"
     )
+    for line in partial.splitlines():
+        out.write(f"# {line}\n")
     yaml.dump(data, out)
     return out.getvalue()
 

@@ -9,7 +9,7 @@ from reconciler.compare.context import KNOB_FLAGS
 from reconciler.compare.render_basis import current_render
 from reconciler.compare.values import knob_tokens, parse_argv, same
 from reconciler.desired import roles
-from reconciler.importer.boxview import BoxView
+from reconciler.importer.boxview import BoxView, carries_secret, shown
 from reconciler.importer.images import running_digest
 from reconciler.importer.sourced import Sourced, Tree, put
 from reconciler.observe.document import Container, EnvValue
@@ -104,13 +104,115 @@ def _lane(view: BoxView, c: Container, prefix: str, lanes: Tree, lane: str) -> i
         # Named with its path: a knob whose value carries a secret is left out (boxview.py),
         # and the finding must say which lane then runs with what the state does not set.
         got = view.text(knob, carriers, f"lanes.{lane}.env.{knob}")
-        if (
-            got is not None
-            and _live(KNOB_FLAGS[suffix], got.value, flags)
-            and view.writable(knob, got)
-        ):
-            put(lanes, (lane, "env", knob), got)
+        if got is None:
+            continue
+        if _live(KNOB_FLAGS[suffix], got.value, flags):
+            if view.writable(knob, got):
+                put(lanes, (lane, "env", knob), got)
+            continue
+        adopted = _against_command(view, c, lane, knob, KNOB_FLAGS[suffix], got, flags)
+        if adopted is not None:
+            put(lanes, (lane, "env", knob), adopted)
     return window.value if window is not None else None
+
+
+def _against_command(
+    view: BoxView,
+    c: Container,
+    lane: str,
+    knob: str,
+    flag: str,
+    got: Sourced,
+    flags: Mapping[str, Sequence[EnvValue | bool]],
+) -> Sourced | None:
+    """A knob whose value (`.env`'s, or the lane's environment's where they differ) is not
+    what the lane's command line runs: said, never dropped without a word.
+
+    - The command line carries the knob's flag with another value (a compose file that
+      hard-codes the flag, a lane recreated from another `.env`): what runs wins, as for the
+      window and the memory share (`_number`), adopted in the knob's own form (`'--flag=v'`
+      where `.env` writes the flag, `v` where it writes the value) when that form puts exactly
+      what runs back on the command line and a converge could write it; else nothing is
+      adopted. The finding names both sources and what was adopted.
+    - The command line lacks the flag but compose's render of the box's own `.env` puts the
+      knob there: the lane was created from another configuration; nothing is adopted (no pin
+      can say "run without the flag"), and said.
+    - Neither carries it: compose puts this knob on no command line of this lane (lobes reads
+      `EMBED_QUANTIZATION=none` in the gateway's environment only): nothing disagrees, nothing
+      is said, and nothing is pinned (a pin compose does not honour is a dead knob)."""
+    if got.value == "":
+        return None  # compose's empty knob puts no flag: nothing to compare
+    wanted = parse_argv(knob_tokens(flag, got.value))[1]
+    running = {f: flags[f] for f in wanted if f in flags}
+    said = f"lane {lane}: {knob}: {_knob_source(view, knob, got, c)} says {shown(got.value)}"
+    unset = f" (the adopted state does not set lanes.{lane}.env.{knob}: the operator must set it)"
+    if not running:
+        spec = (current_render(view.doc).services or {}).get(c.key)
+        rendered = parse_argv(spec.command)[1] if spec is not None and spec.command else {}
+        if _live(flag, got.value, rendered):
+            view.note(
+                f"{said} and compose's render of it puts {', '.join(wanted)} on the command "
+                f"line, but {c.name} runs without it; nothing adopted{unset}"
+            )
+        return None
+    ran = " ".join(_word(f, v) for f, values in running.items() for v in values)
+    candidate = _as_knob(got.value, running, wanted)
+    if candidate is not None and _live(flag, candidate, flags) and _writable(candidate):
+        view.note(f"{said}, {c.name} runs {ran}; adopted what runs")
+        return Sourced(candidate, f"docker inspect ({c.name} command; {got.origin} differs)")
+    view.note(f"{said}, {c.name} runs {ran}; neither is adopted{unset}")
+    return None
+
+
+def _knob_source(view: BoxView, knob: str, got: Sourced, c: Container) -> str:
+    """Where the knob's value was read: its `.env` line, or the lane's environment (a lane
+    created from another `.env`: BoxView.value has said so)."""
+    line = view.line(knob)
+    if line is not None and line.value == got.value:
+        return f".env:{line.line}"
+    return f"{c.name}'s environment"
+
+
+def _word(flag: str, value: EnvValue | bool) -> str:
+    """A running flag as a finding quotes it: a secret never (boxview.shown)."""
+    if value is True:
+        return flag
+    if isinstance(value, str) and not carries_secret(value):
+        text = f"{flag}={value}"
+        return repr(text) if len(text) <= 80 else repr(text[:77] + "...")
+    return f"{flag}=***"
+
+
+def _as_knob(
+    env_value: str, running: Mapping[str, Sequence[EnvValue | bool]], wanted: Mapping[str, object]
+) -> str | None:
+    """The running flag's value written as the knob writes it: the value alone where `.env`
+    writes one (`WORKER_MAX_NUM_SEQS=1`), the whole flag in the same quotes where `.env` writes
+    the flag (`'--speculative-config={...}'`); None when that is not one plain value."""
+    if len(wanted) != 1 or len(running) != 1:
+        return None
+    ((flag, values),) = running.items()
+    value = values[0] if len(values) == 1 else None
+    if not isinstance(value, str) or carries_secret(value):
+        return None  # a bare flag, a repeated one, a secret: no knob value says it
+    text = env_value.strip()
+    if text.startswith("--"):
+        return f"{flag}={value}"
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        quote = text[0]
+        return None if quote in value else f"{quote}{flag}={value}{quote}"
+    return value
+
+
+def _writable(value: str) -> bool:
+    """Whether a converge could write `value` as a `.env` line (the loader's rule)."""
+    from reconciler.desired.types import check_env_value
+
+    try:
+        check_env_value(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _parsed(raw: object, kind: type) -> int | float | None:

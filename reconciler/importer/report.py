@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from reconciler.compare.drift import DriftReport
-from reconciler.importer.result import EXIT_FOUND, EXIT_OK, Imported
+from reconciler.importer.result import EXIT_ERROR, EXIT_FOUND, EXIT_OK, Imported
 from reconciler.importer.why import reason
 from reconciler.report.values import clean, free_text
 
@@ -34,6 +34,13 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
     print(f"adopted {len(done.boxes)} box{'es' if len(done.boxes) != 1 else ''}:")
     for line in done.boxes:
         print(f"  {line}")
+    if done.failed:
+        # Exit 1 even though a repository was written: a script must notice it lacks boxes.
+        print(f"\nfailed, not adopted (--partial; nothing written for them), exit {EXIT_ERROR}:")
+        for box, why in done.failed.items():
+            print(f"  {free_text(f'{box}: {why[0]}')}")
+            for more in why[1:]:
+                print(f"    {free_text(more)}")
     report = remaining(done, inventory)
     # Findings, errors and reasons quote the boxes (a gateway's version, a section's error):
     # scrubbed and cleaned, as the drift report shows the same text.
@@ -51,4 +58,6 @@ def print_report(done: Imported, inventory: str, snapshot: str | None) -> int:
     replay = f" --from-snapshot {clean(str(snapshot))}" if snapshot else ""
     root = clean(str(done.output))
     print(f"\ndetails and check: reconcile --root {root} -i {inventory} drift{replay}")
+    if done.failed:
+        return EXIT_ERROR
     return EXIT_FOUND if notes or errors or report.drifts else EXIT_OK

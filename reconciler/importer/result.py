@@ -21,3 +21,5 @@ class Imported:
     results: list[BoxResult] = field(default_factory=list)
     expectations: dict[str, BoxExpectation] = field(default_factory=dict)
     snapshot: bool = False  # compared against saved observations (and their saved renders)
+    # `--partial`: each box left out (nothing written for it) -> why, first line first.
+    failed: dict[str, list[str]] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reconciler.desired.explain import explain
-from reconciler.desired.load import find_root
+from reconciler.desired.load import find_root, load_fleet
 from reconciler.desired.locate import inventory_file
 from reconciler.desired.models import InventorySpec
 from reconciler.desired.problems import DesiredStateError
@@ -37,7 +37,7 @@ from reconciler.importer.write import (
 )
 from reconciler.importer.yaml_out import dump_layer
 from reconciler.observe.observe import BoxObservation
-from reconciler.report.values import clean
+from reconciler.report.values import clean, free_text
 
 
 def _inventory(root: Path, path: Path) -> InventorySpec:
@@ -66,16 +66,19 @@ def _origins(
     return out
 
 
-def adopt(
+def _files(
     root: Path,
     inv_path: Path,
     inv: InventorySpec,
     obs: dict[str, BoxObservation],
-    output: Path,
-    force: bool,
     came_from: str,
-    live: bool,
-) -> Imported:
+    left_out: dict[str, list[str]],
+    alone: bool = False,
+) -> tuple[dict[str, str], dict[str, Tree], list[Finding], str]:
+    """The repository adopting the boxes of `obs` (relative path -> text), their trees, the
+    findings, and the inventory's name in it. `left_out`: boxes a partial import does not adopt
+    (each file's header says which, and why). `alone` (one box, to judge it on its own): its
+    tree in its own layer, as the full repository names a box's own values."""
     docs = {b: o.document for b, o in obs.items() if o.document is not None}
     refs = [running_digest(d, c) for d in docs.values() for c in d.containers]
     names = catalog(r for r in refs if r)
@@ -85,21 +88,60 @@ def adopt(
         trees[name], view = adopt_box(name, doc, names, set(docs))
         findings += view.findings
     groups = {b: inv.boxes[b].groups for b in trees}
-    layers = factor(trees, groups, inv.group_order)
+    layers = dict(trees) if alone else factor(trees, groups, inv.group_order)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     header = (
         f"{WRITTEN_BY} from {came_from} ({', '.join(trees)}), {when}.\n"
         "Each value's comment says where it was found: .env:LINE, docker inspect, GET\n"
         "/capabilities, GET /v1/models, or a policy default no box can show."
     )
+    partial = _partial_note(left_out)
+    if partial:
+        header += "\n" + partial
     inv_name = (
         os.path.relpath(inv_path, root)
         if inv_path.parent == root / "inventory"
         else f"inventory/{inv_path.name}"
     )
-    files = {inv_name: copied_inventory(inv_path, root, trees, _origins(inv, trees, obs))}
+    origins = _origins(inv, trees, obs)
+    files = {inv_name: copied_inventory(inv_path, root, trees, origins, partial)}
     for layer, tree in layers.items():
         files[f"group_vars/{layer}.yaml"] = dump_layer(tree, f"group_vars/{layer}.yaml: {header}")
+    return files, trees, findings, inv_name
+
+
+def _partial_note(left_out: dict[str, list[str]]) -> str:
+    """What a partial import's files say of the boxes it left out: the repository is not the
+    whole mesh, and whoever reads it later (not the operator who saw the import's output)
+    must see so."""
+    if not left_out:
+        return ""
+    boxes = ", ".join(f"{b} ({_first(why)})" for b, why in left_out.items())
+    return (
+        f"PARTIAL (--partial): not adopted, nothing written for them: {boxes}.\n"
+        "The mesh's members (LOBES_MESH_SEEDS) lack them: import every box again before a "
+        "converge."
+    )
+
+
+def _first(reasons: list[str]) -> str:
+    text = " ".join(clean(reasons[0]).split()) if reasons else "failed"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def adopt(
+    root: Path,
+    inv_path: Path,
+    inv: InventorySpec,
+    obs: dict[str, BoxObservation],
+    output: Path,
+    force: bool,
+    came_from: str,
+    live: bool,
+    left_out: dict[str, list[str]] | None = None,
+) -> Imported:
+    left_out = left_out or {}
+    files, trees, findings, inv_name = _files(root, inv_path, inv, obs, came_from, left_out)
     building = build(output, files)
     try:
         inventory = str(building / inv_name)
@@ -111,7 +153,42 @@ def adopt(
     finally:
         discard(building)
     lines = [summary(name, tree) for name, tree in trees.items()]
-    return Imported(output, sorted(files), lines, findings, results, expected, snapshot=not live)
+    return Imported(
+        output, sorted(files), lines, findings, results, expected, snapshot=not live,
+        failed=dict(left_out),
+    )  # fmt: skip
+
+
+def invalid_alone(
+    root: Path,
+    inv_path: Path,
+    inv: InventorySpec,
+    obs: dict[str, BoxObservation],
+    output: Path,
+    came_from: str,
+) -> dict[str, list[str]]:
+    """The boxes whose adopted state does not validate on its own, each with the loader's
+    problems (`group_vars/BOX.yaml:LINE:COL: key: message`, of a repository built beside
+    `output` for that box alone and removed), then what adopting it found (`LOBES_PROFILE is
+    not in .env: ...`: the cause, in the box's terms). A box valid alone but not beside the
+    others (a problem only the mesh as a whole has) is no box's: none is blamed for it."""
+    out: dict[str, list[str]] = {}
+    # What adopting each box beside the others found (alone, its contract would name no
+    # other member: notes that are not the box's).
+    findings = _files(root, inv_path, inv, obs, came_from, {})[2]
+    for name in obs:
+        files, _, _, inv_name = _files(
+            root, inv_path, inv, {name: obs[name]}, came_from, {}, alone=True
+        )
+        building = build(output, files)
+        try:
+            load_fleet(building, str(building / inv_name))
+        except DesiredStateError as exc:
+            found = [f"found: {f.what}" for f in findings if f.box == name]
+            out[name] = [str(problem) for problem in exc.problems] + found
+        finally:
+            discard(building)
+    return out
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -119,6 +196,9 @@ def run_import(args: argparse.Namespace) -> int:
     inv_path = inventory_file(root, getattr(args, "inventory", None))
     output = Path(os.path.abspath(args.output))
     force = bool(getattr(args, "force", False))
+    # `--partial`: adopt the valid boxes and leave out each that fails (exit 1 all the same);
+    # without it one failed box refuses the whole import (docs/import.md says why).
+    partial = bool(args.partial)
     snapshot = getattr(args, "from_snapshot", None)
     sources = {"the repository": root, "the inventory": inv_path}
     if snapshot:
@@ -134,60 +214,114 @@ def run_import(args: argparse.Namespace) -> int:
     if unknown:
         print(f"error: unknown box {unknown[0]!r} (boxes: {', '.join(inv.boxes)})", file=sys.stderr)
         return EXIT_ERROR
+    boxes = wanted or list(inv.boxes)
     try:
         if snapshot:
-            obs = observing.from_snapshot(Path(snapshot), wanted or list(inv.boxes))
+            obs = observing.from_snapshot(Path(snapshot), boxes)
             came_from = f"the snapshot {clean(str(snapshot))}"
         else:
-            obs = observing.live(root, inv, wanted or list(inv.boxes))
+            obs = observing.live(root, inv, boxes)
             came_from = "the live boxes"
     except (OSError, ValueError) as exc:
         print(f"error: {clean(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
-    missing = [b for b in (wanted or list(inv.boxes)) if b not in obs]
-    if missing:
-        _refuse_missing(missing, list(obs), named=bool(wanted))
+    failed = _not_observed(boxes, obs, snapshot)
+    if failed and not partial:
+        for name, why in failed.items():
+            print(f"error: {name} {why[0]}", file=sys.stderr)
+        _refuse_failed(list(failed), [b for b in boxes if b not in failed], snapshot)
         return EXIT_ERROR
-    failed = {b: o for b, o in obs.items() if o.document is None}
-    if failed or not obs:
-        for name, o in failed.items():
-            print(f"error: {name} not observed: {o.failure or o.error}", file=sys.stderr)
-        if not obs:
-            print("error: no box to adopt", file=sys.stderr)
-        print("nothing written", file=sys.stderr)
+    valid = {b: obs[b] for b in boxes if b not in failed}
+    if not valid:
+        for name, why in failed.items():
+            print(f"error: {name} {why[0]}", file=sys.stderr)
+        print("error: no box to adopt; nothing written", file=sys.stderr)
         return EXIT_ERROR
+    args_of = (root, inv_path, inv)
     try:
-        done = adopt(root, inv_path, inv, obs, output, force, came_from, live=not snapshot)
+        try:
+            done = adopt(*args_of, valid, output, force, came_from, not snapshot, failed)
+        except DesiredStateError as exc:
+            invalid = invalid_alone(*args_of, valid, output, came_from)
+            left = [b for b in valid if b not in invalid]
+            if not partial or not invalid or not left:
+                _refuse_invalid(exc, invalid, left, partial)
+                return EXIT_ERROR
+            for name, problems in invalid.items():
+                failed[name] = ["its adopted state does not validate", *problems]
+            valid = {b: valid[b] for b in left}
+            done = adopt(*args_of, valid, output, force, came_from, not snapshot, failed)
     except OutputRefused as exc:
         print(f"error: --output {exc}; nothing written", file=sys.stderr)
         return EXIT_ERROR
-    except DesiredStateError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        print(
-            "error: the adopted state does not validate (built in a temporary directory, now "
-            "removed); nothing written",
-            file=sys.stderr,
-        )
+    except DesiredStateError as exc:  # the rest, adopted without the invalid boxes
+        _refuse_invalid(exc, {}, [], partial)
         return EXIT_ERROR
     from reconciler.importer.report import print_report
 
     return print_report(done, inv_name_hint(inv_path), snapshot)
 
 
-def _refuse_missing(missing: list[str], held: list[str], named: bool) -> None:
-    """Boxes of the inventory (or named) that the snapshot does not hold: adopting the rest
-    alone would drop them from the adopted inventory and from the mesh's members without a
-    word, so the import refuses, as for a box not observed, naming each."""
-    for name in missing:
-        print(f"error: {name} not in the snapshot", file=sys.stderr)
-    if not named and held:
+def _not_observed(
+    boxes: list[str], obs: dict[str, BoxObservation], snapshot: str | None
+) -> dict[str, list[str]]:
+    """Each box with no observation to adopt, and why: the snapshot does not hold it, or it
+    was not observed (a box that did not answer, a damaged box file: its file is named)."""
+    out: dict[str, list[str]] = {}
+    for name in boxes:
+        got = obs.get(name)
+        if got is None:
+            out[name] = ["not in the snapshot"]
+        elif got.document is None:
+            where = f" ({clean(str(Path(snapshot) / f'{name}.json'))})" if snapshot else ""
+            out[name] = [f"not observed: {got.failure or got.error}{where}"]
+    return out
+
+
+def _refuse_failed(failed: list[str], held: list[str], snapshot: str | None) -> None:
+    """Some boxes cannot be adopted: adopting the rest alone would drop them from the adopted
+    inventory and from the mesh's members without a word, so the import refuses, and says the
+    two ways on: name the others, or `--partial`."""
+    if held:
+        source = " --from-snapshot DIR" if snapshot else ""
         print(
-            f"the snapshot holds {', '.join(held)}: to adopt only those, name them "
-            f"(`import {' '.join(held)} --from-snapshot ...`)",
+            f"{', '.join(failed)}: cannot be imported. To import only {', '.join(held)}, name "
+            f"them (`import {' '.join(held)}{source} --output NEWROOT`), or give --partial to "
+            "import every valid box and leave out each failed one (exit 1 all the same)",
             file=sys.stderr,
         )
     print("nothing written", file=sys.stderr)
+
+
+def _refuse_invalid(
+    exc: DesiredStateError, invalid: dict[str, list[str]], left: list[str], partial: bool
+) -> None:
+    """The adopted state does not validate: its problems, then whose they are (`invalid`:
+    the boxes whose state fails on its own) and what `--partial` would do."""
+    for problem in exc.problems:
+        print(problem, file=sys.stderr)
+    print(
+        "error: the adopted state does not validate (built in a temporary directory, now "
+        "removed); nothing written",
+        file=sys.stderr,
+    )
+    for name, reasons in invalid.items():
+        print(f"error: {name}: its adopted state does not validate on its own", file=sys.stderr)
+        for line in reasons:
+            if line.startswith("found: "):  # the problems are printed above
+                print(f"  {free_text(line)}", file=sys.stderr)
+    if invalid and left and not partial:
+        print(
+            f"give --partial to import {', '.join(left)} and leave out {', '.join(invalid)} "
+            "(exit 1 all the same)",
+            file=sys.stderr,
+        )
+    elif not invalid:
+        print(
+            "each box's adopted state validates on its own, the boxes together do not: no box "
+            "can be left out (--partial)",
+            file=sys.stderr,
+        )
 
 
 def inv_name_hint(inv_path: Path) -> str:

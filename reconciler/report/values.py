@@ -3,8 +3,9 @@
 Everything printed here came from a box, so it is untrusted: control characters are escaped
 (an ESC sequence in a container's env must not repaint the operator's terminal), and a secret is
 `***` wherever it sits, top level or inside a tuple, or inside a word: assigned (`HF_TOKEN=***`),
-after a flag named like a secret (`--api-key ***`, `--hf-token=***`) or after `Bearer` or a
-credential header (`Authorization: Bearer ***`).
+after a flag named like a secret or named by the fleet's `secret_patterns` (`--api-key ***`,
+`--hf-token=***`, `--db-cred ***`) or after `Bearer` or a credential header
+(`Authorization: Bearer ***`).
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ def guarded(report: DriftReport) -> DriftReport:
     """The report with every clear value under a secret-named path masked, and every assignment
     to a secret name inside any drift's string values (`HF_TOKEN=x` as a command's word, a
     `bash -c` script's `export KEY=x`) shown as `NAME=***`, so is the value of a secret flag or
-    credential header there (`--api-key ***`, `Bearer ***`): the collector hashes them on the
-    box, but a snapshot saved by an older collector or with a narrower list, or an edited one,
-    could still carry one. Reports say `***` whatever they were given.
+    credential header there (`--api-key ***`, `Bearer ***`), a flag the fleet's own
+    `secret_patterns` name included (`--db-cred ***`: scrub.named_flag, judged as the collector
+    judges it): the collector hashes them on the box, but a snapshot saved by an older collector
+    or with a narrower list, or an edited one, could still carry one. Reports say `***`
+    whatever they were given.
 
     Only what masking changes is rebuilt: most drifts under a secret path already carry a
     digest, absence or "" (a 1,000-box report has ~7,000 such, each rebuilt for nothing
