@@ -79,9 +79,10 @@ CHECK_S = 2.0
 # and the BSDs. ssh binds it first as ControlPath + "." + 16 random characters and
 # then links it into place (mux.c muxserver_listen); a path too long for that makes every ssh
 # exit 255 ("ControlPath too long" or "too long for Unix domain socket"). ControlPath is
-# DIR/%C and %C is 40 hex digits (control_path).
+# DIR/NAME and NAME is SOCKET_NAME_HEX hex digits (control_path), as long as ssh's own %C.
 SUN_PATH_BYTES = 108 if sys.platform.startswith("linux") else 104
-SOCKET_NAME_BYTES = len("/") + 40 + len(".") + 16
+SOCKET_NAME_HEX = 40
+SOCKET_NAME_BYTES = len("/") + SOCKET_NAME_HEX + len(".") + 16
 
 
 class UnsafeTarget(ValueError):
@@ -93,7 +94,8 @@ def control_dir() -> Path | None:
 
     Whoever can write this directory can put a socket of their own where ssh looks for the
     master, and then receives every command and every secret sent on stdin. So it is used only
-    when it is ours, a real directory and mode 0700 (a /tmp name can be taken by anyone first)."""
+    when it is ours, a real directory and mode 0700 (a /tmp name can be taken by anyone first),
+    and no one else can rename it or a directory above it (private_dir)."""
     return private_dir(Path(_runtime_base()) / f"fleet-reconciler-ssh-{os.getuid()}")
 
 
@@ -110,11 +112,46 @@ def _runtime_base() -> str:
 
 @functools.lru_cache(maxsize=8)
 def private_dir(path: Path) -> Path | None:
-    """`path`, created 0700 if missing, if it is safe to keep sockets in; else None, said once."""
-    problem = private_dir_problem(path) or socket_dir_problem(path)
+    """`path`, created 0700 if missing, if it is safe to keep sockets in; else None, said once.
+
+    Checked once per process, so what is checked must stay true: the path is used with its
+    parent's symbolic links resolved (a link in it could be re-pointed later by whoever owns
+    it), and every directory above it must be one that only this user or root can change
+    (ancestors_problem): otherwise the checked directory could be renamed away and another put
+    in its place after the check."""
+    path = Path(os.path.realpath(path.parent)) / path.name
+    problem = (
+        ancestors_problem(path.parent) or private_dir_problem(path) or socket_dir_problem(path)
+    )
     if problem is None:
         return path
     print(f"reconcile: not sharing SSH connections: {path} {problem}", file=sys.stderr)
+    return None
+
+
+def ancestors_problem(directory: Path) -> str | None:
+    """Why someone other than this user or root could rename or replace what `directory`
+    holds, or what a directory above it holds; None if no one can. As OpenSSH's own check of
+    its files (safe_path): each must belong to the user or root and be writable by no one
+    else, except a sticky directory (/tmp: 1777), where only an entry's owner can rename it.
+    A directory that does not exist yet is skipped: creating the sockets' one says so."""
+    uid = os.getuid()
+    for here in (directory, *directory.parents):
+        try:
+            info = os.lstat(here)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"is under {here}, which cannot be read ({exc.strerror})"
+        if stat.S_ISLNK(info.st_mode):  # resolved a moment ago: replaced since
+            return f"is under {here}, a symbolic link"
+        if info.st_uid not in (0, uid):
+            return f"is under {here}, which belongs to uid {info.st_uid}"
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return (
+                f"is under {here}, which others may write (mode "
+                f"{stat.S_IMODE(info.st_mode):04o}, no sticky bit): they could rename it"
+            )
     return None
 
 
@@ -141,9 +178,9 @@ def private_dir_problem(path: Path) -> str | None:
 
 
 def socket_dir_problem(path: Path) -> str | None:
-    """Why ssh could not keep its masters' sockets in `path` (ControlPath=`path`/%C), or None."""
+    """Why ssh could not keep its masters' sockets in `path` (ControlPath=`path`/NAME), or None."""
     try:
-        ssh_config_path(str(path), "/%C")
+        ssh_config_path(str(path))
     except UnsafeTarget:
         return "holds characters ssh's config parser would read as syntax"
     longest = len(os.fsencode(path)) + SOCKET_NAME_BYTES
@@ -180,20 +217,20 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
     """`ssh -l USER -p PORT [options] -- HOST COMMAND`: the user is an option's argument and the
     host comes after `--`, so neither can ever be read as an option."""
     refuse_unsafe(target)
-    sockets = control_dir()
+    socket = control_path(target)
     sharing = (
         [
             "-o",
             "ControlMaster=auto",
             "-o",
-            f"ControlPath={ssh_config_path(str(sockets), '/%C')}",
+            f"ControlPath={ssh_config_path(str(socket))}",
             "-o",
             "ControlPersist=120",
         ]
-        if sockets is not None
+        if socket is not None
         else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     )
-    argv = [
+    return [
         "ssh",
         "-l",
         target.user,
@@ -210,14 +247,25 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
         *sharing,
         "-o",
         "LogLevel=ERROR",
+        *trust_options(target),
+        "--",
+        target.hostname,
+        remote_command,
     ]
+
+
+def trust_options(target: Target) -> list[str]:
+    """The options that decide who we are to the box and which host key we trust. They (and
+    the files they name) are part of a master's name (control_path): a change to any of them
+    must never be served by a master opened under the old ones."""
+    options: list[str] = []
     if target.key_file:
         key = ssh_config_path(str(target.key_file))
-        argv += ["-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes"]
+        options += ["-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes"]
     if target.known_hosts:
         # The pinned file alone decides which host key is trusted: not the system's known_hosts
         # files, nor a KnownHostsCommand from the user's ssh config (`none`: OpenSSH 8.5+).
-        argv += [
+        options += [
             "-o",
             f"UserKnownHostsFile={ssh_config_path(str(target.known_hosts))}",
             "-o",
@@ -227,8 +275,7 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
             "-o",
             "StrictHostKeyChecking=yes",
         ]
-    argv += ["--", target.hostname, remote_command]
-    return argv
+    return options
 
 
 class Running:
@@ -556,9 +603,7 @@ class Background:
 def master_running(target: Target) -> bool:
     """Is a master connection to `target` up? Its socket is asked directly (no `ssh -O check`:
     that process costs ~10 ms of CPU per box on every repeated run): a master accepts on its
-    socket, a stale socket refuses. The socket's name is ssh's own `%C` for this target
-    (`control_path`); should the user's ssh config rewrite the host, user or port, the name
-    differs, no master is found and the check is skipped, as before it existed."""
+    socket, a stale socket refuses. The socket is the one ssh_argv names (`control_path`)."""
     import socket
 
     path = control_path(target)
@@ -574,16 +619,100 @@ def master_running(target: Target) -> bool:
 
 
 def control_path(target: Target) -> Path | None:
-    """Where ssh_argv's `ControlPath=DIR/%C` puts the master of `target`: %C is the SHA-1 of
-    the local host name, the (lower-cased) host, the port, the user and the ProxyJump (none)."""
-    import hashlib
-    import socket
+    """Where the master connection of `target` lives: ssh_argv's ControlPath, or None when no
+    connection is shared.
 
+    ssh's own %C hashes only the local host, the host, the port and the user: a master opened
+    with the right key and host-key pin would then also serve a run whose pin was changed to
+    refuse that host key, or whose key the box no longer accepts (ssh never authenticates a
+    command sent through a master). So the name is a digest of everything that decides whom
+    ssh connects to as whom and what it trusts: %C's parts, the key and host-key options
+    (trust_options), and the content of the files they name (the key, its .pub and -cert.pub,
+    the pinned known_hosts). Unchanged settings give the same name, so a repeated run still
+    reuses its master; a changed one opens a new master, and the old one ends after
+    ControlPersist's idle time. SOCKET_NAME_HEX digits, as long as %C: socket paths must fit
+    sun_path (socket_dir_problem). Unlike %C, the host, port and user are the inventory's,
+    not what the user's own ssh config may rewrite them to (a master under a changed alias is
+    still one this key and pin accepted), so master_running always finds the socket ssh uses."""
     sockets = control_dir()
     if sockets is None:
         return None
-    key = f"{socket.gethostname()}{target.hostname.lower()}{int(target.port)}{target.user}"
-    return sockets / hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()
+    return sockets / connection_name(target)
+
+
+# What names the parts of a master's name: a change of what goes into it changes every name.
+_NAME_VERSION = "fleet-reconciler-ssh-master-2"
+
+
+def connection_name(target: Target) -> str:
+    """The master's socket name of `target` (control_path says what it covers)."""
+    import hashlib  # already imported by a drift run's remembered inputs
+
+    key = target.key_file
+    parts = (
+        _NAME_VERSION,
+        os.uname().nodename,  # %l: one runtime directory seen by two machines
+        target.hostname.lower(),  # ssh connects to the lower-cased name (%h)
+        int(target.port),
+        target.user,
+        tuple(trust_options(target)),  # the key and known_hosts paths, the host-key policy
+        # The key and what ssh loads beside it (its public half, its certificate), by content:
+        # a key replaced at the same path is another identity.
+        tuple(file_identity(f"{key}{suffix}") for suffix in ("", ".pub", "-cert.pub"))
+        if key
+        else None,
+        file_identity(target.known_hosts) if target.known_hosts else None,
+    )
+    digest = hashlib.sha256(repr(parts).encode("utf-8", "surrogateescape")).hexdigest()
+    return digest[:SOCKET_NAME_HEX]
+
+
+# A file changed this recently may change again within its file system's clock granularity and
+# keep the same stamps, so its digest is not remembered (fingerprint.RACY_NS says the same).
+_RACY_NS = 3_000_000_000
+# path -> (stamp, digest) of files read by file_identity in this process.
+_IDENTITIES: dict[str, tuple[tuple[int, ...], str]] = {}
+
+
+def file_identity(path: str) -> str:
+    """The SHA-256 of the file ssh reads at `path` (`~` expanded as ssh does), or what is
+    there instead (`unreadable: ERRNO`, a missing file included; a FIFO's type). Remembered
+    for the process under the file's stamps (device, inode, size, mtime, ctime), so a
+    thousand boxes sharing one key read it once; a file changed in the last few seconds is
+    read every time."""
+    where = os.path.expanduser(path)
+    try:
+        info = os.stat(where)
+    except OSError as exc:
+        return f"unreadable: {exc.errno}"
+    stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    kept = _IDENTITIES.get(where)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    identity = _read_identity(where)
+    if max(info.st_mtime_ns, info.st_ctime_ns) < time.time_ns() - _RACY_NS:
+        _IDENTITIES[where] = (stamp, identity)
+    return identity
+
+
+def _read_identity(path: str) -> str:
+    import hashlib
+
+    try:  # O_NONBLOCK: a FIFO put in a key's place must not hang the run
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"unreadable: {exc.errno}"
+    with os.fdopen(fd, "rb") as file:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return f"not a regular file: {stat.S_IFMT(mode):o}"
+        digest = hashlib.sha256()
+        try:
+            while chunk := file.read(_CHUNK):
+                digest.update(chunk)
+        except OSError as exc:
+            return f"unreadable: {exc.errno}"
+    return digest.hexdigest()
 
 
 def greets(hostname: str, port: int, timeout: float = CHECK_S) -> str | None:

@@ -54,9 +54,11 @@ def test_a_missing_directory_is_created_0700_and_used(
     assert path == _sockets(runtime)
     info = path.lstat()
     assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
+    socket = transport.control_path(TARGET)  # its name: test_review3_transport.py
+    assert socket is not None and socket.parent == path
     assert _sharing(ssh_argv(TARGET, "true")) == [
         "ControlMaster=auto",
-        f'ControlPath="{path}/%C"',  # quoted for ssh's config parser
+        f'ControlPath="{socket}"',  # quoted for ssh's config parser
         "ControlPersist=120",
     ]
     assert capsys.readouterr().err == ""
