@@ -146,7 +146,8 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     elif args.format == "html":  # its own module: jinja2 is imported for this format only
         from reconciler.report.html import drift_page
 
-        pieces, code = [drift_page(run.report, inputs, outs.history)], run.report.exit_code
+        page = drift_page(run.report, inputs, outs.history, outs.root)
+        pieces, code = [page], run.report.exit_code
     else:
         pieces = [render(run.report, args.format, color=color, width=max(80, width))]
         code = run.report.exit_code

@@ -12,6 +12,7 @@ only, when --metrics is given.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +28,21 @@ def drift_registry(
     finished: float,
     duration_s: float,
     collect_s: dict[str, float] | None = None,
+    faults: Mapping[str, Sequence[str]] | None = None,
 ) -> CollectorRegistry:
-    """A drift report document -> its metrics. `kinds`: every drift kind, so a box without
-    drift of a kind reads 0 (not absent: an alert on `> 0` needs the zero to resolve).
-    `collect_s`: how long each box's collector ran on the box (its own `timings_ms.total`)."""
+    """A drift report document -> its metrics. `kinds`: every drift kind, so a box observed
+    in full without drift of a kind reads 0 (not absent: an alert on `> 0` needs the zero to
+    resolve). `collect_s`: how long each box's collector ran on the box (its own
+    `timings_ms.total`). `faults`: each box's fault parts (history/parts.py; the document's
+    errors are text only); a box without is taken as observed in full only without errors.
+
+    A box not observed in full (unreachable, or a fault left part of it unseen: dockerd down,
+    a gateway probe unanswered) has no 0 written: its zero is not known, and an alert must
+    not resolve on it. The kinds it was found drifting in are written (a lower bound), and
+    `fleet_drift_box_observed` is 0 (FleetBoxNotObserved)."""
     from prometheus_client import CollectorRegistry, Gauge
+
+    from reconciler.history.parts import complete
 
     registry = CollectorRegistry()
     _box_times(registry, "drift", [b["box"] for b in doc["boxes"]], finished, collect_s or {})
@@ -41,15 +52,24 @@ def drift_registry(
         ["box"],
         registry=registry,
     )
+    observed = Gauge(
+        "fleet_drift_box_observed",
+        "1 if every part of the box was observed in the last drift run (its entry counts are "
+        "whole), else 0 (unreachable, dockerd down, a gateway probe unanswered, ...)",
+        ["box"],
+        registry=registry,
+    )
     entries = Gauge(
         "fleet_drift_entries",
-        "drift entries of the box by kind in the last drift run",
+        "drift entries of the box by kind in the last drift run (a box not observed in full: "
+        "only the kinds found, a lower bound; no 0 is written for it)",
         ["box", "kind"],
         registry=registry,
     )
     causes = Gauge(
         "fleet_drift_causes",
-        "distinct causes of the box's drift in the last drift run",
+        "distinct causes of the box's drift in the last drift run (not written as 0 for a box "
+        "not observed in full)",
         ["box"],
         registry=registry,
     )
@@ -59,13 +79,18 @@ def drift_registry(
         ["box"],
         registry=registry,
     )
+    given = faults or {}
     for box in doc["boxes"]:
         name = box["box"]
         reachable.labels(name).set(1 if box["reachable"] else 0)
+        seen = box.get("observation") or ("full" if box["reachable"] else "none")
+        whole = complete(str(seen), len(box["errors"]), given.get(name))
+        observed.labels(name).set(1 if whole else 0)
         drifts = box["drifts"]
-        for kind in dict.fromkeys([*kinds, *(d["kind"] for d in drifts)]):
+        for kind in dict.fromkeys([*(kinds if whole else ()), *(d["kind"] for d in drifts)]):
             entries.labels(name, kind).set(sum(1 for d in drifts if d["kind"] == kind))
-        causes.labels(name).set(len({d["cause"] for d in drifts}))
+        if whole or drifts:
+            causes.labels(name).set(len({d["cause"] for d in drifts}))
         errors.labels(name).set(len(box["errors"]))
     _run_metrics(registry, "drift", doc, finished, duration_s)
     return registry
@@ -168,6 +193,29 @@ def collector_seconds(obs: Any) -> float | None:
         if math.isfinite(seconds) and seconds >= 0:  # never +Inf or NaN on a dashboard
             return seconds
     return None
+
+
+def snapshot_time(directory: Path) -> float:
+    """When a snapshot's observations were made: its index's `taken_at` (UTC, written when
+    the run that saved it began), else when its index was written (an index without one, or
+    with one that is no time). What a replay's metrics are stamped with (hooks._finished)."""
+    from datetime import UTC, datetime
+
+    from reconciler.observe.observe import snapshot_index
+
+    index = directory / "index.json"
+    try:
+        taken = snapshot_index(directory).get("taken_at")
+        if isinstance(taken, str):
+            return datetime.strptime(taken, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except (OSError, ValueError):
+        pass  # the replay said what was wrong with it
+    try:
+        return index.stat().st_mtime
+    except OSError:
+        import time
+
+        return time.time()  # gone since the replay read it: no better time is known
 
 
 def _run_metrics(

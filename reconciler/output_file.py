@@ -37,9 +37,9 @@ def target_problem(option: str, path: str) -> str | None:
 
 
 def write_whole(path: Path, pieces: Iterable[str]) -> None:
-    """The text in a new file beside `path` (mode from the umask, as `open` makes it), then
-    renamed over it; into it when it is a device or a FIFO. OSError when it cannot be (a
-    regular file at `path` is then as it was)."""
+    """The text in a new file beside `path` (mode from the umask, as `open` makes it), flushed
+    to disk, then renamed over it; into it when it is a device or a FIFO. OSError when it
+    cannot be (a regular file at `path` is then as it was)."""
     real = Path(os.path.realpath(path))  # a symlink's target is what is replaced
     try:
         replaced = stat.S_ISREG(real.stat().st_mode)
@@ -49,15 +49,32 @@ def write_whole(path: Path, pieces: Iterable[str]) -> None:
         with real.open("w", encoding="utf-8") as out:
             out.writelines(pieces)
         return
-    aside = real.with_name(f".{real.name}.{os.getpid()}.tmp")
+    # A name of this write's own: a run killed between writing and renaming leaves its file,
+    # and a later run given the same PID (a timer's runs reuse them) found it in the way.
+    aside = real.with_name(f".{real.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     try:
         with aside.open("x", encoding="utf-8") as out:  # "x": never through what is there
             out.writelines(pieces)
+            out.flush()
+            # On disk before the name points at it: after a crash the path holds the old
+            # file or the new one, never an empty one (ext4 without auto_da_alloc, xfs).
+            os.fsync(out.fileno())
         os.replace(aside, real)
     except BaseException:
         with suppress(OSError):
             aside.unlink(missing_ok=True)
         raise
+    _sync_directory(real.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    """The rename itself on disk (best effort: a filesystem may not sync directories)."""
+    with suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def written(option: str, path: str, pieces: Iterable[str]) -> bool:

@@ -84,7 +84,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if args.format == "html":  # its own module: jinja2 is imported for this format only
         from reconciler.audit.report_html import audit_page
 
-        text = audit_page(report, fleet, outs.history)
+        text = audit_page(report, fleet, outs.history, outs.root)
     else:
         text = render(report, args.format, color=on_terminal, width=max(80, width))
     if args.output:

@@ -78,8 +78,9 @@ def render_html(
     )
 
 
-def audit_page(report: AuditReport, fleet: Any, history: Any) -> str:
-    """The CLI's entry: lanes from the desired state, sparklines from the history store."""
+def audit_page(report: AuditReport, fleet: Any, history: Any, root: str | None = None) -> str:
+    """The CLI's entry: lanes from the desired state, sparklines from the history store (this
+    fleet's drift runs: its inventory, in `root`, the fleet repository)."""
     from reconciler.history.series import drift_counts
 
     names = [r.box for r in report.rows]
@@ -88,4 +89,5 @@ def audit_page(report: AuditReport, fleet: Any, history: Any) -> str:
         for name in names
         if name in fleet.boxes
     }
-    return render_html(report, lanes, drift_counts(history, names))
+    counts = drift_counts(history, names, inventory=report.inventory, root=root)
+    return render_html(report, lanes, counts)

@@ -216,7 +216,7 @@ def _chosen(
     conn: sqlite3.Connection, refs: list[str], path: Path
 ) -> tuple[RunInfo, RunInfo] | None:
     """The two runs named, or the last two of one command and fleet; None (said) if none."""
-    from reconciler.history.store import find_run, last_two, runs
+    from reconciler.history.store import find_runs, last_two, runs
 
     if not refs:
         pair = last_two(conn)
@@ -226,12 +226,29 @@ def _chosen(
         return pair[0], pair[1]
     found = []
     for ref in refs:
-        run = find_run(conn, ref)
-        if run is None:
-            print(f"error: no single run {ref!r} in {path} (a number or a run id)", file=sys.stderr)
+        named = find_runs(conn, ref)
+        if len(named) != 1:
+            print(_not_one(ref, named, path), file=sys.stderr)
             return None
-        found.append(run)
+        found.append(named[0])
     return found[0], found[1]
+
+
+def _not_one(ref: str, named: list[RunInfo], path: Path) -> str:
+    """Why `ref` names no single run: none, or several (replays of one snapshot share its
+    run id: which one is meant is for the person to say, by its number)."""
+    if not named:
+        return f"error: no single run {ref!r} in {path} (a number or a run id)"
+    numbers = ", ".join(str(r.id) for r in named)
+    why = (
+        "replays of one snapshot share its run id"
+        if len({r.run_id for r in named}) == 1
+        else "it begins each one's run id"
+    )
+    return (
+        f"error: {ref!r} names {len(named)} runs in {path} (runs {numbers}; {why}): "
+        "name each run by its number"
+    )
 
 
 def _no_pair(path: Path, chosen: list[RunInfo], recorded: int) -> str:
@@ -260,13 +277,16 @@ def _unlike(a: RunInfo, b: RunInfo) -> str | None:
 def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
     """A stored run as the diff reads it, with how each of its boxes was observed."""
     from reconciler.history.diff import Side
+    from reconciler.history.parts import known
     from reconciler.history.store import boxes_of, entries_of, findings_of, observations_of
 
+    boxes = boxes_of(conn, run.id)
     return Side(
         f"run {run.id} ({run.command} {run.started_at}, {run.run_id})",
         entries_of(conn, run.id),
         findings_of(conn, run.id),
         observations_of(conn, run.id),
-        boxes={b.box: b.observation for b in boxes_of(conn, run.id)},
+        boxes={b.box: b.observation for b in boxes},
         name=f"run {run.id}",
+        faults={b.box: known(b.errors, b.faults) for b in boxes},
     )

@@ -36,27 +36,42 @@ class Side:
     observations: Mapping[str, Any] = field(default_factory=dict)  # box -> snapshot box file
     boxes: Mapping[str, str] | None = None
     name: str = ""  # how a line names this side ("run 4"); the label by default
+    # Per box, the parts of its faults (history/parts.py); None: it had faults, which parts
+    # not recorded (a run of older code). A box not here had none.
+    faults: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
 
     def observation(self, box: str) -> str:
         if self.boxes is None:
             return FULL
         return self.boxes.get(box, ABSENT)
 
+    def unseen(self, box: str) -> frozenset[str]:
+        """The box's columns (parts.LANES, GATEWAY, BOX_WIDE) this side did not observe."""
+        from reconciler.history.parts import unseen_columns
+
+        return unseen_columns(self.faults.get(box, ()))
+
 
 @dataclass(frozen=True)
 class Unseen:
     """A box not observed in full in both runs: its entries, findings and observed values are
     not compared (an unreachable box's entries are not "cleared"). `changed`: it was covered
-    by both runs, and observed otherwise (reachable, then not)."""
+    by both runs, and observed otherwise (reachable, then not).
+
+    Or, with `columns`, a box observed in both whose faults (dockerd down, a gateway probe
+    unanswered) left those columns not observed in one of them: only its entries there are
+    not compared (`changed`: the columns left differ between the runs)."""
 
     box: str
     a: str  # its observation in the first run (full | partial | none | absent)
     b: str
     reason: str  # "thor: not observed in run 5: not compared"
+    columns: tuple[str, ...] = ()  # parts.LANES, GATEWAY, BOX_WIDE; () = the whole box
+    faults_changed: bool = False
 
     @property
     def changed(self) -> bool:
-        return self.a != self.b and ABSENT not in (self.a, self.b)
+        return (self.a != self.b and ABSENT not in (self.a, self.b)) or self.faults_changed
 
 
 @dataclass(frozen=True)
@@ -103,10 +118,20 @@ class RunDiff:
 
 
 def diff_sides(a: Side, b: Side) -> RunDiff:
+    from reconciler.history.parts import column
+
     unseen = _unseen(a, b)
-    skipped = {u.box for u in unseen}
-    before = {e.key: e for e in a.entries if e.box not in skipped}
-    after = {e.key: e for e in b.entries if e.box not in skipped}
+    skipped = {u.box for u in unseen if not u.columns}
+    # A box seen in both whose faults left columns not observed: its entries there neither
+    # appeared nor cleared (dockerd down is no lane in sync); its findings and observed
+    # values are still compared (the observation says the engine did not answer).
+    hidden = {(u.box, col) for u in unseen for col in u.columns}
+
+    def compared(e: EntryRow) -> bool:
+        return e.box not in skipped and (e.box, column(e.subject)) not in hidden
+
+    before = {e.key: e for e in a.entries if compared(e)}
+    after = {e.key: e for e in b.entries if compared(e)}
     reworded = tuple(
         EntryChange(before[k], after[k])
         for k in after
@@ -154,7 +179,30 @@ def _unseen(a: Side, b: Side) -> tuple[Unseen, ...]:
                 if state != FULL
             ]
             out.append(Unseen(box, *seen, f"{box}: {', '.join(words)}: not compared"))
+            continue
+        part = _partly(box, a, b)
+        if part is not None:
+            out.append(part)
     return tuple(out)
+
+
+def _partly(box: str, a: Side, b: Side) -> Unseen | None:
+    """A box observed in both runs, with columns one of them did not observe, or None."""
+    from reconciler.history.parts import words
+
+    columns = a.unseen(box) | b.unseen(box)
+    if not columns:
+        return None
+    said = []
+    for side in (a, b):
+        if side.unseen(box):
+            faults = side.faults.get(box)
+            what = "some part (not recorded which)" if faults is None else ", ".join(faults)
+            said.append(f"{what} not observed in {side.name or side.label}")
+    reason = f"{box}: {'; '.join(said)}: its entries on {words(columns)} not compared"
+    ordered = tuple(sorted(columns))
+    changed = a.unseen(box) != b.unseen(box)
+    return Unseen(box, FULL, FULL, reason, columns=ordered, faults_changed=changed)
 
 
 _OBSERVED = {"partial": "only partly observed", "none": "not observed", ABSENT: "not"}
@@ -297,7 +345,7 @@ def render_text(diff: RunDiff, limit: int = 40) -> str:
     """The diff for a person; `limit`: observed changes printed per box (the rest counted)."""
     lines = [f"diff: {diff.a} -> {diff.b}", ""]
     if diff.not_compared:
-        lines.append("boxes not observed in full in both")
+        lines.append("boxes not observed in full in both")  # or only some of their parts
         lines += [f"  {u.reason}" for u in diff.not_compared]
         lines.append("")
     if diff.appeared or diff.cleared or diff.reworded:
@@ -346,15 +394,20 @@ def _entry(e: EntryRow) -> str:
 
 
 def _observed(e: EntryRow) -> str:
-    if e.secret:
+    if e.secret:  # changed: None when the run could not tell (drift.comparable)
+        if e.changed is None:
+            return "*** (not comparable)"
         return "*** (changed)" if e.changed else "*** (unchanged)"
     return f"desired {_short(json.loads(e.desired))}, observed {_short(json.loads(e.observed))}"
 
 
 def _summary(diff: RunDiff) -> str:
+    whole = sum(1 for u in diff.not_compared if not u.columns)
+    partly = len(diff.not_compared) - whole
     if not diff.changed:
-        unseen = f" ({len(diff.not_compared)} boxes not compared)" if diff.not_compared else ""
-        return "diff: nothing changed" + unseen
+        unseen = [f"{whole} boxes not compared"] if whole else []
+        unseen += [f"{partly} boxes compared in part"] if partly else []
+        return "diff: nothing changed" + (f" ({', '.join(unseen)})" if unseen else "")
     parts = [
         f"{len(diff.appeared)} entries appeared",
         f"{len(diff.cleared)} cleared",
@@ -366,8 +419,10 @@ def _summary(diff: RunDiff) -> str:
         )
     boxes = len({c.box for c in diff.changes})
     parts.append(f"{len(diff.changes)} observed values changed on {boxes} boxes")
-    if diff.not_compared:
-        parts.append(f"{len(diff.not_compared)} boxes not compared")
+    if whole:
+        parts.append(f"{whole} boxes not compared")
+    if partly:
+        parts.append(f"{partly} boxes compared in part")
     return "diff: " + ", ".join(parts)
 
 
@@ -396,7 +451,15 @@ def to_json(diff: RunDiff) -> dict[str, Any]:
         "findings_cleared": [vars(f) for f in diff.findings_cleared],
         "events": list(diff.events),
         "changes": [vars(c) for c in diff.changes],
+        # columns: null for the whole box, else those of its columns not compared
         "not_compared": [
-            {"box": u.box, "a": u.a, "b": u.b, "reason": u.reason} for u in diff.not_compared
+            {
+                "box": u.box,
+                "a": u.a,
+                "b": u.b,
+                "reason": u.reason,
+                "columns": list(u.columns) or None,
+            }
+            for u in diff.not_compared
         ],
     }

@@ -43,9 +43,12 @@ class RunOutputs:
     """Where a run's metrics and history go, and when it started. (A plain class: no
     dataclass before the collectors are spawned, observe/transport.py says why.)"""
 
-    def __init__(self, history: Path | None, metrics: Path | None) -> None:
+    def __init__(self, history: Path | None, metrics: Path | None, root: str | None = None) -> None:
         self.history = history  # None: not recorded
         self.metrics = metrics
+        # The fleet repository the run judges (_fleet_root): the drift page's sparklines are
+        # this fleet's runs only (history/series.py), as a recorded run names it.
+        self.root = root
         self.started = time.time()  # wall clock, for the record
         self.clock = time.monotonic()  # for the duration
 
@@ -72,7 +75,8 @@ def prepare(args: argparse.Namespace) -> RunOutputs | None:
         except HistoryLocationError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return None
-    return RunOutputs(history, Path(args.metrics) if args.metrics else None)
+    root = _fleet_root(args) if history is not None else None  # only the page's trend reads it
+    return RunOutputs(history, Path(args.metrics) if args.metrics else None, root)
 
 
 def _observing_problem(args: argparse.Namespace) -> str | None:
@@ -150,17 +154,20 @@ def finish_drift(
     sys.stdout.flush()  # the report is out before anything here costs time
     if printed_json is not None:
         return _finish_parts(outs, args, run, exit_code, printed_json)
+    from reconciler.history.parts import faults_of
     from reconciler.report.json_report import to_document
 
     doc = to_document(run.report)
     took = time.monotonic() - outs.clock
     kept = getattr(run, "observations", None) or {}
     seconds, observations = _observations(kept, args, doc, outs.history)
-    exit_code = _drift_metrics(outs, doc, took, seconds, exit_code)
+    # Which part of each box a fault is about: the document's errors are text only.
+    faults = {b.box: faults_of(b.errors) for b in run.report.boxes}
+    exit_code = _drift_metrics(outs, args, doc, took, seconds, exit_code, faults)
     if outs.history is not None:
         from reconciler.history.record import drift_record
 
-        _record_run(outs, args, drift_record, doc, observations, took)
+        _record_run(outs, args, drift_record, doc, observations, took, faults=faults)
     return exit_code
 
 
@@ -175,7 +182,9 @@ def _finish_parts(
     head = parts_head(run)
     took = time.monotonic() - outs.clock
     seconds = {k.row.box: k.seconds for k in run.kept if k.seconds is not None}
-    exit_code = _drift_metrics(outs, metrics_document(head, run), took, seconds, exit_code)
+    faults = {k.row.box: k.row.faults or () for k in run.kept}
+    document = metrics_document(head, run)
+    exit_code = _drift_metrics(outs, args, document, took, seconds, exit_code, faults)
     if outs.history is not None:
         from reconciler.history.record import drift_record
         from reconciler.history.store import Packed
@@ -195,7 +204,13 @@ def _finish_parts(
 
 
 def _drift_metrics(
-    outs: RunOutputs, doc: dict[str, Any], took: float, seconds: dict[str, float], code: int
+    outs: RunOutputs,
+    args: argparse.Namespace,
+    doc: dict[str, Any],
+    took: float,
+    seconds: dict[str, float],
+    code: int,
+    faults: dict[str, tuple[str, ...]],
 ) -> int:
     """`--metrics`, if asked for, from the document (or what metrics_document keeps of it)."""
     if outs.metrics is None:
@@ -204,8 +219,20 @@ def _drift_metrics(
     from reconciler.metrics import drift_registry
 
     kinds = tuple(k.value for k in Kind)
-    registry = drift_registry(doc, kinds, time.time(), took, seconds)
+    registry = drift_registry(doc, kinds, _finished(args), took, seconds, faults)
     return code if _write_metrics(outs.metrics, registry) else EXIT_ERROR
+
+
+def _finished(args: argparse.Namespace) -> float:
+    """The time the metrics stamp the run with: now, or for a replay when its snapshot was
+    taken. The metrics say how fresh the observations are (FleetDriftNotRunning, a
+    dashboard's age): a week-old snapshot replayed today is a week old."""
+    directory = getattr(args, "from_snapshot", None)
+    if not directory:
+        return time.time()
+    from reconciler.metrics import snapshot_time
+
+    return snapshot_time(Path(directory))
 
 
 def finish_audit(
@@ -223,7 +250,7 @@ def finish_audit(
     if outs.metrics is not None:
         from reconciler.metrics import audit_registry
 
-        registry = audit_registry(doc, time.time(), took, seconds)
+        registry = audit_registry(doc, _finished(args), took, seconds)
         if not _write_metrics(outs.metrics, registry):
             code = EXIT_ERROR
     if outs.history is not None:
@@ -346,8 +373,10 @@ def _record_run(
     doc: Any,
     observations: Any,
     took: float,
+    **more: Any,
 ) -> None:
-    """The run's rows (`build`: record.drift_record or audit_record) into the store."""
+    """The run's rows (`build`: record.drift_record or audit_record, `more` its own
+    arguments) into the store."""
     assert outs.history is not None
     run = build(
         doc,
@@ -356,6 +385,7 @@ def _record_run(
         started=outs.started,
         duration_s=took,
         root=_fleet_root(args),
+        **more,
     )
     _record(outs.history, run)
 

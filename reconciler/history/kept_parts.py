@@ -23,7 +23,7 @@ from reconciler.report.json_report import box_entry
 from reconciler.report.summary import tally
 
 # What the metrics read of a box's entry (metrics.drift_registry), and of each drift.
-_COUNTED = ("box", "reachable", "errors")
+_COUNTED = ("box", "reachable", "observation", "errors")
 _DRIFT_COUNTED = ("kind", "cause")
 
 
@@ -41,12 +41,13 @@ class KeptPart(NamedTuple):
 def kept_part(box: BoxResult, data: bytes | None, many: bool) -> KeptPart:
     """`box` compared from its snapshot file's `data` (None: there was no file to keep)."""
     from reconciler.history.hooks import decoded
+    from reconciler.history.parts import faults_of
     from reconciler.history.store import pack
     from reconciler.metrics import collector_seconds
 
     causes: set[str] = set()
     entry = box_entry(box, causes)
-    row, entries = box_rows(entry)
+    row, entries = box_rows(entry, faults_of(box.errors))
     counted = {key: entry[key] for key in _COUNTED}
     counted["drifts"] = [{key: d[key] for key in _DRIFT_COUNTED} for d in entry["drifts"]]
     packed, seconds = None, None

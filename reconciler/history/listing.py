@@ -18,14 +18,27 @@ def render_text(rows: list[Row], box: str | None, path: Path) -> str:
 
     if not rows:
         return clean(f"no runs recorded in {path}{f' for {box}' if box else ''}") + "\n"
-    head = ["#", "started (UTC)", "command", "exit", "reached", "causes", "entries", "took", "run"]
+    head = [
+        "#",
+        "started (UTC)",
+        "command",
+        "fleet",
+        "exit",
+        "reached",
+        "causes",
+        "entries",
+        "took",
+        "run",
+    ]
     table = [head]
+    # One store may hold several fleets' runs (another inventory, another repository): each
+    # line says whose. The repository only when the lines name more than one.
+    roots = {run.root for run, _ in rows if run.root is not None}
     for run, boxes in rows:
         mine = [b for b in boxes if box is None or b.box == box]
         reached = f"{sum(1 for b in mine if b.reachable)}/{len(mine)}"
         if run.command == "audit":
-            verdicts = ",".join(sorted({b.verdict or "-" for b in mine}))
-            causes, entries = verdicts, str(sum(b.entries for b in mine))
+            causes, entries = _audit_cells(run, mine, box)
         elif box is None:
             causes = str(run.summary.get("causes", sum(b.causes for b in mine)))
             entries = str(run.summary.get("drifts", sum(b.entries for b in mine)))
@@ -39,6 +52,7 @@ def render_text(rows: list[Row], box: str | None, path: Path) -> str:
                     str(run.id),
                     run.started_at.replace("T", " ").rstrip("Z"),
                     run.command + (" (replay)" if run.source == "snapshot" else ""),
+                    run.fleet if len(roots) > 1 else run.inventory,
                     str(run.exit_code),
                     reached + (f" ({errors} errors)" if errors else ""),
                     causes,
@@ -52,8 +66,26 @@ def render_text(rows: list[Row], box: str | None, path: Path) -> str:
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table
     ]
-    note = "causes/entries: drift causes and entries; for audit: the verdicts and findings"
+    note = (
+        "causes/entries: drift causes and entries; for audit: the mesh's and the boxes' "
+        "verdicts and the findings (the mesh's included)"
+    )
     return "\n".join([*lines, "", clean(f"{len(rows)} runs in {path}; {note}")]) + "\n"
+
+
+def _audit_cells(run: RunInfo, boxes: list[BoxInfo], box: str | None) -> tuple[str, str]:
+    """An audit's verdicts and findings: for the run, the mesh's verdict first (a mesh that
+    fails with every box ok is a failing audit) and the summary's findings, which count the
+    mesh's; for one box's line, that box's."""
+    verdicts = ",".join(sorted({b.verdict or "-" for b in boxes}))
+    found = sum(b.entries for b in boxes)
+    if box is not None:
+        return verdicts, str(found)
+    mesh = run.summary.get("mesh")
+    findings = run.summary.get("findings")
+    head = f"mesh {mesh}; " if isinstance(mesh, str) else ""
+    whole = findings if isinstance(findings, int) and not isinstance(findings, bool) else found
+    return head + verdicts, str(whole)
 
 
 def render_json(rows: list[Row], box: str | None, path: Path) -> str:

@@ -87,6 +87,14 @@ MIGRATIONS: tuple[str, ...] = (
         size INTEGER NOT NULL
     );
     """,
+    # 4: which parts of each box a drift run could not observe (the parts of its faults:
+    # docker, gateway-probe, ...; history/parts.py), so that `reconcile diff` says the
+    # entries under them were not compared rather than cleared, and a trend or a metric does
+    # not read a box whose dockerd was down as in sync. A JSON array; NULL for an audit's box
+    # and for the runs recorded before (a box with errors then: which parts, not known).
+    """
+    ALTER TABLE boxes ADD COLUMN faults TEXT;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

@@ -49,6 +49,9 @@ def comparable(doc: Any, depth: int = 0) -> Any:
         out = masking.argv([comparable(v, depth + 1) for v in doc])
         return opaque(out, f"{len(out)} items") if len(out) > LONG_LIST else out
     if isinstance(doc, str):
+        # A secret inside a value under a plain name (`VLLM_EXTRA='--api-key x'`), as the
+        # store masks it: `diff --from-snapshot` compares snapshots never stored.
+        doc = masking.masked_value(doc)
         return _DIGEST.sub(SECRET, doc) if "hmac:" in doc else doc
     return doc
 

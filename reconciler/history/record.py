@@ -10,7 +10,7 @@ across runs; the report document, kept whole, still carries its run's digests.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,9 @@ class BoxRow:
     causes: int
     errors: int
     verdict: str | None = None
+    # The parts of its faults (history/parts.py: which entries the run could not observe); None
+    # when not recorded (an audit's box, a drift run of older code).
+    faults: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,17 @@ def drift_record(
     root: str | None = None,
     rows: list[tuple[BoxRow, list[EntryRow]]] | None = None,
     report: ReportText | None = None,
+    faults: Mapping[str, Sequence[str]] | None = None,
 ) -> RunRecord:
     """A drift report document (reconciler/report/json_report.py, version 2) -> its rows.
 
+    `faults`: each box's fault parts (parts.faults_of of the report's box: the document's
+    errors are text only); a box without is recorded as "not known".
     A report kept as its boxes' parts (report/json_parts.py) gives its head as `doc`, each
     box's `box_rows` as `rows` and the document's text as `report`: the same record."""
     if rows is None:
-        rows = [box_rows(box) for box in doc["boxes"]]
+        given = faults or {}
+        rows = [box_rows(box, given.get(box["box"])) for box in doc["boxes"]]
     boxes = [row for row, _ in rows]
     entries = [entry for _, box_entries in rows for entry in box_entries]
     return _record(
@@ -122,8 +129,11 @@ def drift_record(
     )
 
 
-def box_rows(box: dict[str, Any]) -> tuple[BoxRow, list[EntryRow]]:
-    """One box's entry of a drift report document -> its row and its drift entries' rows."""
+def box_rows(
+    box: dict[str, Any], faults: Sequence[str] | None = None
+) -> tuple[BoxRow, list[EntryRow]]:
+    """One box's entry of a drift report document -> its row and its drift entries' rows.
+    `faults`: the parts of the box's faults (parts.faults_of), None when not known."""
     drifts = box["drifts"]
     row = BoxRow(
         box=box["box"],
@@ -132,6 +142,7 @@ def box_rows(box: dict[str, Any]) -> tuple[BoxRow, list[EntryRow]]:
         entries=len(drifts),
         causes=len({d["cause"] for d in drifts}),
         errors=len(box["errors"]),
+        faults=None if faults is None else tuple(faults),
     )
     rows = [
         EntryRow(

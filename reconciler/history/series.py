@@ -16,24 +16,53 @@ LAST_RUNS = 48  # half a day of a 15-minute timer: enough to see a trend, small 
 
 
 def drift_counts(
-    path: Path | None, boxes: Sequence[str], last: int = LAST_RUNS
+    path: Path | None,
+    boxes: Sequence[str],
+    last: int = LAST_RUNS,
+    *,
+    inventory: str | None = None,
+    root: str | None = None,
 ) -> dict[str, list[int]]:
-    """Per box, its entry counts in the last `last` drift runs that observed it, oldest first
-    (a run where the box was not observed has no count: a gap is not zero drift)."""
+    """Per box, its entry counts in the last `last` drift runs that observed it in full,
+    oldest first. A run where the box was not observed, or only in part (dockerd down, a
+    gateway probe unanswered: parts.complete), has no count: a gap is not zero drift.
+
+    `inventory` and `root`: only the runs of that fleet (as store.last_two pairs runs: that
+    inventory, in that repository, or recorded before the repository was kept): another
+    fleet's box of the same name is another box. None: every run (a caller that does not
+    know its fleet)."""
     if path is None or not path.is_file():
         return {}
+    from reconciler.history.parts import complete
+    from reconciler.history.store import _has_column, _opt_parts
+
     out: dict[str, list[int]] = {}
     try:
         with reading(path) as conn:
+            # A store older than a column (read as it is, never migrated) has it as NULL.
+            root_col = "r.root" if _has_column(conn, "runs", "root") else "NULL"
+            faults_col = "b.faults" if _has_column(conn, "boxes", "faults") else "NULL"
+            where, params = ["b.box = ?", "r.command = 'drift'", "b.observation = 'full'"], []
+            if inventory is not None:
+                where.append("r.inventory = ?")
+                params.append(inventory)
+            if root is not None:
+                where.append(f"({root_col} = ? OR {root_col} IS NULL)")
+                params.append(root)
+            query = (
+                f"SELECT b.entries, b.errors, {faults_col} FROM boxes b JOIN runs r"
+                f" ON r.id = b.run WHERE {' AND '.join(where)} ORDER BY r.id DESC"
+            )
             for box in boxes:
-                rows = conn.execute(
-                    "SELECT b.entries FROM boxes b JOIN runs r ON r.id = b.run"
-                    " WHERE b.box = ? AND r.command = 'drift' AND b.observation != 'none'"
-                    " ORDER BY r.id DESC LIMIT ?",
-                    (box, last),
-                ).fetchall()
-                if rows:
-                    out[box] = [int(r[0]) for r in reversed(rows)]
+                counts: list[int] = []
+                # Stepped lazily: stops at the `last` counts, however many runs are older.
+                for entries, errors, faults in conn.execute(query, [box, *params]):
+                    if complete("full", int(errors), _opt_parts(faults, "fault parts")):
+                        counts.append(int(entries))
+                        if len(counts) >= last:
+                            break
+                if counts:
+                    out[box] = counts[::-1]
     except (HistoryError, sqlite3.Error, OSError, ValueError, TypeError):  # damaged: no series
         return {}
     return out

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.history.diff import Side
+from reconciler.history.parts import known
 from reconciler.history.record import RunRecord
 
 
@@ -30,12 +31,14 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
                 print(f"error: {directory}/{box}.json: {_reason(exc)}", file=sys.stderr)
                 return None
         judged = _judged(args, directory)
-        if judged is not None:  # how the drift judged each box observed
+        faults: dict[str, tuple[str, ...] | None] = {}
+        if judged is not None:  # how the drift judged each box observed, and its faults
             entries, seen = judged.entries, {b.box: b.observation for b in judged.boxes}
+            faults = {b.box: known(b.errors, b.faults) for b in judged.boxes}
         else:  # no drift judged: how each box file says it was observed
             entries, seen = (), {box: _observed(doc) for box, doc in observations.items()}
         label = f"snapshot {directory}"
-        sides.append(Side(label, entries, (), observations, boxes=seen, name=label))
+        sides.append(Side(label, entries, (), observations, seen, label, faults))
     return sides[0], sides[1]
 
 
@@ -87,6 +90,7 @@ def _judged(args: argparse.Namespace, directory: str) -> RunRecord | None:
         inputs = cli._drift_inputs(replay)
         boxes = [b for b in cli._snapshot_boxes(replay, inputs.boxes)]
         from reconciler.drift import run_drift_on
+        from reconciler.history.parts import faults_of
         from reconciler.history.record import drift_record
         from reconciler.report.json_report import to_document
 
@@ -100,4 +104,5 @@ def _judged(args: argparse.Namespace, directory: str) -> RunRecord | None:
             file=sys.stderr,
         )
         return None
-    return drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0)
+    faults = {b.box: faults_of(b.errors) for b in run.report.boxes}
+    return drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0, faults=faults)

@@ -96,6 +96,7 @@ class BoxInfo:
     causes: int
     errors: int
     verdict: str | None
+    faults: tuple[str, ...] | None = None  # its fault parts; None: not recorded (parts.py)
 
 
 def reading(path: Path) -> AbstractContextManager[sqlite3.Connection]:
@@ -118,6 +119,7 @@ def opened(
     conn = _connect(path, readonly)
     try:
         try:
+            _refuse_newer(conn, path)  # before any pragma or table check changes or judges it
             tables = _ours(conn, path)
             if not readonly:
                 _make_writable(conn, path)
@@ -153,13 +155,30 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
         os.umask(old)
 
 
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {str(name) for (name,) in rows if not is_sqlite_internal(str(name))}
+
+
+def _refuse_newer(conn: sqlite3.Connection, path: Path) -> None:
+    """A store a newer reconciler wrote is refused before anything touches it: a writer's
+    WAL switch rewrites the file's header, and its tables (a newer version's own, beyond
+    these) would read as another application's. A newer store holds every table of this
+    version (migrations only add: migrations.py); a database without them is judged by
+    _ours, whatever a table of its own called schema_version says."""
+    tables = _tables(conn)
+    if tables >= TABLES:
+        version = _version(conn)
+        if version > VERSION:
+            raise _newer(path, version)
+
+
 def _ours(conn: sqlite3.Connection, path: Path) -> set[str]:
     """The database's tables, when it is empty or a store of this tool (its tables are among
     the store's, schema_version with them); else the HistoryError that says whose it is not.
     SQLite's own tables (`sqlite_stat1`, `sqlite_stat4` after ANALYZE or PRAGMA optimize,
     `sqlite_sequence`) are no application's: not counted."""
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    tables = {str(name) for (name,) in rows if not is_sqlite_internal(str(name))}
+    tables = _tables(conn)
     if tables and ("schema_version" not in tables or not tables <= TABLES):
         others = ", ".join(sorted(tables - TABLES)) or "no schema_version"
         raise HistoryError(
@@ -266,9 +285,20 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
         size = _size(run, summary, report, observations)
         conn.execute("INSERT INTO run_sizes VALUES (?, ?)", (rid, size))
         conn.executemany(
-            "INSERT INTO boxes VALUES (?,?,?,?,?,?,?,?)",
+            "INSERT INTO boxes (run, box, reachable, observation, entries, causes, errors,"
+            " verdict, faults) VALUES (?,?,?,?,?,?,?,?,?)",
             [
-                (rid, b.box, b.reachable, b.observation, b.entries, b.causes, b.errors, b.verdict)
+                (
+                    rid,
+                    b.box,
+                    b.reachable,
+                    b.observation,
+                    b.entries,
+                    b.causes,
+                    b.errors,
+                    b.verdict,
+                    None if b.faults is None else json.dumps(list(b.faults)),
+                )
                 for b in run.boxes
             ],
         )
@@ -461,6 +491,15 @@ def _opt_text(value: Any, what: str) -> str | None:
     return None if value is None else _text(value, what)
 
 
+def _opt_parts(value: Any, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    found = _stored_json(_text(value, what), what)
+    if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
+        raise _Damaged(what, "JSON list of names")
+    return tuple(found)
+
+
 def _seconds(value: Any, what: str) -> float:
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
         raise _Damaged(what, "number of seconds")
@@ -510,15 +549,26 @@ _RUN = (
 )
 
 
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    """An older store (read, never migrated, by a reader) lacks the columns later migrations
+    added: schema 1 `runs.root`, schema 3 and before `boxes.faults`. Their values then read
+    as not recorded (NULL)."""
+    rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
+    return any(row[1] == column for row in rows)
+
+
 def _has_root(conn: sqlite3.Connection) -> bool:
-    """A store at schema version 1 (read, never migrated, by a reader) has no `root`: its
-    runs read as recorded before it was kept."""
-    return any(row[1] == "root" for row in conn.execute("PRAGMA table_info(runs)").fetchall())
+    return _has_column(conn, "runs", "root")
+
+
+def _columns(conn: sqlite3.Connection, table: str, added: str, spec: Sequence[Any]) -> str:
+    """`spec`'s columns to select, `added` as NULL in a store older than it."""
+    present = _has_column(conn, table, added)
+    return ", ".join(c if present or c != added else "NULL" for c, _, _ in spec)
 
 
 def _run_columns(conn: sqlite3.Connection) -> str:
-    root = _has_root(conn)
-    return ", ".join(c if root or c != "root" else "NULL" for c, _, _ in _RUN)
+    return _columns(conn, "runs", "root", _RUN)
 
 
 def _run_info(row: Sequence[Any]) -> RunInfo:
@@ -543,7 +593,16 @@ def runs(
 
 
 def find_run(conn: sqlite3.Connection, ref: str) -> RunInfo | None:
-    """A run by its number in `reconcile history`, or by its run id (or a unique prefix)."""
+    """A run by its number in `reconcile history`, or by its run id (or a unique prefix);
+    None when no run, or more than one, answers to it (find_runs says which)."""
+    found = find_runs(conn, ref)
+    return found[0] if len(found) == 1 else None
+
+
+def find_runs(conn: sqlite3.Connection, ref: str) -> list[RunInfo]:
+    """The runs `ref` names, oldest first: the run of that number, else those of that run id,
+    else those whose run id it begins. More than one is ambiguous: replays of one snapshot
+    share the snapshot's run id, and the newest of them is not the one meant more than any."""
     # Digits SQLite cannot hold (or non-ASCII ones, which int() may refuse) are no run number:
     # such a reference is looked up as a run id only.
     columns = _run_columns(conn)
@@ -551,16 +610,13 @@ def find_run(conn: sqlite3.Connection, ref: str) -> RunInfo | None:
         row = conn.execute(f"SELECT {columns} FROM runs WHERE id = ?", (int(ref),))
         found = row.fetchone()
         if found is not None:
-            return _run_info(found)
+            return [_run_info(found)]
     rows = conn.execute(
-        f"SELECT {columns} FROM runs WHERE run_id = ? OR run_id LIKE ? ESCAPE '\\'"
-        " ORDER BY id DESC",
+        f"SELECT {columns} FROM runs WHERE run_id = ? OR run_id LIKE ? ESCAPE '\\' ORDER BY id",
         (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"),
     ).fetchall()
     exact = [r for r in rows if r[1] == ref]
-    if exact:
-        return _run_info(exact[0])
-    return _run_info(rows[0]) if len(rows) == 1 else None
+    return [_run_info(r) for r in (exact or rows)]
 
 
 def last_two(conn: sqlite3.Connection) -> list[RunInfo]:
@@ -590,11 +646,13 @@ _BOX = (
     ("causes", "cause count", _whole),
     ("errors", "error count", _whole),
     ("verdict", "verdict", _opt_text),
+    ("faults", "fault parts", _opt_parts),
 )
 
 
 def boxes_of(conn: sqlite3.Connection, run: int) -> list[BoxInfo]:
-    rows = conn.execute(f"SELECT {_select(_BOX)} FROM boxes WHERE run = ? ORDER BY rowid", (run,))
+    columns = _columns(conn, "boxes", "faults", _BOX)
+    rows = conn.execute(f"SELECT {columns} FROM boxes WHERE run = ? ORDER BY rowid", (run,))
     return [
         BoxInfo(*_read(r, _BOX, _its(f"run {run}'s box {_box_name(r[0], n)}")))
         for n, r in enumerate(rows.fetchall(), 1)

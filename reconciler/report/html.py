@@ -193,6 +193,7 @@ def render_drift_html(
 ) -> str:
     """`lanes`: each box's desired lanes (services); `history`: each box's drift entry counts,
     oldest first, this run last (no sparkline for a box without)."""
+    from reconciler.history.parts import seen_in_full
     from reconciler.report.summary import summarize
 
     report = guarded(report)
@@ -206,6 +207,9 @@ def render_drift_html(
                 "partial": free_text(box.partial) if box.partial else None,
                 "errors": [free_text(str(e)) for e in box.errors],
                 "entries": len(box.drifts),
+                # Every part observed (history/parts.py): else its count is a lower bound,
+                # and a 0 is not known (dockerd down is no box in sync): the badge says so.
+                "seen": seen_in_full(box),
                 "spark": sparkline((history or {}).get(box.box, ())),
             }
         )
@@ -228,15 +232,19 @@ def render_drift_html(
     )
 
 
-def drift_page(report: DriftReport, inputs: Any, history: Any) -> str:
+def drift_page(report: DriftReport, inputs: Any, history: Any, root: str | None = None) -> str:
     """The CLI's entry: lanes from the drift inputs (the desired state), each box's earlier
-    counts from the history store `history` (a Path, or None: no sparkline), this run last."""
+    counts from the history store `history` (a Path, or None: no sparkline), this run last.
+    `root`: the fleet repository (hooks.RunOutputs.root): only this fleet's runs are drawn
+    (another inventory's or repository's box of the same name is another box)."""
+    from reconciler.history.parts import seen_in_full
     from reconciler.history.series import drift_counts
 
     names = [b.box for b in report.boxes]
     lanes = {b: list(inputs.expectations[b].lanes) for b in names if b in inputs.expectations}
-    series = drift_counts(history, names)
+    series = drift_counts(history, names, inventory=report.inventory, root=root)
     for box in report.boxes:
-        if box.box in series and box.observation != "none":
+        # Only a box observed in full has its count (a gap is not zero drift), as the store's.
+        if box.box in series and seen_in_full(box):
             series[box.box].append(len(box.drifts))
     return render_drift_html(report, lanes, series)

@@ -105,6 +105,7 @@ def test_a_store_at_schema_version_1_is_read_as_it_is_and_migrated_by_a_run(
     with sqlite3.connect(db) as conn:  # as the reconciler before `root` (and sizes) left it
         conn.execute("ALTER TABLE runs DROP COLUMN root")
         conn.execute("DROP TABLE run_sizes")
+        conn.execute("ALTER TABLE boxes DROP COLUMN faults")
         conn.execute("UPDATE schema_version SET version = 1")
     conn.close()
     before = db.read_bytes()
@@ -117,7 +118,7 @@ def test_a_store_at_schema_version_1_is_read_as_it_is_and_migrated_by_a_run(
     code, out, _ = reconcile(capsys, "diff", "--history", str(db))
     assert (code, out.splitlines()[-1]) == (0, "diff: nothing changed")
     with opened(db, create=False) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
         roots = [r[0] for r in conn.execute("SELECT root FROM runs ORDER BY id")]
         measured = [r[0] for r in conn.execute("SELECT run FROM run_sizes ORDER BY run")]
     assert roots == [None, None, str(INCIDENTS)]

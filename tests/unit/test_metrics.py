@@ -5,7 +5,7 @@ and a file replaced whole or not at all."""
 from __future__ import annotations
 
 import json
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,6 @@ def test_drift_metrics_hold_every_series_per_box(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     prom = tmp_path / "fleet_drift.prom"
-    before = time.time()
     code, out, _ = reconcile(
         capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--format", "json",
         "--metrics", str(prom), "--no-history",
@@ -55,7 +54,10 @@ def test_drift_metrics_hold_every_series_per_box(
     )
     ((_, stamp),) = got["fleet_drift_last_run_timestamp_seconds"]
     ((_, took),) = got["fleet_drift_last_run_duration_seconds"]
-    assert before <= stamp <= time.time() and 0 < took < 60
+    # A replay is stamped with when its snapshot was taken, not when it was replayed.
+    taken = json.loads((SNAPSHOT / "index.json").read_text())["taken_at"]
+    when = datetime.strptime(taken, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    assert stamp == when and 0 < took < 60
     assert got["fleet_drift_last_run_exit_code"] == [({}, 2.0)]
     stamps = {b["box"]: v for b, v in got["fleet_drift_box_last_run_timestamp_seconds"]}
     assert stamps == dict.fromkeys(BOXES, stamp)

@@ -220,3 +220,19 @@ def test_the_store_keeps_a_clean_observation_as_the_same_object() -> None:
     doc = json.loads((EXAMPLE / "snapshot" / "thor.json").read_text("utf-8"))
     assert masking.stored(doc) is doc
     assert masking.stored(doc) is doc  # and again, from what it remembered
+
+
+def test_diff_masks_a_secret_inside_a_plain_value_of_an_unstored_snapshot() -> None:
+    """`reconcile diff --from-snapshot A B` compares snapshots that were never stored (so never
+    masked by the store): a flag's value inside an env value under a plain name is masked
+    there too, the fixed list's and the fleet's own."""
+    from reconciler.history.observed import comparable
+
+    secret_names.adopt_fleet_patterns(("*_ORG",))
+    try:
+        doc = {"env": {"VLLM_EXTRA": "--api-key s3cr3t-one --openai-org s3cr3t-two -tp 2"}}
+        shown = json.dumps(comparable(doc))
+    finally:
+        secret_names.adopt_fleet_patterns(())
+    assert "s3cr3t" not in shown
+    assert "-tp 2" in shown  # the rest of the value stays comparable
