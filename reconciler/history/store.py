@@ -131,6 +131,14 @@ def opened(
             yield conn
         except sqlite3.ProgrammingError:
             raise  # this code's own mistake, not the store's
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise HistoryError(f"history: {path} is not a usable store ({exc})") from None
+            # Contention, not damage: another run held the store past the busy timeout.
+            raise HistoryError(
+                f"history: {path} is busy: another run held it for more than "
+                f"{BUSY_TIMEOUT_S:.0f} s ({exc}); the store is as it was"
+            ) from None
         except sqlite3.DatabaseError as exc:
             # Also while in use: a table without the columns this schema has, a page that
             # no longer reads. The store's error, naming it.
@@ -191,12 +199,32 @@ def _ours(conn: sqlite3.Connection, path: Path) -> set[str]:
 def _make_writable(conn: sqlite3.Connection, path: Path) -> None:
     """WAL mode, migrated to this schema, private: only for a store of this tool (_ours)."""
     conn.execute("PRAGMA foreign_keys = ON")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    if str(mode).lower() != "wal":  # once, when the store is new: a store stays in WAL mode
+        mode = _switched_to_wal(conn)
     if str(mode).lower() != "wal":
         raise HistoryError(f"history: {path} cannot use WAL mode ({mode})")
     conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, fast
     _migrate(conn, path)
     restrict(path)
+
+
+def _switched_to_wal(conn: sqlite3.Connection) -> str:
+    """`PRAGMA journal_mode = WAL`, retried while another run holds the database: SQLite
+    answers this pragma "database is locked" at once, without the busy timeout the other
+    statements wait for, so a timer's run meeting a manual one lost its record."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _empty_store() -> sqlite3.Connection:
