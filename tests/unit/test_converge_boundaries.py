@@ -258,7 +258,7 @@ def test_a_bad_payload_leaves_the_box_untouched(home, commands, monkeypatch, nam
 
 def test_a_secret_that_env_cannot_hold_is_refused_before_the_lock(home, commands, monkeypatch):
     """A box_file secret is read on the box: checked there, still before the lock."""
-    (home / ".lobes" / ".secrets.env").write_text('GATEWAY_API_KEY="it\'s $HOME"\n')
+    (home / ".lobes" / ".secrets.env").write_text("GATEWAY_API_KEY='it\\'s $HOME'\n")
     p = copy.deepcopy(GOOD)
     p["box_secrets"] = {
         "gateway_api_key": {"path": "~/.lobes/.secrets.env", "key": "GATEWAY_API_KEY"}
