@@ -11,7 +11,13 @@ processes read and compare:
   order: the report is built from them exactly as from results made here;
 - `concurrent.futures` runs them: an error in a box's job is raised here as it would be in a
   serial replay; a worker that dies fails the pool (never hangs it), and the run ends with
-  that said as its error.
+  that said as its error;
+- Ctrl-C (SIGINT, sent to the terminal's whole process group) is this process's alone to
+  act on: the workers ignore it, so none dies with a traceback of its own (nor breaks the
+  pool, whose manager thread then raised InvalidStateError on the cancelled chunks). Here
+  the chunks not started are cancelled, the workers are told to stop (each ends its chunk
+  after the box it is on: the pool already counts as running the chunks queued for them),
+  and KeyboardInterrupt goes on to the command (exit 130).
 
 Only for replays of `WORKERS_FROM` boxes or more (forking and the pool cost ~20-40 ms), and
 only from a process with no other thread (a fork copies no thread, so a lock another thread
@@ -21,9 +27,12 @@ none); the default is one per CPU this process may run on, at most `MAX_WORKERS`
 
 from __future__ import annotations
 
+import mmap
 import os
+import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from reconciler.gc_pause import paused_gc
@@ -65,6 +74,11 @@ def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) 
     size = max(1, -(-len(boxes) // (workers * CHUNKS_PER_WORKER)))
     chunks = [list(boxes[i : i + size]) for i in range(0, len(boxes), size)]
     out: list[Result] = []
+    context = multiprocessing.get_context("fork")
+    # Made before the workers fork, so shared with them: one byte of shared memory (an
+    # anonymous MAP_SHARED page: ~40 ns a read, no import; multiprocessing's RawValue imports
+    # ctypes, ~1.5 ms), set on Ctrl-C (`_Job.run`)
+    _Job.stop = mmap.mmap(-1, 1)
     try:
         # paused_gc: the results unpickled here are millions of acyclic objects, which the
         # collector would walk again and again as they arrive (reconciler/gc_pause.py).
@@ -72,13 +86,20 @@ def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) 
             paused_gc(),
             ProcessPoolExecutor(
                 workers,
-                mp_context=multiprocessing.get_context("fork"),
+                mp_context=context,
                 initializer=_Job.take,
                 initargs=(job,),
             ) as pool,
         ):
-            for results in pool.map(_Job.run, chunks):
-                out.extend(results)
+            try:
+                with _sigint_held():  # the workers fork here: none takes one before it ignores it
+                    results = pool.map(_Job.run, chunks)
+                for chunk in results:
+                    out.extend(chunk)
+            except KeyboardInterrupt:
+                _Job.stop[0] = 1  # what they are still doing is thrown away
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     except BrokenProcessPool as exc:
         # A worker killed (out of memory, a signal) or crashed: said as the run's error, as
         # an OSError is (exit 1), never as a traceback.
@@ -89,19 +110,37 @@ def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) 
     return out
 
 
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT blocked while the workers are forked (they inherit the mask, and unblock it once
+    they ignore the signal, `_Job.take`); one that came meanwhile is delivered here after."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class _Job:
     """The job a forked worker runs: given at its start, in memory (a closure over the drift
     inputs), so it is never pickled; each chunk of box names then is."""
 
     current: Callable[[str], Any] | None = None
+    stop: mmap.mmap | None = None  # [0] set by map_boxes on Ctrl-C: the rest is not done
 
     @staticmethod
     def take(job: Callable[[str], Any]) -> None:
+        # Ctrl-C reaches every process of the terminal's group: the replay's own process acts
+        # on it (map_boxes), a worker never (its traceback would be printed beside the run's).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         _Job.current = job
 
     @staticmethod
     def run(boxes: list[str]) -> list[Any]:
         job = _Job.current
         assert job is not None, "a worker runs only after taking its job"
+        stop = _Job.stop
+        assert stop is not None, "made before the workers fork"
         with paused_gc():  # as the serial replay: every box's objects die by reference count
-            return [job(box) for box in boxes]
+            return [job(box) for box in boxes if not stop[0]]

@@ -12,7 +12,8 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from queue import SimpleQueue
@@ -424,19 +425,30 @@ def save_snapshot(
     full disk, a file too large) leaves the snapshot that was there as it was, never a mix of
     two runs. Where DIR cannot be renamed (its directory is not writable, or DIR is a mount
     point), built in a hidden directory inside DIR and moved in file by file, the index last
-    (`_moved_in`). A save interrupted earlier is recovered first (`_recover`). ValueError,
-    nothing written, for a DIR `snapshot_target_problem` refuses or a box named `index` (its
-    file would be the index)."""
-    import hashlib
-    import shutil
-
-    from reconciler.desired.facts import write_facts
-
+    (`_moved_in`). A save interrupted earlier is recovered first (`_recover`); one stopped by
+    SIGTERM or SIGHUP cleans up as one interrupted by Ctrl-C does, then ends by that signal
+    (`_stops_cleanly`). ValueError, nothing written, for a DIR `snapshot_target_problem`
+    refuses or a box named `index` (its file would be the index)."""
     if INDEX_BOX in observations:
         raise ValueError(index_box_problem())
     problem = snapshot_target_problem(directory)  # and an interrupted save recovered
     if problem is not None:
         raise ValueError(problem)
+    with _stops_cleanly():
+        _save(directory, observations, meta, facts)
+
+
+def _save(
+    directory: Path,
+    observations: dict[str, BoxObservation],
+    meta: dict[str, Any],
+    facts: Mapping[str, str] | None,
+) -> None:
+    import hashlib
+    import shutil
+
+    from reconciler.desired.facts import write_facts
+
     real = Path(os.path.realpath(directory))  # a symlink's target is what is replaced
     in_place = _in_place(real)
     if not in_place:
@@ -463,6 +475,50 @@ def save_snapshot(
             _into_place(building, real)
     finally:
         shutil.rmtree(building, ignore_errors=True)  # gone already once renamed into place
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP during a save: raised where the save is, so that its `finally` and
+    `except BaseException` clean-ups run (never caught as an error by an `except Exception`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
+
+
+@contextmanager
+def _stops_cleanly() -> Iterator[None]:
+    """While a save runs, SIGTERM and SIGHUP (a service stopped, a terminal closed) end it as
+    Ctrl-C does: the directory it was building is removed and a snapshot it had moved aside
+    is put back; the process then ends by the same signal, as it would have at once (Python's
+    default for them, which left a full hidden copy beside DIR, `.DIR.saving-*`, until the next
+    save to DIR). A signal its caller handles or ignores is left as it is; so is a save in a
+    thread other than the main one (only that thread can take a signal's handler)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            taken[signum] = signal.signal(signum, _stop)
+    try:
+        yield
+    except _Stopped as stopped:
+        for signum in taken:
+            signal.signal(signum, signal.SIG_DFL)
+        taken = {}
+        os.kill(os.getpid(), stopped.signum)  # its default action: the process ends here
+        raise
+    finally:
+        for signum, handler in taken.items():
+            signal.signal(signum, handler)
 
 
 def _box_file(name: str, obs: BoxObservation) -> bytes:

@@ -20,6 +20,8 @@ nothing of a secret without it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -102,13 +104,50 @@ def load_key(create: bool) -> bytes | None:
         key = os.read(fd, KEY_BYTES + 1)
     finally:
         os.close(fd)
+    if not key and create:
+        # Empty: what an earlier release left when it was stopped (or found the disk full)
+        # between making the file and writing the key into it. No digest was made with it
+        # (the key was written only after): a save makes a new one.
+        return _created(path, replace=True)
     if len(key) != KEY_BYTES:
         raise _refused(path, f"does not hold a {KEY_BYTES}-byte key")
     return key
 
 
-def _created(path: Path) -> bytes | None:
+def _created(path: Path, replace: bool = False) -> bytes | None:
+    """A new key, written whole (and synced) under a name of its own, then linked to the
+    key's name, which `link` makes only where there is none: a run reading the key at the same
+    time finds no file or the whole key, never an empty one, and a run stopped half way (a
+    kill, a full disk) leaves no key file. If another run made one meanwhile, that one is the
+    key. `replace`: the key's name holds an empty file (`load_key`), replaced."""
     key = os.urandom(KEY_BYTES)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+            out.flush()
+            os.fsync(out.fileno())
+        if replace:
+            os.replace(tmp, path)
+            return load_key(create=False)  # another run may have replaced it too: the last one
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # made meanwhile by another run: that one is the key
+            return load_key(create=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            return _written_in_place(path, key)  # a file system without hard links
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return key
+
+
+def _written_in_place(path: Path, key: bytes) -> bytes | None:
+    """The key made at its own name and written there (where no hard link can be made): a
+    run reading it in between would find it empty and refuse it, as `_created` avoids."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:  # made meanwhile by another run: that one is the key
