@@ -51,7 +51,7 @@ def write_whole(path: Path, pieces: Iterable[str]) -> None:
         return
     # A name of this write's own: a run killed between writing and renaming leaves its file,
     # and a later run given the same PID (a timer's runs reuse them) found it in the way.
-    aside = real.with_name(f".{real.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+    aside = real.with_name(f".{_short(real.name)}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     try:
         with aside.open("x", encoding="utf-8") as out:  # "x": never through what is there
             out.writelines(pieces)
@@ -65,6 +65,18 @@ def write_whole(path: Path, pieces: Iterable[str]) -> None:
             aside.unlink(missing_ok=True)
         raise
     _sync_directory(real.parent)
+
+
+# The temporary name adds up to 1 + 1 + 10 + 1 + 12 + 4 bytes to the target's: a target name
+# near the file system's limit (255 bytes) is shortened in it, or a legal -o FILE failed.
+_NAME_ROOM = 255 - 29
+
+
+def _short(name: str) -> str:
+    raw = os.fsencode(name)
+    if len(raw) <= _NAME_ROOM:
+        return name
+    return os.fsdecode(raw[:_NAME_ROOM]).encode("utf-8", "ignore").decode("utf-8", "ignore")
 
 
 def _sync_directory(directory: Path) -> None:

@@ -648,7 +648,11 @@ def connection_name(target: Target) -> str:
     """The master's socket name of `target` (control_path says what it covers)."""
     import hashlib  # already imported by a drift run's remembered inputs
 
-    key = target.key_file
+    # The files by their real paths: a repository reached through a symlink (`--root` a
+    # `current -> release` link, pyinfra's inventory.py resolved) names the same key and pin,
+    # so drift and a pyinfra converge share one master. Their contents are hashed below.
+    key = _real(target.key_file)
+    target = target._replace(key_file=key, known_hosts=_real(target.known_hosts))
     parts = (
         _NAME_VERSION,
         os.uname().nodename,  # %l: one runtime directory seen by two machines
@@ -665,6 +669,10 @@ def connection_name(target: Target) -> str:
     )
     digest = hashlib.sha256(repr(parts).encode("utf-8", "surrogateescape")).hexdigest()
     return digest[:SOCKET_NAME_HEX]
+
+
+def _real(path: str | None) -> str | None:
+    return os.path.realpath(os.path.expanduser(path)) if path else path
 
 
 # A file changed this recently may change again within its file system's clock granularity and

@@ -48,3 +48,14 @@ def test_the_new_file_is_on_disk_before_it_replaces_the_old(
     aside = second.removeprefix("replace ")
     assert first == f"fsync {tmp_path / aside}" and aside.startswith(".m.prom.")
     assert rest == [f"fsync {tmp_path}"]  # the rename, in its directory
+
+
+def test_a_target_name_near_the_file_system_limit_is_written(tmp_path: Path) -> None:
+    """-o FILE with a legal 250-byte name (multi-byte characters included): the temporary file
+    beside it must fit the 255-byte limit too, or the whole run's output was lost at the end."""
+    for name in ("r" * 250, "é" * 125):
+        target = tmp_path / name
+        output_file.write_whole(target, ["report\n"])
+        assert target.read_text() == "report\n"
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+        target.unlink()

@@ -269,3 +269,17 @@ def test_a_key_shared_by_many_boxes_is_read_once_and_a_change_is_still_seen(
             "10.0.0.11 " + " ".join((files["dir"] / "other_host.pub").read_text().split()[:2])
         )
     assert control_path(_target(files, box="b0", hostname="10.0.1.0")) != first[0]
+
+
+def test_the_same_files_through_a_symlinked_directory_name_the_same_master(
+    files: dict[str, Path],
+) -> None:
+    """`reconcile --root current` (a `current -> release` link) and pyinfra's inventory.py
+    (which resolves its own path) name the key and pin by different paths: one master all
+    the same, not a second one per box."""
+    linked = files["dir"].parent / "current"
+    linked.symlink_to(files["dir"], target_is_directory=True)
+    through_link = _target(
+        files, key_file=str(linked / "id"), known_hosts=str(linked / "known_hosts")
+    )
+    assert transport.connection_name(through_link) == transport.connection_name(_target(files))
