@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -451,11 +450,8 @@ def test_any_value_the_loader_takes_reads_back_as_written(value: str, commented:
 
 
 # -- the capture is what compose reads today ------------------------------------------------------
-@pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0,
-    reason="needs the docker compose CLI",
-)
+# No skip when compose is missing: scripts/setup.sh installs it, and a capture nobody can
+# re-check is a capture that may have rotted.
 def test_the_capture_is_what_compose_reads_now(captured: dict[str, Any]) -> None:
     now = capture()
     assert now["cases"] == captured["cases"]
