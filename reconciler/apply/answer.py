@@ -114,11 +114,24 @@ class RollbackResult:
 
 
 @dataclass(frozen=True)
+class Interrupted:
+    """The previous converge of the box did not finish (killed after its snapshot): the box
+    refused this one before any change (converge.py refuse_interrupted)."""
+
+    snapshot: str
+    taken_at: str
+    holder: str
+
+
+@dataclass(frozen=True)
 class ConvergeResult:
     ok: bool
     failed: str | None = None
     snapshot: str | None = None  # taken before anything changed (None: nothing was touched)
     rollback: RollbackResult | None = None
+    # The strays the converge stopped and keeps until mark-good removes them (stop_stray).
+    strays: tuple[str, ...] = ()
+    interrupted: Interrupted | None = None
 
 
 def rollback_result(raw: Any) -> RollbackResult | None:
@@ -170,10 +183,31 @@ def converge_result(raw: Any) -> ConvergeResult:
         ok = _flag(raw, "ok")
         snapshot = _snapshot(raw, "snapshot")
         failed = _text(raw, "failed")
+        strays = _names(raw, "strays")
+        interrupted = _interrupted(raw.get("interrupted"))
     except _Wrong as exc:
         # A snapshot id we cannot trust is not one to roll back to: nothing is claimed.
         return ConvergeResult(False, f"the box program's result is malformed: {exc}")
-    return ConvergeResult(ok, failed, snapshot, rollback_result(raw.get("rollback")))
+    rollback = rollback_result(raw.get("rollback"))
+    return ConvergeResult(ok, failed, snapshot, rollback, strays, interrupted)
+
+
+def _interrupted(value: Any) -> Interrupted | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise _Wrong("interrupted", "expected {snapshot, taken_at, holder}")
+    try:
+        snapshot = _snapshot(value, "snapshot")
+        if snapshot is None:
+            raise _Wrong("snapshot", "missing")
+        return Interrupted(
+            snapshot,
+            _name(value, "taken_at") or "?",
+            _name(value, "holder") or "?",
+        )
+    except _Wrong as exc:
+        raise exc.under("interrupted") from None
 
 
 @dataclass(frozen=True)
@@ -182,13 +216,22 @@ class ActionResult:
 
     ok: bool
     failed: str | None = None
+    # mark-good: the strays its converge kept stopped, removed now, and those left (said why
+    # in the box's notes)
+    strays_removed: tuple[str, ...] = ()
+    strays_kept: tuple[str, ...] = ()
 
 
 def action_result(raw: Any) -> ActionResult:
     if not isinstance(raw, Mapping):
         return ActionResult(False, "the box program's result is not an object")
     try:
-        return ActionResult(_flag(raw, "ok"), _text(raw, "failed"))
+        return ActionResult(
+            _flag(raw, "ok"),
+            _text(raw, "failed"),
+            _names(raw, "strays_removed"),
+            _names(raw, "strays_kept"),
+        )
     except _Wrong as exc:
         return ActionResult(False, f"the box program's result is malformed: {exc}")
 

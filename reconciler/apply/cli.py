@@ -52,6 +52,13 @@ def register(sub: Any, load: Any) -> None:
         help="print drift and plan, change nothing; exit 2 if a plan would change something",
     )
     apply_p.add_argument(
+        "--accept-interrupted",
+        action="store_true",
+        help="converge even though the box's previous converge was killed half way (without "
+        "it the box refuses, naming that converge's snapshot: roll back to it instead with "
+        "`reconcile rollback BOX --to SNAPSHOT`)",
+    )
+    apply_p.add_argument(
         "--evidence",
         metavar="DIR",
         type=file_path,
@@ -95,6 +102,8 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     run = run_drift(fleet, order)
     sys.stdout.write(render(run.report, "text", width=100))
     prepared = {b: prepare(fleet, b, run) for b in order}
+    for prep in prepared.values():
+        prep.accept_interrupted = args.accept_interrupted
     for box, prep in prepared.items():
         for line in plan_lines(prep.plan):
             print(f"{box}: plan: {line}")
@@ -257,12 +266,12 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     print(_line(f"{args.box}: rolled back to {result.snapshot}: {files}; {equal}"))
     if result.removed:
         where = f"{fleet.boxes[args.box].deployment.directory}/.fleet/snapshots/{result.snapshot}"
-        # True to the box's rule (converge.py prune): a snapshot holding removed files is
-        # never pruned by count; they stay until the operator deletes them.
+        # True to the box's rule (converge.py prune): they go with their snapshot, once a
+        # converge prunes it (the newest `keep` and the newest applied one stay).
         print(
             _line(
-                f"{args.box}: the removed files are kept in {where}/removed/ (never pruned: "
-                "delete them by hand once not needed)"
+                f"{args.box}: the removed files are kept in {where}/removed/ until that "
+                "snapshot is pruned"
             )
         )
     if result.removed_containers:
@@ -336,7 +345,9 @@ def _cmd_snapshots(args: argparse.Namespace, fleet: Fleet) -> int:
         services = ", ".join(snap.services) or "-"
         status = snap.status or "?"
         if status == "running" and not lock:
-            status = "interrupted"  # its converge died; the next converge completes the work
+            # Its converge was killed half way: the next converge refuses until it is rolled
+            # back to, or `apply --accept-interrupted` converges over it.
+            status = "interrupted"
         print(_line(f"{snap.id}  {status:<15} {services}  ({snap.holder})"))
         if snap.failed:
             print(_line(f"    failed: {snap.failed}"))

@@ -17,11 +17,12 @@ import getpass
 import os
 import socket
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.apply.answer import action_result, converge_result
+from reconciler.apply.answer import Interrupted, action_result, converge_result
 from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
 from reconciler.apply.payload import MissingControllerSecret, base_payload, converge_payload
 from reconciler.compare.context import BoxExpectation
@@ -41,6 +42,9 @@ class Prepared:
     exp: BoxExpectation
     run: DriftRun
     plan: Plan
+    # `reconcile apply --accept-interrupted`: converge even though the box's previous converge
+    # was killed half way (the box refuses otherwise, naming its snapshot).
+    accept_interrupted: bool = False
 
     @property
     def result(self) -> BoxResult:
@@ -115,7 +119,14 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
         return _finish(out)
     observed = prep.run.observations[prep.box].document
     try:
-        payload = converge_payload(prep.exp, prep.spec, prep.plan, observed, who)
+        payload = converge_payload(
+            prep.exp,
+            prep.spec,
+            prep.plan,
+            observed,
+            who,
+            accept_interrupted=prep.accept_interrupted,
+        )
     except MissingControllerSecret as exc:
         # Nothing was sent: the box is untouched, and the operator is told which variable.
         out.failed = f"cannot converge: {exc}"
@@ -130,19 +141,33 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
     answer = converge_result(call.result)  # typed: a box's answer decides what happens next
     out.snapshot = answer.snapshot
     out.changed = out.snapshot is not None
+    if answer.interrupted is not None:
+        out.failed = interrupted_text(prep.box, answer.interrupted)
+        return _finish(out)
     if not answer.ok:
         out.failed = scrub_text(answer.failed)  # the box's words: scrubbed here too
         raw_rollback = call.result.get("rollback")
         out.rollback = raw_rollback if answer.rollback and isinstance(raw_rollback, dict) else None
         out.drift_after = run_drift(prep.fleet, [prep.box]).report if out.changed else None
         return _finish(out)
-    after, remaining = verify(prep, on_event)
+    after, remaining = verify(prep, on_event, answer.strays)
     out.drift_after = after
     if remaining:
         return _finish(_roll_back(out, prep, who, remaining, on_event))
-    _mark_good(out, prep, who)
+    _mark_good(out, prep, who, answer.strays)
     out.ok = True
     return _finish(out)
+
+
+def interrupted_text(box: str, found: Interrupted) -> str:
+    """The refusal of a converge whose previous one was killed half way, with both ways on."""
+    said = scrub_text(f"started at {found.taken_at} by {found.holder}")
+    return (
+        f"the previous converge of {box} (snapshot {found.snapshot}, {said}) did not finish: "
+        f"the box may be half converged; nothing was changed. Roll it back with `reconcile "
+        f"rollback {box} --to {found.snapshot}`, or converge from the state it left with "
+        f"`reconcile apply {box} --accept-interrupted`"
+    )
 
 
 def _keep(out: Outcome, call: BoxCall) -> None:
@@ -179,9 +204,12 @@ def _roll_back(
     return out
 
 
-def _mark_good(out: Outcome, prep: Prepared, who: str) -> None:
-    """Keep the verified chain as known-good. A refusal (another converge took the lock) does
-    not undo a verified converge, but is said: later restores use the previous known-good."""
+def _mark_good(out: Outcome, prep: Prepared, who: str, strays: Collection[str] = ()) -> None:
+    """Keep the verified chain as known-good, and have the box remove the strays the converge
+    kept stopped (converge.py remove_strays). A refusal (another converge took the lock) does
+    not undo a verified converge, but is said: later restores use the previous known-good, and
+    the strays stay stopped (the next observation shows them, the next converge removes them).
+    Strays removed: the box is observed once more, so drift_after is what it is now."""
     mark = base_payload(prep.exp, prep.spec, "mark-good", who) | {"snapshot": out.snapshot}
     marked = _call(prep, mark)
     _keep(out, marked)
@@ -190,13 +218,24 @@ def _mark_good(out: Outcome, prep: Prepared, who: str) -> None:
     if not done.ok:
         why = scrub_text(done.failed or "no reason given")
         out.warnings.append(f"snapshot {out.snapshot} not marked good: {why}")
+    left = [s for s in strays if s not in done.strays_removed]
+    if left:
+        out.warnings.append(
+            f"the stopped stray containers of {', '.join(left)} were not removed (the box's "
+            "notes say why): they stay stopped, and a next converge removes them"
+        )
+    if done.strays_removed:
+        out.drift_after = run_drift(prep.fleet, [prep.box]).report
 
 
-def verify(prep: Prepared, on_event: OnEvent | None = None) -> tuple[DriftReport, list[str]]:
-    """Re-observe until the box shows no drift a converge acts on, or the mesh had its time."""
-    report, left = settle(prep.fleet, [prep.box])
+def verify(
+    prep: Prepared, on_event: OnEvent | None = None, strays: Collection[str] = ()
+) -> tuple[DriftReport, list[str]]:
+    """Re-observe until the box shows no drift a converge acts on, or the mesh had its time.
+    `strays`: the ones the converge stopped and keeps until mark-good (stopped_strays)."""
+    report, left = settle(prep.fleet, [prep.box], {prep.box: strays})
     if on_event is not None:
-        on_event({"event": "note", "message": _verdict(left)})
+        on_event({"event": "note", "message": _verdict(left, strays)})
     return report, left
 
 
@@ -204,8 +243,14 @@ def verify(prep: Prepared, on_event: OnEvent | None = None) -> tuple[DriftReport
 UNFIXABLE = TOLERATED - {Part.GATEWAY_PROBE}
 
 
-def settle(fleet: Fleet, boxes: list[str]) -> tuple[DriftReport, list[str]]:
+def settle(
+    fleet: Fleet, boxes: list[str], strays: Mapping[str, Collection[str]] | None = None
+) -> tuple[DriftReport, list[str]]:
     """Observe `boxes` until none shows actionable drift, errors included, or time is up.
+
+    `strays`: per box, the stray services its converge stopped and keeps until mark-good
+    removes them: their drift (the stray, its ports) is passed over while every container of
+    that service is seen stopped (stopped_strays); one running again is drift.
 
     An error of a part the plan tolerates (the login-shell trace, the variable list) is not
     one a converge can fix, so it does not fail the verification; a gateway that does not
@@ -221,7 +266,9 @@ def settle(fleet: Fleet, boxes: list[str]) -> tuple[DriftReport, list[str]]:
         left: list[str] = []
         for result in report.boxes:
             prefix = f"{result.box}: " if len(boxes) > 1 else ""
-            left += [f"{prefix}{d.subject} {d.path}" for d in actionable(result.drifts)]
+            kept = stopped_strays(result, (strays or {}).get(result.box, ()))
+            drifts = [d for d in actionable(result.drifts) if d.subject not in kept]
+            left += [f"{prefix}{d.subject} {d.path}" for d in drifts]
             left += [f"{prefix}error: {e}" for e in result.errors if e.part not in UNFIXABLE]
             if not result.reachable:
                 left.append(f"{prefix}not observed")
@@ -230,8 +277,30 @@ def settle(fleet: Fleet, boxes: list[str]) -> tuple[DriftReport, list[str]]:
         time.sleep(2)
 
 
-def _verdict(left: list[str]) -> str:
-    return "verified: no drift left" if not left else f"still differs: {'; '.join(left)}"
+# A container's State.Status when it is not running (docker's states, not `running`,
+# `restarting`, `paused`, `removing`).
+_STOPPED = frozenset(("created", "exited", "dead"))
+
+
+def stopped_strays(result: BoxResult, strays: Collection[str]) -> set[str]:
+    """The subjects (`lane:<service>`) of `strays` whose every stray container `result`
+    shows stopped: drift the mark-good removes, not drift the converge left."""
+    out = set()
+    for service in strays:
+        subject = f"lane:{service}"
+        seen = [d for d in result.drifts if d.subject == subject and d.path == "container"]
+        states = [d.observed for d in seen]
+        if states and all(s in _STOPPED for s in states):
+            out.add(subject)
+    return out
+
+
+def _verdict(left: list[str], strays: Collection[str] = ()) -> str:
+    if left:
+        return f"still differs: {'; '.join(left)}"
+    if strays:
+        return f"verified: no drift left (the stopped {', '.join(strays)} go at mark-good)"
+    return "verified: no drift left"
 
 
 def rollback(

@@ -126,8 +126,13 @@ def converge_payload(
     holder: str,
     keep: int = 10,
     environ: Mapping[str, str] | None = None,
+    accept_interrupted: bool = False,
 ) -> dict[str, Any]:
     payload = base_payload(exp, box, "converge", holder)
+    if accept_interrupted:
+        # The operator chose to converge over a converge that was killed half way (converge.py
+        # interrupted_converges); without it the box refuses, naming that snapshot.
+        payload["accept_interrupted"] = True
     restore = [
         {"name": f.name, "sha256": f.sha256}
         for s in plan.steps

@@ -2,7 +2,8 @@
 `reconcile apply` take a drifted box (pristine lab render, or a field incident reproduced by
 hand) to zero drift; a lane that never comes healthy is rolled back exactly; a second converge
 is a no-op; a concurrent one is refused; a login shell cannot leak into it; a converge killed
-mid-way is completed by the next; no secret value appears in any output.
+mid-way is said by the next, which refuses until --accept-interrupted completes it; no secret
+value appears in any output.
 
 Every test touches one box and resets it (`pristine`). The box's secrets are the lab's
 `~/.lobes/.secrets.env`, where the desired state's box_file secrets point.
@@ -359,7 +360,7 @@ def _wait_for_env_change(box: str, before: bytes, timeout: float = 120) -> None:
     raise AssertionError(f"the converge of {box} never wrote its .env")
 
 
-def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
+def test_a_converge_killed_mid_way_is_said_then_completed_when_accepted(lab, box_ready):
     box_ready("thor")
     before_env = env_bytes("thor")
     started = utc_now()
@@ -400,7 +401,12 @@ def test_a_converge_killed_mid_way_is_completed_by_the_next_run(lab, box_ready):
         assert env_bytes("thor") != before_env  # it got past the .env write
         assert not [p for p in os.listdir(config.box("thor").home / ".lobes") if "fleet-tmp" in p]
 
-        done = apply("thor")
+        # The next apply says so and changes nothing (converge.py interrupted_converges).
+        refused = apply("thor")
+        said = refused.stdout + refused.stderr
+        assert refused.returncode == 1 and "did not finish" in said, "".join(seen) + said
+        assert "--accept-interrupted" in said and "reconcile rollback thor --to " in said
+        done = apply("thor", "--accept-interrupted")
         assert done.returncode == 0, "".join(seen) + done.stdout + done.stderr
         assert left("thor") == []
         snaps = reconcile("snapshots", "thor").stdout

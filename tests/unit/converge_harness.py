@@ -4,7 +4,8 @@ program) through whole converges and rollbacks in a temp home (converge_helpers.
 Containers are keyed by service; a container's config hash is a digest of the deployment's
 `.env` and docker-compose.yml as they were when it was created, as compose's would change
 with them. `docker compose config --hash` answers for the lanes, the gateway and `extra`;
-`docker stop` and `docker start` of an id change its container's state."""
+`docker stop` and `docker start` of an id change its container's state; `docker rm` of an id
+removes it (without -f, only a stopped one)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,11 @@ class Engine:
                     c["State"]["Status"] = "running" if running else "exited"
         elif argv[:3] == ["docker", "rm", "-f"]:
             self.c = {s: c for s, c in self.c.items() if c["Id"] != argv[3]}
+        elif argv[:2] == ["docker", "rm"] and len(argv) == 3:
+            # Without -f, docker refuses a running container.
+            if any(c["Id"] == argv[2] and c["State"]["Running"] for c in self.c.values()):
+                return 1, "", "cannot remove container: container is running"
+            self.c = {s: c for s, c in self.c.items() if c["Id"] != argv[2]}
         elif argv[:4] == ["docker", "compose", "rm", "-s"]:
             self.c.pop(argv[-1], None)
         return 0, "", ""

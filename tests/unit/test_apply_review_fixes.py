@@ -358,7 +358,7 @@ def test_an_evidence_write_that_fails_is_said_per_box(
 def test_a_refused_mark_good_keeps_the_converge_and_says_so(
     prep: engine.Prepared, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine, "verify", lambda p, on_event=None: (p.run.report, []))
+    monkeypatch.setattr(engine, "verify", lambda p, on_event=None, strays=(): (p.run.report, []))
     held = "lock held by bob@ctl pid 42 (reconcile apply)"
     asked = faked_calls(
         monkeypatch, converge={"ok": True, "snapshot": SID}, mark_good={"ok": False, "failed": held}

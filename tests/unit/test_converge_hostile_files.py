@@ -411,13 +411,14 @@ def test_a_symlinked_env_comes_back_from_a_failed_converge_as_that_symlink(
     home, commands, monkeypatch
 ):
     """Apply replaces a managed symlink by a regular file and never writes its target (see
-    converge.write_managed); the rollback puts the link itself back, its text as it was."""
-    target = home / "config" / "thor.env"
+    converge.write_managed); the rollback puts the link itself back, its text as it was. (A
+    link inside the deployment directory: one out of it is refused, test_review3_converge.)"""
+    target = home / ".lobes" / "config" / "thor.env"
     target.parent.mkdir()
     target.write_text(ENV)
     target.chmod(0o600)
     env = home / ".lobes" / ".env"
-    symlink(env, "../config/thor.env")
+    symlink(env, "config/thor.env")
     seen: dict[str, Any] = {}
 
     def pull_fails(box: Any, refs: list[str]) -> None:
@@ -437,7 +438,7 @@ def test_a_symlinked_env_comes_back_from_a_failed_converge_as_that_symlink(
         "target": ENV,
     }
     # After the rollback: the link itself, its text exactly, the target untouched.
-    assert env.is_symlink() and os.readlink(env) == "../config/thor.env"
+    assert env.is_symlink() and os.readlink(env) == "config/thor.env"
     assert target.read_text() == ENV
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     assert any("~/.lobes/.env was a symlink" in e.get("message", "") for e in events)

@@ -337,16 +337,20 @@ def test_a_stray_stopped_by_a_converge_that_fails_later_is_started_again(
 def test_a_stray_is_removed_only_after_the_gateway_is_verified(
     deploy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Stopped before the gateway's recreate, removed only by the mark-good that follows the
+    controller's verification (test_review3_converge.py: not at the converge's end)."""
     eng = Engine(monkeypatch, converge, deploy, services=("vllm-worker", "gateway", "old-lane"))
     stray = eng.c["old-lane"]["Id"]
     r = result(converge_payload(services=["gateway"], removes=["old-lane"]))
-    assert r["ok"] is True and "old-lane" not in eng.c
+    assert r["ok"] is True and r["strays"] == ["old-lane"] and "old-lane" in eng.c
+    assert result(converge_payload("mark-good", snapshot=r["snapshot"]))["ok"] is True
+    assert "old-lane" not in eng.c
     log = eng.log
-    assert log.index(["docker", "stop", stray]) < log.index(["docker", "rm", "-f", stray])
+    assert log.index(["docker", "stop", stray]) < log.index(["docker", "rm", stray])
     gateway_up = log.index(
         ["docker", "compose", "up", "-d", "--no-deps", "--force-recreate", "gateway"]
     )
-    assert gateway_up < log.index(["docker", "rm", "-f", stray])
+    assert gateway_up < log.index(["docker", "rm", stray])
 
 
 def test_a_stray_that_was_not_running_is_not_started_by_a_rollback(

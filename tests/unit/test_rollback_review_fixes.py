@@ -9,7 +9,8 @@ its snapshot), driven whole through main() against a temp home and a fake docker
 - a snapshot whose `containers` record is damaged removes only this converge's containers,
   and says the snapshot is damaged;
 - a `removed` that cannot hold the files fails the rollback before the first change;
-- pruning by count never deletes a snapshot holding removed files, and says which it kept;
+- pruning by count deletes a snapshot with the files a rollback removed to it, and says so
+  (review 3; before, such a snapshot was never pruned);
 - a file replaced between the compare and the move (an editor's save) is put back and kept.
 """
 
@@ -197,19 +198,22 @@ def test_a_removed_dir_that_cannot_hold_the_files_fails_the_rollback_before_any_
 
 
 # -- 2: pruning and removed copies -------------------------------------------------------------
-def test_pruning_never_deletes_a_snapshot_holding_removed_files_and_says_so(
+def test_pruning_deletes_a_snapshot_with_its_removed_files_and_says_so(
     deploy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Review 3: the removed copies go with their snapshot (they piled up for ever before);
+    test_review3_converge.py holds the rest."""
     Engine(monkeypatch, converge, deploy)
     s1 = result(converge_payload(restore=RESTORE))["snapshot"]
     result(converge_payload(managed_env={"FOO": "3"}))
     assert rollback_to(s1)[0]["removed"] == [EXTRA]
     aside = removed_dir(deploy, s1) / EXTRA
+    assert aside.read_bytes() == EXTRA_V1
     _, events = run_events(converge, converge_payload(managed_env={"FOO": "5"}, keep=1))
     assert events[-1]["ok"]
-    assert aside.read_bytes() == EXTRA_V1 and s1 in snapshot_dirs(deploy)
-    assert f"snapshot {s1} not pruned: its removed/ holds files a rollback removed" in notes(events)
-    assert len(snapshot_dirs(deploy)) == 2  # the others still pruned by count
+    assert s1 not in snapshot_dirs(deploy) and not aside.exists()
+    assert f"pruned snapshot {s1} with the files a rollback had removed" in notes(events)
+    assert len(snapshot_dirs(deploy)) == 1
 
 
 # -- 6: a file replaced between the compare and the move ---------------------------------------

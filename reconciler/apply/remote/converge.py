@@ -7,12 +7,14 @@ list), checks all of it before anything else, and prints JSON-lines events on st
 one `{"event": "result", ...}`. Values are never printed: events carry key and service names.
 
 Why one process does the whole converge: the per-box lock is an flock held for the life of
-this process, so a converge that is killed (SIGKILL, a lost box) releases it by itself and
-the next run starts cleanly, and a failure anywhere is rolled back by the same process that
-took the snapshot, under the same lock. A dropped SSH connection never stops a step halfway
-(SIGHUP is ignored): the first event, `started`, is written right after the lock, and a
-program that cannot write it changes nothing; a converge that finds its output gone later
-stops before its next change and rolls back (go_on), and a rollback, once begun, completes.
+this process, so a converge that is killed (SIGKILL, a lost box) releases it by itself, and
+a failure anywhere is rolled back by the same process that took the snapshot, under the same
+lock. A killed converge leaves its snapshot `running`: the next one refuses, naming it, until
+the operator rolls back to it or says --accept-interrupted (interrupted_converges). A dropped
+SSH connection never stops a step halfway (SIGHUP is ignored): the first event, `started`,
+is written right after the lock, and a program that cannot write it changes nothing; a
+converge that finds its output gone later stops before its next change and rolls back
+(go_on), and a rollback, once begun, completes.
 No change is left behind that no controller could see, verify or mark good.
 
 Compose always runs as `env -i PATH=... HOME=$HOME docker compose ...` in the deployment
@@ -20,7 +22,8 @@ directory, so nothing in the deploy user's environment can change what it render
 
 Every file of the box is read through one bounded reader (read_regular): a regular file of at
 most READ_LIMIT bytes, or a refusal naming it. A managed file that is anything else (a FIFO, a
-device, a directory, a link to one) stops a converge under the lock before anything changes.
+device, a directory, a link to one, a link out of the deployment directory) stops a converge
+under the lock before anything changes.
 """
 # Runs under the box's python3 (>= 3.8): %-formatting and list concatenation stay.
 
@@ -255,6 +258,8 @@ def _validate_converge(p, home):
     keep = p.get("keep", 10)
     if not _is_int(keep) or not 1 <= keep <= 1000:
         raise Failed("keep: must be a whole number from 1 to 1000")
+    if not isinstance(p.get("accept_interrupted", False), bool):
+        raise Failed("accept_interrupted: must be true or false")
 
 
 def _image(where, ref):
@@ -749,11 +754,50 @@ def managed_state(path):
 
 
 def check_managed_files(box):
-    """Every file a converge may write is a regular file (or a symlink to one) within
-    READ_LIMIT, or absent: checked under the lock before anything changes, so that what the
-    snapshot copies, a rollback can restore, and no read of one can hang or fill memory."""
+    """Every file a converge may write is a regular file (or a symlink to one inside the
+    deployment directory, check_link_inside) within READ_LIMIT, or absent: checked under the
+    lock before anything changes, so that what the snapshot copies, a rollback can restore, no
+    read of one can hang or fill memory, and none is read from outside the deployment."""
     for name in box.managed_files():
-        managed_state(box.path(name))
+        check_managed(box, name)
+
+
+def check_managed(box, name):
+    """managed_state of one managed file, and a symlink's target checked (check_link_inside)."""
+    path = box.path(name)
+    state = managed_state(path)
+    if state is not None and state[0] is not None:
+        check_link_inside(box, path, state[0])
+    return state
+
+
+def check_link_inside(box, path, link):
+    """A managed file that is a symlink must lead to a file inside the deployment directory,
+    and not into its `.fleet` (the converge's own snapshots, lock and known-good copies).
+
+    Why: a converge reads a managed file through its link (write_env keeps every other line
+    of `.env`, mark_good copies the compose chain into known-good), so a `.env` linked to
+    /etc/..., to another deployment's or another user's file, would have that file's lines,
+    secrets too, copied into this deployment and its snapshots, and the link replaced by that
+    copy (write_managed): the shared file silently stops being what this box runs from. A link
+    inside the directory is the operator's own layout (a compose variant switched by a link):
+    the same deployment's file, read as compose reads it, never written (the link is replaced
+    by a regular file and a rollback puts the link back). Refused by name, with where the link
+    leads, under the lock before anything changes."""
+    target = os.path.realpath(path)
+    deploy = os.path.realpath(box.deploy)
+    fleet = os.path.join(deploy, FLEET_DIR)
+    ours = target == fleet or target.startswith(fleet + "/")
+    if target.startswith(deploy.rstrip("/") + "/") and not ours:
+        return
+    resolved = os.path.normpath(os.path.join(os.path.dirname(path), link))
+    where = shown(link) if resolved == target else "%s, that is %s" % (shown(link), shown(target))
+    outside = "into the converge's own %s/ in" % FLEET_DIR if ours else "outside"
+    raise Failed(
+        "%s is a symlink leading %s the deployment directory %s (to %s): a converge never "
+        "reads or replaces a file there; make it a regular file (or a link to one inside %s)"
+        % (shown(path), outside, shown(box.deploy), where, shown(box.deploy))
+    )
 
 
 # -- lock ----------------------------------------------------------------------------------------
@@ -1694,13 +1738,18 @@ def prune(box, keep, protect=()):
     """All but the newest `keep` snapshots removed, never one of `protect` (the snapshot of
     this run, the one holding a copy this run's restore list names), nor the newest applied
     one (newest_applied: failed, rolled-back retries must not push out the only snapshot that
-    undoes the last real apply), nor one holding files a rollback removed (holds_removed):
-    such a copy may be an operator's only bytes, so no count deletes it; it stays, named in a
-    note, until the operator deletes it by hand."""
+    undoes the last real apply), nor one that a kept snapshot's rollback needs (chain_needs).
+
+    A snapshot goes whole, with the files a rollback to it moved into its `removed/`
+    (remove_created): they are what a converge wrote, proved by digest, kept for the operator
+    to look at, and no rollback reads them (a rollback reads its own snapshot's copies and the
+    later snapshots' records only). Kept for ever they piled up, `.env` copies with secrets
+    among them; they go with their snapshot, said in a note."""
     root = snapshots_dir(box)
     ids = list_snapshots(box)
     old = ids[:-keep] if keep > 0 else []
     applied = newest_applied(box, ids)
+    kept = [s for s in ids if s not in old or s in protect or s == applied]
     for sid in old:
         if sid in protect:
             continue
@@ -1711,30 +1760,56 @@ def prune(box, keep, protect=()):
                 "it undoes the last converge that stayed)" % sid,
             )
             continue
-        if holds_removed(os.path.join(root, sid)):
+        needed = chain_needs(box, sid, kept)
+        if needed:
+            emit("note", message="snapshot %s not pruned: %s" % (sid, needed))
+            kept.append(sid)
+            continue
+        path = os.path.join(root, sid)
+        removed = removed_copies(path)
+        shutil.rmtree(path, ignore_errors=True)
+        if removed:
             emit(
                 "note",
-                message="snapshot %s not pruned: its %s/ holds files a rollback removed; delete "
-                "%s by hand once they are not needed"
-                % (sid, REMOVED_DIR, shown(os.path.join(root, sid))),
+                message="pruned snapshot %s with the files a rollback had removed to its %s/ "
+                "(%s)" % (sid, REMOVED_DIR, ", ".join(removed)),
             )
-            continue
-        shutil.rmtree(os.path.join(root, sid), ignore_errors=True)
     for name in os.listdir(root):
         if name.startswith(".") and name.endswith(".partial"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)  # a killed snapshot
 
 
-def holds_removed(path):
-    """Snapshot directory `path` has a `removed` entry that is not an empty directory: files a
-    rollback moved there (remove_created), or something that cannot be judged (not a
-    directory, unreadable), which is kept too rather than deleted unseen."""
+UNDONE = ("rolled-back",)  # a snapshot whose converge's changes a rollback took back
+
+
+def chain_needs(box, sid, kept):
+    """Why a rollback to a kept snapshot older than `sid` needs `sid`'s record, or "": a
+    rollback undoes every later converge by their records (snapshot_chain: what each wrote,
+    made, stopped), so the record of a converge that was not undone (killed, its rollback
+    failed, or applied since that older snapshot) must stay as long as that snapshot does.
+    Without it the rollback would keep that converge's files and containers as an operator's.
+    One that cannot be read gives the chain nothing (snapshot_chain leaves it out): pruned."""
+    older = [k for k in kept if snapshot_order(k) < snapshot_order(sid)]
+    if not older:
+        return ""
     try:
-        return bool(os.listdir(os.path.join(path, REMOVED_DIR)))
-    except FileNotFoundError:
-        return False
+        status = read_meta(box, sid).get("status")
+    except (OSError, ValueError, Failed):
+        return ""
+    if status in UNDONE:
+        return ""
+    return (
+        "its converge was not undone (%s) and a rollback to %s, which is kept, must know what "
+        "it changed" % (status if isinstance(status, str) else "no status", older[0])
+    )
+
+
+def removed_copies(path):
+    """The names in snapshot directory `path`'s `removed/` (what rollbacks to it removed)."""
+    try:
+        return sorted(os.listdir(os.path.join(path, REMOVED_DIR)))
     except OSError:
-        return True
+        return []
 
 
 def snapshot_files(meta, sid):
@@ -2177,7 +2252,21 @@ def converge(box, lock):
     # Under the lock, before the sweep, the snapshot or any write: a managed file that is not
     # a regular file within READ_LIMIT is this box's named refusal, with nothing changed.
     check_managed_files(box)
+    # Under the lock, a snapshot still `running` is a converge that was killed (SIGKILL, a
+    # power cut: its flock went with it) after its first change: the box may be half
+    # converged. Said before anything changes; gone on from only when the operator says so.
+    left = interrupted_converges(box)
+    if left and not p.get("accept_interrupted"):
+        return refuse_interrupted(left[-1])
     sweep_temp_files(box)
+    for old, _ in left:
+        # Accepted: converged over. Its snapshot stays (a rollback to it undoes both).
+        set_status(box, old, "interrupted", reason="converged over (--accept-interrupted)")
+        emit(
+            "note",
+            message="snapshot %s: its converge did not finish; converging from the state it "
+            "left (--accept-interrupted), a rollback to it undoes both" % old,
+        )
     if stale.get("pid"):
         emit(
             "note",
@@ -2202,7 +2291,7 @@ def converge(box, lock):
     emit("snapshot", id=sid)
     touched = []  # type: list # services recreated, in order: what a rollback must put back
     created = []  # type: list # services that had no container before
-    strays = {}  # type: dict # {service: id} of `removes`: stopped, removed only once nothing can fail
+    strays = {}  # type: dict # {service: id} of `removes`: stopped, removed at mark-good
     hashes = None  # the render before any change: what this converge's rollback compares with
     try:
         hashes = hashes_or_empty(box)
@@ -2242,11 +2331,15 @@ def converge(box, lock):
         if GATEWAY in todo:
             recreate_recorded(box, sid, GATEWAY, None, before, touched, created)
             verify_gateway(box, int(p["gateway"]["timeout_s"]))
-        # Only now, after the last step that can fail: a converge rolled back before this
-        # point starts its strays again (start_stopped), never having lost them.
-        for service, cid in strays.items():
-            box.must(["docker", "rm", "-f", cid], "remove " + service)
-            emit("step", step="remove", subject=service, status="done")
+        # The strays stay, stopped, until the controller verified this converge and marks it
+        # good (remove_strays): a rollback before that, this converge's own or the
+        # controller's after a failed verification, starts them again (start_stopped).
+        if strays:
+            emit(
+                "note",
+                message="kept the stopped containers of %s until the converge is marked good "
+                "(a rollback starts them again)" % ", ".join(sorted(strays)),
+            )
     except Exception as exc:  # anything after the snapshot is rolled back, not left half done
         message = reason_of(exc, box.secrets)
         emit("failed", message=message)
@@ -2259,7 +2352,47 @@ def converge(box, lock):
     if not record_status(box, sid, "applied", touched=touched):
         emit("note", message="snapshot %s: could not record its status applied" % sid)
     prune_after(box, sid)
-    return {"ok": True, "snapshot": sid, "touched": touched}
+    return {"ok": True, "snapshot": sid, "touched": touched, "strays": sorted(strays)}
+
+
+def interrupted_converges(box):
+    """[(id, meta)] of the snapshots whose converge never finished, oldest first: status
+    `running` seen under the lock, where no other converge can run and this one has taken no
+    snapshot yet. take_snapshot writes `running`; every end of a converge (applied, its
+    rollback done or failed) replaces it; only a kill leaves it. Only those after the newest
+    applied one: a converge applied since (an older program went on over a killed one) left
+    the box in a state it verified. One that cannot be read is left to the listing."""
+    out = []  # type: list
+    for sid in reversed(list_snapshots(box)):
+        try:
+            meta = read_meta(box, sid)
+        except (OSError, ValueError, Failed):
+            continue
+        if meta.get("status") in APPLIED:
+            break
+        if meta.get("status") == "running":
+            out.insert(0, (sid, meta))
+    return out
+
+
+def refuse_interrupted(found):
+    """The result of a converge refused because the previous one did not finish (dpkg's "was
+    interrupted"), with nothing changed. Refused rather than rolled back by itself: the box
+    may have been repaired by hand since, and a rollback the operator did not ask for would
+    undo that; the operator chooses (reconcile rollback --to it, or --accept-interrupted)."""
+    sid, meta = found
+    taken = meta.get("taken_at") if isinstance(meta.get("taken_at"), str) else "?"
+    who = meta.get("holder") if isinstance(meta.get("holder"), str) else "?"
+    message = (
+        "the previous converge (snapshot %s, started at %s by %s) did not finish: the box may "
+        "be half converged; nothing was changed. Roll it back to that snapshot, or converge "
+        "from the state it left with --accept-interrupted" % (sid, scrub(taken), scrub(who))
+    )
+    return {
+        "ok": False,
+        "failed": message,
+        "interrupted": {"snapshot": sid, "taken_at": scrub(taken), "holder": scrub(who)},
+    }
 
 
 def recreate_recorded(box, sid, service, lane, before, touched, created):
@@ -2291,17 +2424,21 @@ def stop_stray(box, sid, service, found):
     controller rolls back) has not lost it. Recorded in the snapshot's `stopped` before the
     stop (as record_write: a killed converge's rollback may start a container that was never
     stopped, which changes nothing); one that was not running is neither stopped nor recorded,
-    so no rollback ever starts it. Its id: removed at the end of the converge."""
+    so no rollback ever starts it. Every stray, running or not, is recorded in the snapshot's
+    `strays`: removed by mark-good (remove_strays), once the controller verified the converge,
+    never before, so the controller's rollback after a failed verification still finds it."""
     cid = found["Id"]
     emit("step", step="remove", subject=service, status="start")
     go_on("stopping " + service)
-    if (found.get("State") or {}).get("Running"):
-        meta = read_meta(box, sid)
-        stopped = meta.get("stopped")
-        stopped = dict(stopped) if isinstance(stopped, dict) else {}
-        stopped[service] = cid
-        meta["stopped"] = stopped
-        write_meta(snapshot_path(box, sid), meta)
+    running = (found.get("State") or {}).get("Running")
+    meta = read_meta(box, sid)
+    for record in ("strays", "stopped") if running else ("strays",):
+        entries = meta.get(record)
+        entries = dict(entries) if isinstance(entries, dict) else {}
+        entries[service] = cid
+        meta[record] = entries
+    write_meta(snapshot_path(box, sid), meta)
+    if running:
         box.must(["docker", "stop", cid], "stop " + service)
     emit("step", step="remove", subject=service, status="stopped")
     return cid
@@ -2689,6 +2826,11 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         # The rollback is done: a status that cannot be written is a warning, not a failure.
         if not record_status(box, sid, "rolled-back", reason=reason, rollback=result):
             emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
+        # A later converge that was killed (interrupted_converges) is undone with the rest of
+        # the chain: its snapshot no longer stops the next converge.
+        for other, later in chain[1:]:
+            if later.get("status") == "running":
+                record_status(box, other, "rolled-back", reason="undone by the rollback to " + sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
 
@@ -2802,14 +2944,54 @@ def mark_good(box, sid):
     root = private_dir(known_good_dir(box))
     manifest = {}
     for name in box.p["compose_files"]:
+        check_managed(box, name)  # a link out of the deployment is not read into known-good
         data = read_managed(box.path(name))
         if data is not None:
             atomic_write(os.path.join(root, name), data, 0o600)
             manifest[name] = hashlib.sha256(data).hexdigest()
     write_meta(root, {"snapshot": sid, "files": manifest, "at": now_iso()})
+    removed, kept = [], []  # type: list, list
     if sid:
         set_status(box, sid, "verified")
-    return {"ok": True, "known_good": manifest}
+        removed, kept = remove_strays(box, sid)
+    return {"ok": True, "known_good": manifest, "strays_removed": removed, "strays_kept": kept}
+
+
+def remove_strays(box, sid):
+    """The strays the converge of `sid` stopped and kept (its `strays` record, stop_stray),
+    removed now that the controller verified that converge: each by the very id recorded, and
+    only while it is still stopped (`docker rm` without -f, which refuses a running one): one
+    an operator started again since is kept, as is another container of that service. Best
+    effort: the converge is verified whatever happens here; what stays is said, and the next
+    observation shows it as a stray again. Returns (services removed, services kept)."""
+    removed, kept = [], []  # type: list, list
+    try:
+        record = read_meta(box, sid).get("strays")
+        record = record if isinstance(record, dict) else {}
+        now = containers(box) if record else {}
+    except (OSError, ValueError, Failed) as exc:
+        emit("note", message="stopped strays not removed: %s" % reason_of(exc, box.secrets))
+        return removed, kept
+    for service, cid in sorted(record.items()):
+        found = now.get(service) or {}
+        if not (isinstance(cid, str) and CONTAINER_ID.match(cid)) or found.get("Id") != cid:
+            continue  # gone already, or another container now: not the one this converge kept
+        why = None
+        if (found.get("State") or {}).get("Running"):
+            why = "running again (started since the converge stopped it)"
+        else:
+            emit("step", step="remove", subject=service, status="start")
+            try:
+                box.must(["docker", "rm", cid], "remove " + service)
+            except Failed as exc:
+                why = reason_of(exc, box.secrets)
+        if why:
+            emit("note", message="kept the stray container of %s: %s" % (service, why))
+            kept.append(service)
+        else:
+            emit("step", step="remove", subject=service, status="done")
+            removed.append(service)
+    return removed, kept
 
 
 def snapshots(box, lock):
