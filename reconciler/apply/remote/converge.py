@@ -1354,6 +1354,32 @@ def _bare_fits(new, tail):
     return new != "" and cut >= 0 and not tail[:cut].strip(_SPACE)
 
 
+def _secret_file_values(text):
+    """{key: value} of a box_file secret's file. A dotenv file (`.secrets.env`) is read as
+    compose reads it; a file compose refuses as a whole, such as a shell's rc file (`~/.bashrc`:
+    `export KEY=...` among shell code, where the importer points a key only a login shell
+    exports), a line at a time, each line as compose would read it alone, a line it would
+    refuse skipped. The last assignment of a key wins."""
+    statements, problem = _dotenv_read(text)
+    groups = [statements] if problem is None else []
+    if problem is not None:
+        for line in text.split("\n"):
+            found, refused = _dotenv_read(line)
+            if refused is None:
+                groups.append(found)
+    values = {}  # type: dict
+    for group in groups:
+        for statement in group:
+            key, value = statement[0], statement[1]
+            if not (key.isidentifier() and key.isascii()):
+                continue
+            if value is None:
+                values.pop(key, None)  # computed from what the box cannot know: absent
+            else:
+                values[key] = value
+    return values
+
+
 def secret_values(box):
     """Every box_file secret the payload names, read here; values never leave this process."""
     values, cache = {}, {}  # type: dict, dict
@@ -1362,7 +1388,7 @@ def secret_values(box):
         if path not in cache:
             data = read_managed(path)  # a FIFO or a device here is refused, never read
             text = None if data is None else data.decode("utf-8")
-            cache[path] = None if text is None else {k: v for k, (v, _) in parse_env(text).items()}
+            cache[path] = None if text is None else _secret_file_values(text)
         found = cache[path]
         if found is not None and found.get(src["key"]):
             values[name] = found[src["key"]]
