@@ -33,16 +33,33 @@ def drift_registry(
     """A drift report document -> its metrics. `kinds`: every drift kind, so a box observed
     in full without drift of a kind reads 0 (not absent: an alert on `> 0` needs the zero to
     resolve). `collect_s`: how long each box's collector ran on the box (its own
-    `timings_ms.total`). `faults`: each box's fault parts (history/parts.py; the document's
-    errors are text only); a box without is taken as observed in full only without errors.
+    `timings_ms.total`). `faults`: each box's fault parts (history/parts.py); a box without
+    has them read from its errors' texts (parts.known); for one whose text names no part, no
+    part is said observed (a gauge cannot say "compared as recorded"), its entries counted.
 
-    A box not observed in full (unreachable, or a fault left part of it unseen: dockerd down,
-    a gateway probe unanswered) has no 0 written: its zero is not known, and an alert must
-    not resolve on it. The kinds it was found drifting in are written (a lower bound), and
-    `fleet_drift_box_observed` is 0 (FleetBoxNotObserved)."""
+    Which parts of the box were observed is `fleet_drift_box_part_observed` (part: lanes,
+    gateway, box-wide, as the history and the HTML matrix name them): dockerd down leaves the
+    lanes and the gateway unseen, a login-shell timeout only the box-wide part, which apply
+    tolerates; the alerts tell them apart (FleetBoxNotObserved, FleetBoxPartNotObserved).
+
+    A box not observed in full (unreachable, or a fault left part of it unseen) has no 0
+    written: its zero is not known, and an alert must not resolve on it. The kinds it was
+    found drifting in are written (a lower bound), and `fleet_drift_box_observed` is 0. An
+    entry under a part its faults left unseen is not counted at all: dockerd down makes
+    compare say "no container for this service" of every lane, which is not drift found but
+    a part not seen (`reconcile diff` does not compare those entries either)."""
     from prometheus_client import CollectorRegistry, Gauge
 
-    from reconciler.history.parts import complete
+    from reconciler.history.parts import (
+        BOX_WIDE,
+        EVERY,
+        GATEWAY,
+        LANES,
+        NOT_RECORDED,
+        counted,
+        known,
+        unseen_columns,
+    )
 
     registry = CollectorRegistry()
     _box_times(registry, "drift", [b["box"] for b in doc["boxes"]], finished, collect_s or {})
@@ -59,10 +76,19 @@ def drift_registry(
         ["box"],
         registry=registry,
     )
+    part_observed = Gauge(
+        "fleet_drift_box_part_observed",
+        "1 if the part of the box (lanes: its lanes' containers; gateway; box-wide: the login "
+        "shell, .env secret sources, files) was observed in the last drift run, else 0 "
+        "(dockerd down: lanes and gateway; a login-shell timeout: box-wide; unreachable: all)",
+        ["box", "part"],
+        registry=registry,
+    )
     entries = Gauge(
         "fleet_drift_entries",
         "drift entries of the box by kind in the last drift run (a box not observed in full: "
-        "only the kinds found, a lower bound; no 0 is written for it)",
+        "only the kinds found, a lower bound, none under a part not observed; no 0 is written "
+        "for it)",
         ["box", "kind"],
         registry=registry,
     )
@@ -84,9 +110,17 @@ def drift_registry(
         name = box["box"]
         reachable.labels(name).set(1 if box["reachable"] else 0)
         seen = box.get("observation") or ("full" if box["reachable"] else "none")
-        whole = complete(str(seen), len(box["errors"]), given.get(name))
+        parts = known(len(box["errors"]), given.get(name), box["errors"])
+        unseen = unseen_columns(parts)
+        # Seen, as far as is known: a fault naming no part may have left any part unseen.
+        seen_parts = set() if seen != "full" or NOT_RECORDED in parts else EVERY - unseen
+        whole = seen_parts == EVERY
         observed.labels(name).set(1 if whole else 0)
-        drifts = box["drifts"]
+        for part in (LANES, GATEWAY, BOX_WIDE):
+            part_observed.labels(name, part).set(1 if part in seen_parts else 0)
+        # A partial box's entries (its gateway as the controller saw it) are counted: its
+        # fault is the observation's, under no part.
+        drifts = counted(box["drifts"], unseen)
         for kind in dict.fromkeys([*(kinds if whole else ()), *(d["kind"] for d in drifts)]):
             entries.labels(name, kind).set(sum(1 for d in drifts if d["kind"] == kind))
         if whole or drifts:

@@ -278,9 +278,21 @@ def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
     """A stored run as the diff reads it, with how each of its boxes was observed."""
     from reconciler.history.diff import Side
     from reconciler.history.parts import known
-    from reconciler.history.store import boxes_of, entries_of, findings_of, observations_of
+    from reconciler.history.store import (
+        boxes_of,
+        entries_of,
+        errors_of,
+        findings_of,
+        observations_of,
+    )
 
     boxes = boxes_of(conn, run.id)
+    faults: dict[str, tuple[str, ...] | None] = {}
+    if run.command == "drift":  # an audit's faults hide no finding (it has no entries)
+        # A run recorded before the parts were kept: read from its report's error texts.
+        old = any(b.faults is None and b.errors for b in boxes)
+        texts = errors_of(conn, run.id) if old else {}
+        faults = {b.box: known(b.errors, b.faults, texts.get(b.box)) for b in boxes}
     return Side(
         f"run {run.id} ({run.command} {run.started_at}, {run.run_id})",
         entries_of(conn, run.id),
@@ -288,5 +300,5 @@ def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
         observations_of(conn, run.id),
         boxes={b.box: b.observation for b in boxes},
         name=f"run {run.id}",
-        faults={b.box: known(b.errors, b.faults) for b in boxes},
+        faults=faults,
     )

@@ -36,8 +36,8 @@ class Side:
     observations: Mapping[str, Any] = field(default_factory=dict)  # box -> snapshot box file
     boxes: Mapping[str, str] | None = None
     name: str = ""  # how a line names this side ("run 4"); the label by default
-    # Per box, the parts of its faults (history/parts.py); None: it had faults, which parts
-    # not recorded (a run of older code). A box not here had none.
+    # Per box, the parts of its faults (history/parts.py: parts.known, NOT_RECORDED for a fault
+    # of an older run whose text names none). A box not here had none.
     faults: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
 
     def observation(self, box: str) -> str:
@@ -103,6 +103,9 @@ class RunDiff:
     changes: tuple[Change, ...]
     events: tuple[str, ...]  # what the changes mean, one line each ("thor: gateway recreated")
     not_compared: tuple[Unseen, ...] = ()
+    # What was compared only as recorded: a box of a run recorded before the fault parts were
+    # kept, one of whose faults names no part ("thor: run 1 recorded before ...").
+    notes: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -159,6 +162,7 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
         changes=changes,
         events=tuple(_events(changes)),
         not_compared=unseen,
+        notes=_notes(a, b, skipped),
     )
 
 
@@ -193,11 +197,14 @@ def _partly(box: str, a: Side, b: Side) -> Unseen | None:
     columns = a.unseen(box) | b.unseen(box)
     if not columns:
         return None
+    from reconciler.history.parts import NOT_RECORDED
+
     said = []
     for side in (a, b):
         if side.unseen(box):
             faults = side.faults.get(box)
-            what = "some part (not recorded which)" if faults is None else ", ".join(faults)
+            named = [f for f in faults or () if f != NOT_RECORDED]
+            what = ", ".join(named) if named else "some part (not recorded which)"
             said.append(f"{what} not observed in {side.name or side.label}")
     reason = f"{box}: {'; '.join(said)}: its entries on {words(columns)} not compared"
     ordered = tuple(sorted(columns))
@@ -206,6 +213,24 @@ def _partly(box: str, a: Side, b: Side) -> Unseen | None:
 
 
 _OBSERVED = {"partial": "only partly observed", "none": "not observed", ABSENT: "not"}
+
+
+def _notes(a: Side, b: Side, skipped: set[str]) -> tuple[str, ...]:
+    """Per box compared, each run of it recorded before the fault parts were kept with a
+    fault whose text names no part: which of its entries that fault hid is not known, so
+    they are compared as recorded (an old run's login-shell timeout must not hide a lane's
+    new entry), and said."""
+    from reconciler.history.parts import NOT_RECORDED
+
+    out: list[str] = []
+    for side in (a, b):
+        for box, faults in side.faults.items():
+            if box not in skipped and NOT_RECORDED in (faults or ()):
+                out.append(
+                    f"{box}: {side.name or side.label} recorded before fault parts were kept, "
+                    "and a fault of it names no part: its entries compared as recorded"
+                )
+    return tuple(out)
 
 
 # A digest as a finding's message quotes it (`digest b66cc3…`, reports' 6 hex of a per-run
@@ -348,6 +373,10 @@ def render_text(diff: RunDiff, limit: int = 40) -> str:
         lines.append("boxes not observed in full in both")  # or only some of their parts
         lines += [f"  {u.reason}" for u in diff.not_compared]
         lines.append("")
+    if diff.notes:
+        lines.append("compared as recorded")
+        lines += [f"  {n}" for n in diff.notes]
+        lines.append("")
     if diff.appeared or diff.cleared or diff.reworded:
         lines.append("drift entries")
         lines += [f"  + {_entry(e)}" for e in diff.appeared]
@@ -462,4 +491,5 @@ def to_json(diff: RunDiff) -> dict[str, Any]:
             }
             for u in diff.not_compared
         ],
+        "notes": list(diff.notes),
     }

@@ -22,9 +22,10 @@ from reconciler.report.json_parts import BoxPart, PartsReport, entry_part
 from reconciler.report.json_report import box_entry
 from reconciler.report.summary import tally
 
-# What the metrics read of a box's entry (metrics.drift_registry), and of each drift.
+# What the metrics read of a box's entry (metrics.drift_registry), and of each drift (its
+# subject: which column it is in, not counted when the box's faults left that column unseen).
 _COUNTED = ("box", "reachable", "observation", "errors")
-_DRIFT_COUNTED = ("kind", "cause")
+_DRIFT_COUNTED = ("kind", "cause", "subject")
 
 
 class KeptPart(NamedTuple):

@@ -7,9 +7,12 @@ which part failed (compare/drift.py's Part); the HTML matrix already maps each p
 columns it answers for (report/html.py `_UNSEEN`), and the history, `reconcile diff`, the
 sparklines and the metrics read the same map: one rule for "not observed" everywhere.
 
-A run records each box's fault parts (store schema 4, `boxes.faults`); a run recorded before
-has only the number of its errors: a box with errors then counts as not observed in any
-column (which part failed is not known), a box without is observed in full.
+A run records each box's fault parts (store schema 4, `boxes.faults`). A run recorded before
+kept its report (`runs.report`), whose `boxes[].errors` are each fault's text, which begins
+with where the fault is (`login_shell: bash -lc timed out`, `docker: ...`): the parts are read
+back from those words (`part_of`). Only a fault whose text names no part (NOT_RECORDED) is not
+known: its box is compared as recorded, and `reconcile diff` says so, rather than hiding every
+entry of a box whose login shell once timed out.
 """
 
 from __future__ import annotations
@@ -34,20 +37,63 @@ def faults_of(errors: Iterable[Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(p.value) for p in parts if isinstance(p, Part)))
 
 
-def known(errors: int, faults: Sequence[str] | None) -> tuple[str, ...] | None:
-    """A stored box's fault parts: as recorded, none for a box without errors, None (not
-    known) for one recorded with errors before the parts were kept."""
+# A fault of a run recorded before the parts were kept whose text names no part (or whose
+# report could not be read): its columns are compared as recorded, and said to be.
+NOT_RECORDED = "(not recorded)"
+
+# How a fault's text begins (compare/box.py's `where`, compare/envfile.py's `secret NAME`),
+# and its part: the words every reconciler since the history began (78df85f) wrote.
+# tests/unit/test_review4_history.py holds them to the faults compare makes today.
+_BEGINS = (
+    ("deployment directory ", "deployment"),
+    ("gateway (loopback): ", "gateway-probe"),
+    ("gateway health (loopback): ", "gateway-probe"),
+    ("gateway capabilities (loopback): ", "gateway-probe"),
+    ("gateway models_noauth (loopback): ", "gateway-probe"),
+    ("login_shell: ", "login_shell"),
+    ("variables: ", "variables"),
+    ("gateway: ", "gateway-probe"),  # not in the observation (a snapshot without it)
+    ("docker: ", "docker"),
+    ("render: ", "render"),
+    ("secret ", "secret-source"),
+    ("lanes: ", "gateway-probe"),  # the lanes' windows, probed through the gateway
+    ("file ", "box-file"),
+    ("ssh: ", "connection"),
+)
+
+
+def part_of(text: Any) -> str | None:
+    """The part a fault's text (as a report keeps it) is about, or None when it names none."""
+    if isinstance(text, str):
+        for start, part in _BEGINS:
+            if text.startswith(start):
+                return part
+    return None
+
+
+def known(
+    errors: int, faults: Sequence[str] | None, texts: Sequence[Any] | None = None
+) -> tuple[str, ...]:
+    """A stored box's fault parts: as recorded (schema 4 on); none for a box without errors;
+    for one recorded with errors before the parts were kept, as its report's error `texts`
+    name them, NOT_RECORDED for each that names none (or for all, without `texts`)."""
     if faults is not None:
         return tuple(faults)
-    return () if errors == 0 else None
+    if errors == 0:
+        return ()
+    named = [part_of(t) for t in texts or ()]
+    if len(named) < errors:  # the report is gone, unreadable, or holds fewer texts
+        named.append(None)
+    return tuple(dict.fromkeys(NOT_RECORDED if p is None else p for p in named))
 
 
 def unseen_columns(faults: Sequence[str] | None) -> frozenset[str]:
     """The columns (LANES: every lane, GATEWAY, BOX_WIDE) whose entries `faults` leave not
-    observed; None (not known) and a part this code does not know (a newer reconciler's):
-    every column."""
+    observed. None (no word at all) and a part this code does not know (a newer reconciler's):
+    every column. NOT_RECORDED: none (compared as recorded; the caller says so)."""
     if faults is None:
         return EVERY
+    faults = [f for f in faults if f != NOT_RECORDED]
     if not faults:
         return frozenset()  # the usual box: nothing to map (and the HTML module not imported)
     from reconciler.compare.drift import Part
@@ -72,10 +118,33 @@ def column(subject: str) -> str:
     return found if found in (GATEWAY, BOX_WIDE) else LANES
 
 
-def complete(observation: str, errors: int, faults: Sequence[str] | None) -> bool:
+def complete(
+    observation: str, errors: int, faults: Sequence[str] | None, texts: Sequence[Any] | None = None
+) -> bool:
     """Whether a stored box's entry count is the whole of its drift: observed in full, and no
-    fault left a column not observed."""
-    return observation == "full" and not unseen_columns(known(errors, faults))
+    fault left a column not observed (`texts`: its report's errors, for a run recorded before
+    the parts were kept; known's rule)."""
+    return observation == "full" and not unseen_columns(known(errors, faults, texts))
+
+
+def counted(drifts: Iterable[Any], unseen: frozenset[str]) -> list[Any]:
+    """The drift entries (report dicts, or compare's Drift) outside the `unseen` columns: what
+    the metrics and the page's badge count. An entry under a part not observed (dockerd down:
+    "no container for this service" on every lane) is no drift found, only a part not seen,
+    which the box's observed gauge says; `reconcile diff` does not compare it either."""
+    if not unseen:
+        return list(drifts)
+    return [d for d in drifts if column(_subject(d)) not in unseen]
+
+
+def found(box: Any) -> int:
+    """A run's box (compare.drift.BoxResult): its entries outside the columns its faults left
+    not observed (`counted`): what the HTML page's badge says it found."""
+    return len(counted(box.drifts, unseen_columns(faults_of(box.errors))))
+
+
+def _subject(drift: Any) -> str:
+    return str(drift["subject"] if isinstance(drift, dict) else drift.subject)
 
 
 def seen_in_full(box: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from reconciler.history.store import HistoryError, reading
 
@@ -25,7 +26,10 @@ def drift_counts(
 ) -> dict[str, list[int]]:
     """Per box, its entry counts in the last `last` drift runs that observed it in full,
     oldest first. A run where the box was not observed, or only in part (dockerd down, a
-    gateway probe unanswered: parts.complete), has no count: a gap is not zero drift.
+    gateway probe unanswered: parts.complete), has no count: a gap is not zero drift. A run
+    recorded before the fault parts were kept is read by its report's error texts, as
+    `reconcile diff` reads it (it was a gap for any error): as a run recorded now, and a
+    fault whose text names no part leaves the count as recorded.
 
     `inventory` and `root`: only the runs of that fleet (as store.last_two pairs runs: that
     inventory, in that repository, or recorded before the repository was kept): another
@@ -34,7 +38,7 @@ def drift_counts(
     if path is None or not path.is_file():
         return {}
     from reconciler.history.parts import complete
-    from reconciler.history.store import _has_column, _opt_parts
+    from reconciler.history.store import _has_column, _opt_parts, errors_of
 
     out: dict[str, list[int]] = {}
     try:
@@ -50,14 +54,21 @@ def drift_counts(
                 where.append(f"({root_col} = ? OR {root_col} IS NULL)")
                 params.append(root)
             query = (
-                f"SELECT b.entries, b.errors, {faults_col} FROM boxes b JOIN runs r"
+                f"SELECT r.id, b.entries, b.errors, {faults_col} FROM boxes b JOIN runs r"
                 f" ON r.id = b.run WHERE {' AND '.join(where)} ORDER BY r.id DESC"
             )
+            texts: dict[int, dict[str, list[Any]]] = {}  # per older run: read once
             for box in boxes:
                 counts: list[int] = []
                 # Stepped lazily: stops at the `last` counts, however many runs are older.
-                for entries, errors, faults in conn.execute(query, [box, *params]):
-                    if complete("full", int(errors), _opt_parts(faults, "fault parts")):
+                for run, entries, errors, faults in conn.execute(query, [box, *params]):
+                    parts = _opt_parts(faults, "fault parts")
+                    said = None
+                    if parts is None and errors:  # recorded before the parts were kept
+                        if run not in texts:
+                            texts[run] = errors_of(conn, run)
+                        said = texts[run].get(box)
+                    if complete("full", int(errors), parts, said):
                         counts.append(int(entries))
                         if len(counts) >= last:
                             break

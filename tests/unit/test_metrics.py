@@ -15,7 +15,7 @@ from reconciler.compare.drift import Kind
 from tests.unit.history_helpers import AUDIT_FIXTURES, ROOT, SNAPSHOT, reconcile
 
 BOXES = {"thor", "spark", "orin"}
-ALLOWED_LABELS = {"box", "kind", "verdict"}
+ALLOWED_LABELS = {"box", "kind", "verdict", "part"}  # part: lanes, gateway, box-wide
 
 
 def samples(path: Path) -> dict[str, list[tuple[dict[str, str], float]]]:

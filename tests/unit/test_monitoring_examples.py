@@ -24,7 +24,7 @@ PROMTOOL = "/opt/fleet-lab/bin/promtool"  # .ci/setup-machine.sh; never skipped 
 RULE_KEYS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-LABELS = {"box", "kind", "verdict"}
+LABELS = {"box", "kind", "verdict", "part"}  # part: fleet_drift_box_part_observed
 
 
 def written_metric_names() -> set[str]:
