@@ -93,16 +93,25 @@ _VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
 # up to the next blank), or the next item of a printed argument list (`'--token', 'x'`). Only
 # the last word: `--max-num-batched-tokens` and `--tokenizer` hold no secret, and `--api-key`
 # is cut above.
-_FLAG_NAME = (
-    r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
-)
-_SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
-_SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
+_FLAG_WORD = r"(?P<flag>--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
+_FLAG_NAME = r"(?<![\w-])" + _FLAG_WORD
+# A flag may be a shell word of its own in quotes (`sh -c 'vllm "--api-key" "x"'`,
+# `'--hf-token' 'x'`): the quote just before it (`open`) may close it after its name, then
+# comes the separator (the collector's `_inline_secrets` reads it so). After blanks, only `--`
+# starts the next flag (`--hf-token -x` holds the value `-x` on the box): a match never takes
+# that flag for a value, so the flag is still read on (`--token --hf-token x`). Who reads a
+# single leading `-` as "no value" says so in its mask (`_mask_flag`).
+_OPEN = r"(?<![\w-])(?:(?<=(?P<open>[\"'])))?"
+_CLOSE = r"(?(open)(?P=open)?)"
+_FLAG_VALUE = r"(?P<sep>=|\s+(?!--))(?P<value>\"[^\"]*\"|'[^']*'|\S+)"
+_SECRET_FLAG = _OPEN + _FLAG_WORD + _CLOSE + _FLAG_VALUE
+_ITEM = r"(?P<sep>[\"']\s*,\s*)(?P<quote>[\"'])(?P<value>.*?)(?P=quote)"
+_SECRET_ITEM = _FLAG_NAME + _ITEM
 # Any long flag and its value, in the same three forms: masked where `named_flag` says the
 # floor's or the fleet's patterns name it (the collector's `_ANY_FLAG`, judged as it judges).
-_LONG_FLAG = r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)"
-_ANY_FLAG = _LONG_FLAG + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
-_ANY_ITEM = _LONG_FLAG + r"([\"']\s*,\s*)([\"'])(.*?)\3"
+_LONG_WORD = r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_-]*)"
+_ANY_FLAG = _OPEN + _LONG_WORD + _CLOSE + _FLAG_VALUE
+_ANY_ITEM = r"(?<![\w-])" + _LONG_WORD + _ITEM
 # A URL's password (`scheme://user:password@host`), up to the authority's last `@` as URL
 # parsers read it (`/`, `?`, `#` end the authority): the user name stays, it says whose.
 _USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
@@ -189,7 +198,9 @@ def mask_credentials(text: str) -> str:
     if "-" in text:
         text = re.sub(_SECRET_FLAG, _mask_flag, text)
         text = re.sub(_SECRET_ITEM, _mask_item, text)
-        text = _mask_named_flags(text)
+        # A flag the box judges a secret's holds `-x` too (the collector hashes it: only `--`
+        # is the next flag); `--token -v` (a last word only this list names) stays two flags.
+        text = _mask_named_flags(text, _mask_value)
     lower = text.lower()
     if "bearer" in lower or "authorization" in lower or "api-key" in lower:
         text = re.sub(_HEADER_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
@@ -204,10 +215,7 @@ def flag_values(words: tuple[object, ...]) -> list[int]:
     return [
         i + 1
         for i, flag in enumerate(words[:-1])
-        if type(flag) is str
-        and flag[:1] == "-"
-        and (re.fullmatch(_FLAG_NAME, flag) or named_flag(flag))
-        and _a_value(words[i + 1])
+        if type(flag) is str and flag[:1] == "-" and _a_value(words[i + 1], flag)
     ]
 
 
@@ -228,14 +236,15 @@ def _named_flag(flag: str) -> bool:
 when_patterns_change(_named_flag.cache_clear)
 
 
-def _mask_named_flags(text: str) -> str:
+def _mask_named_flags(text: str, mask: Callable[[re.Match[str]], str] | None = None) -> str:
     """`text` with the value of every long flag `named_flag` names masked (`--db-cred ***`,
-    `--db-cred=***`, `'--db-cred', '***'`). Looked for only where some pattern's literal run
-    (`_CRED` of `*_CRED`) is in the text read as flag names are (upper case, `-` as `_`): most
-    texts have none, and the scan is then a few C searches."""
+    `--db-cred=***`, `'--db-cred', '***'`), each flag's value by `mask` (`_mask_flag` for
+    free text, `_mask_value` for a command's words). Looked for only where some pattern's
+    literal run (`_CRED` of `*_CRED`) is in the text read as flag names are (upper case, `-` as
+    `_`): most texts have none, and the scan is then a few C searches."""
     if "--" not in text or not _may_name_a_flag(text):
         return text
-    text = re.sub(_ANY_FLAG, _mask_named(_mask_flag), text)
+    text = re.sub(_ANY_FLAG, _mask_named(mask or _mask_flag), text)
     return re.sub(_ANY_ITEM, _mask_named(_mask_item), text)
 
 
@@ -249,14 +258,21 @@ def _may_name_a_flag(text: str) -> bool:
 
 def _mask_named(mask: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
     def masked(match: re.Match[str]) -> str:
-        return mask(match) if named_flag(match.group(1)) else match.group(0)
+        return mask(match) if named_flag(match.group("flag")) else match.group(0)
 
     return masked
 
 
-def _a_value(word: object) -> bool:
-    # `--token -v`: no value, the next word is a flag; `--api-key ***`: masked already.
-    return type(word) is str and word not in _STATE_WORDS and not word.startswith("-")
+def _a_value(word: object, flag: str) -> bool:
+    """Whether `word`, after `flag`, is a secret's value to mask: after a flag the box judges a
+    secret's (`named_flag`), any word but the next flag (`--`), as the collector reads one
+    (`--hf-token -x` holds `-x`); after a flag only its last word names (`--token`, which the
+    box does not hash), a `-` ends it too (`--token -v`). `--api-key ***`: masked already."""
+    if type(word) is not str or word in _STATE_WORDS:
+        return False
+    if word[:1] == "-":
+        return word[:2] != "--" and named_flag(flag)
+    return bool(re.fullmatch(_FLAG_NAME, flag)) or named_flag(flag)
 
 
 def _mask_credential(match: re.Match[str]) -> str:
@@ -328,17 +344,33 @@ def _masked_assignments(pattern: re.Pattern[str], text: str) -> str:
 
 
 def _mask_flag(match: re.Match[str]) -> str:
-    flag, sep, value = match.groups()
-    if value in _STATE_WORDS or value.startswith("-"):
+    """A flag's value in free text masked (`_SECRET_FLAG`, `_ANY_FLAG`): `--token -v` is read
+    as two flags there (an error's usage line), as the box programs' scrubbers read it."""
+    if match.group("value")[:1] == "-":
         return match.group(0)  # `--token -v`: the flag had no value, the next one is a flag
-    return f"{flag}{sep}{MASK}"
+    return _mask_value(match)
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    """A flag's value masked, whatever it starts with (`--hf-token -x`); a quote closing an
+    unquoted value is kept (`'--api-key=x'` -> `'--api-key=***'`, `sh -c '... --api-key x'`)."""
+    value = match.group("value")
+    closing = ""
+    if value[0] in "'\"":
+        value = value[1:-1]  # `--api-key "***"`: the collector's digest, as the caller shows it
+    elif len(value) > 1 and value[-1] in "'\"":
+        value, closing = value[:-1], value[-1]
+    if value in _STATE_WORDS:
+        return match.group(0)  # `--token set`, `--api-key ***`: a state, or masked already
+    return match.string[match.start() : match.start("value")] + MASK + closing
 
 
 def _mask_item(match: re.Match[str]) -> str:
-    flag, sep, quote, value = match.groups()
+    value = match.group("value")
     if value in _STATE_WORDS or value.startswith("-"):
         return match.group(0)
-    return f"{flag}{sep}{quote}{MASK}{quote}"
+    quote = match.group("quote")
+    return match.string[match.start() : match.start("value")] + MASK + quote
 
 
 def _mask_run(text: str) -> Callable[[re.Match[str]], str]:

@@ -150,6 +150,11 @@ def test_the_scrub_masks_the_flag_in_every_form_the_fixed_list_masks() -> None:
         f"vllm serve m {FLAG} {IN_ENV} --port 8000",
         f"vllm serve m {FLAG}={IN_ENV} --port 8000",
         f"Command '['vllm', '{FLAG}', '{IN_ENV}', '--port', '8000']' failed",
+        # A flag that is a quoted shell word of its own (review 4): the quote closing it came
+        # between the name and the value, and the value was kept.
+        f'sh -c \'vllm serve m "{FLAG}" "{IN_ENV}" --port 8000\'',
+        f"vllm serve m '{FLAG}' '{IN_ENV}' --port 8000",
+        f'vllm serve m "{FLAG}" {IN_ENV} --port 8000',
     ]
     assert all(IN_ENV in scrub_text(t) for t in texts)
     secret_names.adopt_fleet_patterns([PATTERN])
@@ -158,6 +163,11 @@ def test_the_scrub_masks_the_flag_in_every_form_the_fixed_list_masks() -> None:
         assert IN_ENV not in mask_credentials(text)
         assert IN_ENV not in masking.scrubbed(text)
     assert flag_values(("vllm", FLAG, IN_ENV, "--port", "8000")) == [2]
+    # A value starting with a single `-` is the value (the collector hashes it: only `--` is
+    # the next flag), in a command's words; the next flag is no value.
+    assert flag_values(("vllm", FLAG, f"-{IN_ENV}", "--port", "8000")) == [2]
+    assert mask_credentials(f"{FLAG} -{IN_ENV} --port 8000") == f"{FLAG} *** --port 8000"
+    assert mask_credentials(f"{FLAG} --port 8000") == f"{FLAG} --port 8000"
     # Judged as the collector judges a flag: dashes as underscores, upper case, `--` only.
     from reconciler.scrub import named_flag
 
