@@ -7,8 +7,11 @@ the next, so boxes converge in that order and never at the same time. --serial a
 run host by host in no set order instead: refused. With --limit (or a box that could not be
 connected) only the boxes of this run are converged, and only they are verified.
 
-A last operation, from the last box of the run, observes those boxes again until the mesh has
-re-formed around the gateway restarts; it is a no-op when no box had anything to converge.
+A last operation observes those boxes again until the mesh has re-formed around the gateway
+restarts; it is a no-op when no box had anything to converge. It runs from the last box of the
+run whose plan is not blocked, and verifies only the boxes whose plans are not: a blocked box's
+host fails while planning and runs no operation (the verify, once given to the last box in
+mesh order, never ran when that box was blocked, and the boxes before it went unverified).
 """
 
 import sys
@@ -19,7 +22,7 @@ from pyinfra.api.exceptions import PyinfraError
 from reconciler.apply.operation import verify_mesh
 from reconciler.apply.session import mesh_boxes
 from reconciler.desired.problems import DesiredStateError
-from roles.box import converge_in_order
+from roles.box import blocked, converge_in_order
 
 # pyinfra keeps its flow flags to itself; its command line says them (click takes no
 # abbreviations, and the deploy runs in a greenlet that cannot see click's context).
@@ -43,5 +46,7 @@ boxes = [b for b in order if b in running]
 converge_in_order(boxes)
 
 # Then this run's boxes once more (checks only), from the last one's place in the order.
-if boxes and host.name == boxes[-1]:
-    verify_mesh(name=f"mesh: verify {', '.join(boxes)} (no drift left)", boxes=boxes)
+# Every host decides alike: each box's plan is made once per process, whichever host asks.
+verified = [b for b in boxes if not blocked(b)]
+if verified and host.name == verified[-1]:
+    verify_mesh(name=f"mesh: verify {', '.join(verified)} (no drift left)", boxes=verified)

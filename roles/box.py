@@ -6,6 +6,7 @@ A box that cannot be planned (a controller secret unset, an invalid desired stat
 told to connect elsewhere than the inventory says) has a blocked plan: its host fails here,
 while planning, with that reason on one line, so every run (`--dry` too) exits 1; the other
 boxes go on as pyinfra's failed-host rule says (`-y`: they go on; without it pyinfra asks).
+When no other box is left (`--limit orin` with orin blocked), the run ends there, saying so.
 """
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ def _fail(box: str, reason: str) -> None:
             f"{box} cannot be converged, and without -y pyinfra asks whether to go on with the "
             "other hosts; stdin gave no answer: stopped (pass -y to go on without asking)"
         ) from None
+    except PyinfraError:
+        if state.active_hosts:  # over pyinfra's fail percent (the operator answered no)
+            raise
+        # pyinfra's own words, "No hosts remaining!", read like a crash of this file: the
+        # run ends here all the same (exit 1), before any operation, and says why.
+        raise PyinfraError(
+            f"{box} cannot be converged and no other box of this run is left: nothing converged"
+        ) from None
+
+
+def blocked(box: str) -> bool:
+    """Whether `box`'s plan is blocked, so its host fails while planning and runs nothing.
+    Any host may ask of any box of the run: a box not planned yet is planned here, from its
+    own host's data, once for the whole process (its host then reads the same plan)."""
+    try:
+        plan = session.plan(box)  # made already: no host data to build (every host asks)
+    except KeyError:
+        plan = session.plan(box, state.inventory.get_host(box).data.dict())
+    return bool(plan.blocked)
 
 
 def converge_in_order(order: Sequence[str]) -> None:

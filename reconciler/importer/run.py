@@ -22,7 +22,7 @@ from reconciler.importer import observations as observing
 from reconciler.importer.adopt import adopt_box, summary
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
-from reconciler.importer.inventory import copied_inventory
+from reconciler.importer.inventory import Inventory
 from reconciler.importer.result import EXIT_ERROR, Imported
 from reconciler.importer.sourced import Finding, Sourced, Tree
 from reconciler.importer.verify import observed_again, replayed
@@ -38,6 +38,9 @@ from reconciler.importer.write import (
 from reconciler.importer.yaml_out import dump_layer
 from reconciler.observe.observe import BoxObservation
 from reconciler.report.values import clean, free_text
+
+# How many boxes a line names before saying how many more (_some).
+SHOWN = 5
 
 
 def _inventory(root: Path, path: Path) -> InventorySpec:
@@ -68,7 +71,7 @@ def _origins(
 
 def _files(
     root: Path,
-    inv_path: Path,
+    source: Inventory,
     inv: InventorySpec,
     obs: dict[str, BoxObservation],
     came_from: str,
@@ -76,9 +79,11 @@ def _files(
     alone: bool = False,
 ) -> tuple[dict[str, str], dict[str, Tree], list[Finding], str]:
     """The repository adopting the boxes of `obs` (relative path -> text), their trees, the
-    findings, and the inventory's name in it. `left_out`: boxes a partial import does not adopt
-    (each file's header says which, and why). `alone` (one box, to judge it on its own): its
-    tree in its own layer, as the full repository names a box's own values."""
+    findings, and the inventory's name in it. `source`: the inventory, parsed once for every
+    repository an import builds. `left_out`: boxes a partial import does not adopt (each
+    file's header says which, and why). `alone` (one box, to judge it on its own): its tree in
+    its own layer, as the full repository names a box's own values."""
+    inv_path = source.source
     docs = {b: o.document for b, o in obs.items() if o.document is not None}
     refs = [running_digest(d, c) for d in docs.values() for c in d.containers]
     names = catalog(r for r in refs if r)
@@ -104,7 +109,7 @@ def _files(
         else f"inventory/{inv_path.name}"
     )
     origins = _origins(inv, trees, obs)
-    files = {inv_name: copied_inventory(inv_path, root, trees, origins, partial)}
+    files = {inv_name: source.copy(trees, origins, partial)}
     for layer, tree in layers.items():
         files[f"group_vars/{layer}.yaml"] = dump_layer(tree, f"group_vars/{layer}.yaml: {header}")
     return files, trees, findings, inv_name
@@ -130,18 +135,15 @@ def _first(reasons: list[str]) -> str:
 
 
 def adopt(
-    root: Path,
-    inv_path: Path,
-    inv: InventorySpec,
+    built: tuple[dict[str, str], dict[str, Tree], list[Finding], str],
     obs: dict[str, BoxObservation],
     output: Path,
     force: bool,
-    came_from: str,
     live: bool,
     left_out: dict[str, list[str]] | None = None,
 ) -> Imported:
-    left_out = left_out or {}
-    files, trees, findings, inv_name = _files(root, inv_path, inv, obs, came_from, left_out)
+    """`built`: the repository `_files` made of `obs`, checked here and put in place."""
+    files, trees, findings, inv_name = built
     building = build(output, files)
     try:
         inventory = str(building / inv_name)
@@ -155,37 +157,42 @@ def adopt(
     lines = [summary(name, tree) for name, tree in trees.items()]
     return Imported(
         output, sorted(files), lines, findings, results, expected, snapshot=not live,
-        failed=dict(left_out),
+        failed=dict(left_out or {}),
     )  # fmt: skip
 
 
 def invalid_alone(
     root: Path,
-    inv_path: Path,
+    source: Inventory,
     inv: InventorySpec,
     obs: dict[str, BoxObservation],
     output: Path,
     came_from: str,
+    findings: list[Finding],
 ) -> dict[str, list[str]]:
     """The boxes whose adopted state does not validate on its own, each with the loader's
     problems (`group_vars/BOX.yaml:LINE:COL: key: message`, of a repository built beside
-    `output` for that box alone and removed), then what adopting it found (`LOBES_PROFILE is
-    not in .env: ...`: the cause, in the box's terms). A box valid alone but not beside the
-    others (a problem only the mesh as a whole has) is no box's: none is blamed for it."""
+    `output` for that box alone and removed), then what adopting it found (`findings`, of
+    the boxes adopted together: `LOBES_PROFILE is not in .env: ...`, the cause in the box's
+    terms). A box valid alone but not beside the others (a problem only the mesh as a whole
+    has) is no box's: none is blamed for it. Each box's repository holds that box alone (its
+    tree, one inventory entry), so judging N boxes costs N boxes' work, not N times the
+    fleet's."""
     out: dict[str, list[str]] = {}
     # What adopting each box beside the others found (alone, its contract would name no
     # other member: notes that are not the box's).
-    findings = _files(root, inv_path, inv, obs, came_from, {})[2]
+    found: dict[str, list[str]] = {}
+    for finding in findings:
+        found.setdefault(finding.box, []).append(f"found: {finding.what}")
     for name in obs:
         files, _, _, inv_name = _files(
-            root, inv_path, inv, {name: obs[name]}, came_from, {}, alone=True
+            root, source, inv, {name: obs[name]}, came_from, {}, alone=True
         )
         building = build(output, files)
         try:
             load_fleet(building, str(building / inv_name))
         except DesiredStateError as exc:
-            found = [f"found: {f.what}" for f in findings if f.box == name]
-            out[name] = [str(problem) for problem in exc.problems] + found
+            out[name] = [str(problem) for problem in exc.problems] + found.get(name, [])
         finally:
             discard(building)
     return out
@@ -237,12 +244,16 @@ def run_import(args: argparse.Namespace) -> int:
             print(f"error: {name} {why[0]}", file=sys.stderr)
         print("error: no box to adopt; nothing written", file=sys.stderr)
         return EXIT_ERROR
-    args_of = (root, inv_path, inv)
+    # Parsed once: the repository and, if the whole does not validate, each box's own.
+    args_of = (root, Inventory(inv_path, root), inv)
+    live = not snapshot
     try:
+        whole = _files(*args_of, valid, came_from, failed)
         try:
-            done = adopt(*args_of, valid, output, force, came_from, not snapshot, failed)
+            done = adopt(whole, valid, output, force, live, failed)
         except DesiredStateError as exc:
-            invalid = invalid_alone(*args_of, valid, output, came_from)
+            # Only now is each box judged alone, to say whose the problems are.
+            invalid = invalid_alone(*args_of, valid, output, came_from, whole[2])
             left = [b for b in valid if b not in invalid]
             if not partial or not invalid or not left:
                 _refuse_invalid(exc, invalid, left, partial)
@@ -250,7 +261,8 @@ def run_import(args: argparse.Namespace) -> int:
             for name, problems in invalid.items():
                 failed[name] = ["its adopted state does not validate", *problems]
             valid = {b: valid[b] for b in left}
-            done = adopt(*args_of, valid, output, force, came_from, not snapshot, failed)
+            rest = _files(*args_of, valid, came_from, failed)
+            done = adopt(rest, valid, output, force, live, failed)
     except OutputRefused as exc:
         print(f"error: --output {exc}; nothing written", file=sys.stderr)
         return EXIT_ERROR
@@ -312,7 +324,7 @@ def _refuse_invalid(
                 print(f"  {free_text(line)}", file=sys.stderr)
     if invalid and left and not partial:
         print(
-            f"give --partial to import {', '.join(left)} and leave out {', '.join(invalid)} "
+            f"give --partial to import {_some(left)} and leave out {_some(list(invalid))} "
             "(exit 1 all the same)",
             file=sys.stderr,
         )
@@ -322,6 +334,14 @@ def _refuse_invalid(
             "can be left out (--partial)",
             file=sys.stderr,
         )
+
+
+def _some(names: list[str]) -> str:
+    """The first few names and how many more: one line whatever the fleet's size (each
+    failed box was named above, with its reasons)."""
+    if len(names) <= SHOWN:
+        return ", ".join(names)
+    return f"{', '.join(names[:SHOWN])} (and {len(names) - SHOWN} more)"
 
 
 def inv_name_hint(inv_path: Path) -> str:

@@ -75,3 +75,28 @@ def test_one_blocked_box_fails_the_mesh_dry_run_and_the_others_are_planned(lab: 
         line for line in text.splitlines() if line.startswith("spark: not converged: blocked: ")
     ]
     assert "Traceback" not in text
+
+
+def test_the_mesh_verify_skips_a_blocked_last_box_and_a_lone_blocked_box_says_so(
+    lab: Any,
+) -> None:
+    """Review 4, defect 4: orin, last in mesh order (thor, spark, orin), blocked. The verify
+    was orin's operation, which never runs (its host fails while planning): thor and spark
+    would be converged and never verified. It is spark's now, naming the boxes it verifies.
+    Operations are only listed (--debug-operations), none runs. Then orin alone (--limit
+    orin): pyinfra's "No hosts remaining!" was the last word; the run now says why it ends."""
+    env = controller_env()
+    env.pop("FLEET_LAB_ORIN_GATEWAY_KEY")
+    code, text = dry_run("mesh.py", "-y", "--debug-operations", env=env)
+    assert code == 1, text
+    order = [line.strip() for line in text.split("--> Operation order:", 1)[1].splitlines()]
+    verify = [line for line in order if "mesh: verify" in line]
+    assert len(verify) == 1, text
+    assert "names={'mesh: verify thor, spark (no drift left)'}, hosts={Host(spark)})" in verify[0]
+    code, text = dry_run("mesh.py", "-y", "--limit", "orin", env=env)
+    assert code == 1, text
+    assert "orin: not converged: blocked: controller secret: " in text
+    assert "No hosts remaining" not in text and "Traceback" not in text
+    assert text.rstrip().endswith(
+        "orin cannot be converged and no other box of this run is left: nothing converged"
+    ), text
