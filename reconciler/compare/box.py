@@ -17,7 +17,14 @@ from reconciler.compare.gateway import compare_auth, compare_contract
 from reconciler.compare.partial import partial_result
 from reconciler.compare.render_basis import for_desired
 from reconciler.compare.shell import compare_shell
-from reconciler.observe.document import NO_PROBES, ControllerProbes, Fault, Observed
+from reconciler.observe.document import (
+    NO_PROBES,
+    ControllerProbes,
+    ConvergeHolder,
+    Fault,
+    Observed,
+)
+from reconciler.scrub import scrub_text
 
 
 def compare_box(
@@ -67,6 +74,8 @@ def observation_errors(
         (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
     )
     errors += [BoxError(part, name, error) for part, name, error in sections if error]
+    if doc.converge is not None:
+        errors.append(BoxError(Part.DEPLOYMENT, "converge", converging(doc.converge)))
     errors += not_in_observation(doc, bool(exp.lanes))
     # A file the collector found but could not read (a FIFO `.env`, a directory, a symlink to
     # /dev/zero, not UTF-8): the parts that read it are missing or partial, and a converge
@@ -84,6 +93,24 @@ def observation_errors(
             errors.append(BoxError(Part.GATEWAY_PROBE, f"gateway {name} (loopback)", probe.error))
     errors += secret_source_errors(exp, doc)
     return errors
+
+
+def converging(held: ConvergeHolder) -> str:
+    """A converge held the box's lock while it was observed: everything seen may be between
+    two states (files written, lanes not yet recreated), so nothing of it is the box's steady
+    state. An error of the deployment (every column not observed, a plan refused: the converge
+    under way would refuse another one anyway)."""
+    who = [
+        f"pid {held.pid}" if held.pid is not None else None,
+        f"by {scrub_text(held.holder)}" if held.holder else None,
+        f"since {scrub_text(held.since)}" if held.since else None,
+    ]
+    said = ", ".join(w for w in who if w)
+    return (
+        f"a converge of this box was running while it was observed{f' ({said})' if said else ''}"
+        ": what was seen may be half-converged, not its steady state; observe again when it"
+        " is done"
+    )
 
 
 # A section a snapshot does not hold (one saved by an older collector, or cut down to what one

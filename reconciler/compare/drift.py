@@ -108,7 +108,7 @@ class Part(StrEnum):
     """The part of a box a fault is about: what a plan decides by, never a message's text."""
 
     OBSERVATION = "observation"  # the box's answer could not be used at all
-    DEPLOYMENT = "deployment"  # the deployment directory is missing
+    DEPLOYMENT = "deployment"  # the deployment directory is missing, or a converge was running
     DOCKER = "docker"  # the engine could not be asked
     RENDER = "render"  # `docker compose config` failed
     VARIABLES = "variables"  # `docker compose config --variables` failed

@@ -890,6 +890,16 @@ class AuditSection:
     running: Running | None = None
 
 
+@document()
+class ConvergeHolder:
+    """A converge of the box held its lock while it was observed (the lock file's record: who,
+    which process, since when; each None where the record did not say)."""
+
+    pid: int | None
+    holder: str | None
+    since: str | None
+
+
 # -- the whole answer ------------------------------------------------------------------------------
 @document(kw_only=True)
 class Observed:
@@ -934,6 +944,10 @@ class Observed:
     # render's flags compare with (compare/composefiles.py). Absent (none) from older answers
     # and wherever no knob carries one.
     knobs_desired: Mapping[str, tuple[EnvValue, ...]] = field(default_factory=dict)
+    # A converge of the box was running while it was observed (at the collector's start or
+    # end): what was seen may be half-converged (compare/box.py: an error of the box). Absent
+    # (None) from older answers and whenever no converge held the lock.
+    converge: ConvergeHolder | None = None
 
     @property
     def containers(self) -> tuple[Container, ...]:
@@ -1024,6 +1038,20 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         file_errors=_file_errors(get(doc, "file_errors", "", required=False)),
         envfile_desired=_envfile_desired(get(doc, "envfile_desired", "", required=False)),
         knobs_desired=_knobs_desired(get(doc, "knobs_desired", "", required=False)),
+        converge=_converge(get(doc, "converge", "", required=False)),
+    )
+
+
+def _converge(raw: Any) -> ConvergeHolder | None:
+    """`converge`: the record of the converge holding the box's lock (none when absent: an
+    older answer, or no converge ran)."""
+    if raw is None:
+        return None
+    obj = _obj(raw, "converge")
+    return ConvergeHolder(
+        pid=_opt_int(obj.get("pid"), "converge.pid", lo=1),
+        holder=_opt_name(obj.get("holder"), "converge.holder"),
+        since=_opt_name(obj.get("since"), "converge.since"),
     )
 
 

@@ -50,6 +50,7 @@ from reconciler.observe.document import (
     Service,
     _audit,
     _Bad,
+    _converge,
     _envfile_desired,
     _file_errors,
     _file_fact,
@@ -186,6 +187,7 @@ class _Collected(Struct, forbid_unknown_fields=True, gc=False):
     file_errors: Any = None
     envfile_desired: Any = None
     knobs_desired: Any = None
+    converge: Any = None
 
 
 class _SnapshotFile(Struct, forbid_unknown_fields=True, gc=False):
@@ -273,6 +275,7 @@ def _observed(doc: _Collected) -> Observed:
             doc.file_errors,
             doc.envfile_desired,
             doc.knobs_desired,
+            doc.converge,
         ),
         _IN_COLLECTED,
     )
@@ -305,6 +308,7 @@ def _observed(doc: _Collected) -> Observed:
         file_errors=_file_errors(doc.file_errors),
         envfile_desired=_envfile_desired(doc.envfile_desired),
         knobs_desired=_knobs_desired(doc.knobs_desired),
+        converge=_converge(doc.converge),
     )
 
 

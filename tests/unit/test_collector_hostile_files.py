@@ -593,7 +593,7 @@ OPENS_ALLOWED = {
         'os.open(os.path.join(project, ".env"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)',
     ),
     # ... and a render into the private cache.
-    ("compose_cached", 'os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)'),
+    ("_store_render", "os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)"),
     # HTTP requests through urllib's opener (a redirect, a proxy): no file at all.
     ("_urllib_get", "within(left).open(request, timeout=left)"),
     ("_urllib_post", "within(left).open(request, timeout=left)"),

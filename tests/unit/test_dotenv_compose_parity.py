@@ -496,6 +496,7 @@ _SHARED = (
     "_dotenv_joins",
     "_dotenv_lines",
     "_dotenv_line_index",
+    "_secret_file_values",
 )
 
 

@@ -48,3 +48,14 @@ def test_a_dotenv_secret_file_is_still_read_as_compose_reads_it(tmp_path: Path) 
     env.write_text('GATEWAY_API_KEY="gw-line-one\ngw-line-two"\nHF_TOKEN=hf-x\n')
     values = converge.secret_values(_box(env))
     assert values == {"gateway_api_key": "gw-line-one\ngw-line-two", "hf_token": "hf-x"}
+
+
+def test_the_collector_reads_the_same_keys_from_it() -> None:
+    """Drift's view of the secret (`secret_sources`): the collector's copy of the reader, held
+    byte-identical to the converge's by test_dotenv_compose_parity."""
+    collector = load_box_program(
+        "box_collector_secret_shell", "reconciler/observe/remote/collector.py"
+    )
+    values = collector._secret_file_values(BASHRC)
+    assert values["GATEWAY_API_KEY"] == "gw-from-bashrc-7731"
+    assert values["HF_TOKEN"] == "hf-from-bashrc-1234"

@@ -454,16 +454,18 @@ def _regular(info):
 
 
 def read_text_file(path, limit=FILE_LIMIT):
-    """The text of the regular file at `path`, CRLF read as LF, within `limit` bytes;
-    BoxFileError when it is not UTF-8. A lone CR stays: compose's dotenv (and the converger's
-    `env_lines`) ends a `.env` line at LF only, so `A=1<CR>GATEWAY_API_KEY=x` is one entry to
-    them; universal newlines made it two here (JSON and /proc/meminfo read alike either way)."""
+    """The text of the regular file at `path`, every byte as it is, within `limit` bytes;
+    BoxFileError when it is not UTF-8. No line ending is rewritten: compose's dotenv (and the
+    converger, which reads the bytes) ends a `.env` line at LF only and keeps a CR inside a
+    quoted value (`"a<CR><LF>b"` is `a<CR><LF>b`), dropping one before the LF of an unquoted
+    value as a blank; CRLF read as LF here made that value `a<LF>b`, and universal newlines
+    made `A=1<CR>GATEWAY_API_KEY=x` two entries (JSON and /proc/meminfo read alike either
+    way)."""
     data, _ = read_file(path, limit)
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise BoxFileError("not UTF-8") from None
-    return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 def problem_text(exc, is_secret=None):
@@ -706,8 +708,9 @@ class Run:
     def mask_words(self, word):
         """`word` with every secret it carries hashed inline, in `mask_assignments`' form:
         an assignment to a secret name, the value of a flag named like a secret
-        (`sh -c "vllm serve m --api-key sk-..."`, `--hf-token=x`; judged as `secret_flag`
-        judges a flag of its own) and a credential after `Bearer ` or `Authorization: `
+        (`sh -c "vllm serve m --api-key sk-..."`, `--hf-token=x`, `"--api-key" "x"`, `--hf-token
+        -x`: only `--` is the next flag; judged as `secret_flag` judges a flag of its own) and a
+        credential after `Bearer ` or `Authorization: `
         (`curl -H 'Authorization: Bearer x'`). Read without importing re."""
         spans = self._inline_secrets(word) if ("--" in word or _may_credential(word)) else ()
         if not spans:
@@ -738,6 +741,10 @@ class Run:
                 and not (prev in _NAME or prev == "-")
                 and self.secret_flag(flag)
             ):
+                if prev in "'\"" and word[end : end + 1] == prev:
+                    # A shell word of its own in quotes (`sh -c 'vllm "--api-key" "x"'`,
+                    # `'--hf-token' 'x'`): its closing quote, then the separator and the value.
+                    end += 1
                 begin = end
                 if word[end : end + 1] == "=":
                     begin = end + 1
@@ -1445,8 +1452,8 @@ def _dotenv_line_index(joins, line):
 
 def env_lines(text):
     """`.env` text in lines as compose's dotenv reads it (`_dotenv_lines`): at LF only, a quoted
-    value spanning lines kept in one (read_text_file has read CRLF as LF); as the converger's
-    `env_lines`."""
+    value spanning lines kept in one, a CR before the LF kept at its line's end; as the
+    converger's `env_lines` with keepends (less the LF)."""
     return _dotenv_lines(text)
 
 
@@ -1639,10 +1646,20 @@ def envfile_fact(run):
     text = deployed_env(run)
     if text is None:
         return None, {}
-    entries = parse_dotenv(text)
+    problems = []  # type: list
+    entries = parse_dotenv(text, problems)
+    if problems:  # compose reads nothing from it (`up` fails): not a file of no entries
+        run.file_problem(".env", BoxFileError(refused_text(".env", problems[0])))
+        return None, {}
     values = {e["key"]: e["value"] for e in entries}
     shown = [dict(e, value=run.masked_value(e["key"], e["value"])) for e in entries]
     return shown, values
+
+
+def refused_text(name, problem):
+    """Why compose refuses a dotenv file, as `file_errors` says it: the line and the reason,
+    never the line's text (it may hold a value)."""
+    return "docker compose refuses %s at line %d: %s" % (shown_name(name), problem[0], problem[1])
 
 
 def envfile_desired(run):
@@ -1680,12 +1697,38 @@ def knobs_desired(run):
     return out
 
 
+def _secret_file_values(text):
+    """{key: value} of a box_file secret's file. A dotenv file (`.secrets.env`) is read as
+    compose reads it; a file compose refuses as a whole, such as a shell's rc file (`~/.bashrc`:
+    `export KEY=...` among shell code, where the importer points a key only a login shell
+    exports), a line at a time, each line as compose would read it alone, a line it would
+    refuse skipped. The last assignment of a key wins."""
+    statements, problem = _dotenv_read(text)
+    groups = [statements] if problem is None else []
+    if problem is not None:
+        for line in text.split("\n"):
+            found, refused = _dotenv_read(line)
+            if refused is None:
+                groups.append(found)
+    values = {}  # type: dict
+    for group in groups:
+        for statement in group:
+            key, value = statement[0], statement[1]
+            if not (key.isidentifier() and key.isascii()):
+                continue
+            if value is None:
+                values.pop(key, None)  # computed from what the box cannot know: absent
+            else:
+                values[key] = value
+    return values
+
+
 def secret_sources(run, sent=None):
     """Read every box_file secret source and take the controller_env secrets the controller
     `sent` on stdin; return digests for the report, values for rendering and the audit probe.
     A controller value is hashed exactly like a value read here: every comparison (`.env`,
     the render, the containers, keyed access) treats both sources alike."""
-    shown, values, cache = {}, {}, {}
+    shown, values, cache, refusals = {}, {}, {}, {}  # type: dict, dict, dict, dict
     for name, variable in sorted((run.p.get("controller_secrets") or {}).items()):
         value = (sent or {}).get(name)
         where = "$%s on the controller" % variable
@@ -1698,10 +1741,16 @@ def secret_sources(run, sent=None):
         path = os.path.expanduser(src["path"])
         if path not in cache:
             text, problem = run.box_file(path, src["path"])
-            cache[path] = (
-                problem if text is None else {e["key"]: e["value"] for e in parse_dotenv(text)}
-            )
+            # As the converger reads it: compose's reading, else a line at a time (a shell's
+            # rc file holding the one export the importer pointed at).
+            cache[path] = problem if text is None else _secret_file_values(text)
+            refusals[path] = None if text is None else _dotenv_read(text)[1]
         found = cache[path]
+        if isinstance(found, dict) and src["key"] not in found and refusals[path]:
+            # Not even a line of it holds the key, and compose refuses the file: say where
+            # compose stops rather than a missing key (the line may be the key's own).
+            why = refused_text(src["path"], refusals[path])
+            found = run.file_problem(src["path"], BoxFileError(why))
         if isinstance(found, str):  # there, but not a file to read: file_errors says why
             shown[name] = {"status": "file-unreadable", "path": src["path"]}
         elif found is None:
@@ -1719,9 +1768,15 @@ def secret_sources(run, sent=None):
 
 
 def desired_envfile(run, current_text, secret_values):
-    """The .env a converge would write: current lines, managed keys replaced or appended, and
-    a key managed as None (`env: {KEY: null}`) without its lines, as a converge removes them.
-    Used only to render; it lives in a 0600 temp file that is removed before the run ends."""
+    """The .env a converge would write (converge.py `write_env`), read as compose reads it: each
+    managed key whose value differs written over the value of the assignment compose keeps
+    (its last; what comes before and after the value on its line stays: an inline comment,
+    another statement after a closing quote) or appended, and every assignment of a key
+    managed as None (`env: {KEY: null}`) taken out (its whole line when nothing else is on
+    it), as a converge removes them; every other byte as it is. Statements, not lines: a line
+    `V="a" W=3` assigns two keys, and writing V must keep W. A text compose refuses is kept
+    whole (a converge refuses to write into it; file_errors says why). Used only to render;
+    it is never written to a file (Shadow)."""
     managed, absent = {}, set()
     for key, spec in run.p["managed_env"].items():
         if spec is None:
@@ -1733,23 +1788,100 @@ def desired_envfile(run, current_text, secret_values):
         elif "value" in spec:
             managed[key] = spec["value"]  # a controller_env secret sent for this run
         # else: the source is missing (reported as an error); keep the box's line as it is
-    lines, seen = [], set()
-    for raw in env_lines(current_text or ""):
-        match = env_assignment(raw)
-        if match and not raw.lstrip().startswith("#") and match[0] in absent:
+    text = current_text or ""
+    statements, problem = _dotenv_read(text)
+    if problem is not None:
+        return text
+    current = {}  # type: dict  # key -> (value, statement) of the assignment compose keeps
+    for statement in statements:
+        key = statement[0]
+        if not (key.isidentifier() and key.isascii()):
             continue
-        if match and not raw.lstrip().startswith("#") and match[0] in managed:
-            key = match[0]
-            if key in seen:
-                continue
-            seen.add(key)
-            lines.append("%s=%s" % (key, _quote(managed[key])))
+        if statement[1] is None:  # a value the box cannot know: a converge appends the key
+            current.pop(key, None)
         else:
-            lines.append(raw)
-    for key, value in managed.items():
-        if key not in seen:
-            lines.append("%s=%s" % (key, _quote(value)))
-    return "\n".join(lines) + "\n"
+            current[key] = (statement[1], statement)
+    edits, appended = [], []
+    for key, want in managed.items():
+        found = current.get(key)
+        if found is not None and found[0] == want:
+            continue
+        if found is not None and found[1][4] >= 0:
+            start, end = found[1][4], found[1][5]
+            edits.append((start, end, _env_value(want, text[end : _line_end(text, end)])))
+        else:
+            appended.append("%s=%s\n" % (key, _quote(want)))
+    for statement in statements:
+        if statement[0] in absent and statement[0] in current:
+            edits.append(_removal(text, statement[3], statement[6]))
+    out, done = [], 0
+    for start, end, new in sorted(edits):
+        if start < done:  # never: statements do not overlap
+            continue
+        out += [text[done:start], new]
+        done = end
+    out.append(text[done:])
+    written = "".join(out)
+    if appended and written and not written.endswith("\n"):
+        written += "\n"
+    return written + "".join(appended)
+
+
+def _line_end(text, at):
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _removal(text, start, end):
+    """(start, end, "") taking the statement at text[start:end] out: its whole line, the line
+    ending included, when nothing but blanks and a comment is left on it."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = _line_end(text, end)
+    before, after = text[line_start:start], text[end:line_end].lstrip(_BLANK)
+    if not before.strip(_BLANK) and (not after or after.startswith("#")):
+        return line_start, min(line_end + 1, len(text)), ""
+    return start, end, ""
+
+
+_PLAIN = _NAME | frozenset("./:,@+=-")
+
+
+def _quote(value):
+    """A value written as a converge writes it (converge.py `quote`, whose bare set also takes
+    `%`: compose reads either form alike): bare where it can be, else in single quotes
+    (literal: no interpolation, no escapes), else in double quotes. A value a converge refuses
+    to write (a line break, a NUL, both ' and $) gets one of these forms too: the converge
+    fails before what this renders could run."""
+    # As `re.match(r"^[A-Za-z0-9_./:,@+=-]+$", value)` read it: `$` also matches before a
+    # final line break.
+    body = value[:-1] if value.endswith("\n") else value
+    if value == "" or (body and all(c in _PLAIN for c in body)):
+        return value
+    return _quoted(value)
+
+
+def _quoted(value):
+    if "'" not in value:
+        return "'%s'" % value
+    return '"%s"' % value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _env_value(value, tail):
+    """converge.py `replace_value`'s new value: quoted where, bare, it would run into `tail`,
+    what follows it on its line (`A=new W=3` is one value; `A= # why` reads `# why`)."""
+    new = _quote(value)
+    return new if new != value or _bare_fits(new, tail) else _quoted(value)
+
+
+def _bare_fits(new, tail):
+    """Whether compose reads a bare `new` followed by `tail` on its line as `new`: the value
+    runs to the line's end, cut at the first ` #`, and is trimmed (converge.py `_bare_fits`)."""
+    if "\n" in tail:
+        return False
+    if not tail.strip(_SPACE):
+        return True
+    cut = tail.find(" #")
+    return new != "" and cut >= 0 and not tail[:cut].strip(_SPACE)
 
 
 def env_basis(run, text):
@@ -1771,36 +1903,27 @@ def env_basis(run, text):
     return sha256(canonical.encode("utf-8")).hexdigest()
 
 
-_PLAIN = _NAME | frozenset("./:,@+=-")
-
-
-def _quote(value):
-    # As `re.match(r"^[A-Za-z0-9_./:,@+=-]+$", value)` read it: `$` also matches before a
-    # final line break.
-    body = value[:-1] if value.endswith("\n") else value
-    if value == "" or (body and all(c in _PLAIN for c in body)):
-        return value
-    if "'" not in value:
-        return "'%s'" % value
-    return '"%s"' % value.replace("\\", "\\\\").replace('"', '\\"')
-
-
 # -- compose ----------------------------------------------------------------------------------
 class Workspace:
     """The run's private temp directory, made only when a compose render must run: a render
     served from the cache needs no project directory (mkdtemp, a symlink per entry and their
-    removal cost a run ~5 ms of system time)."""
+    removal cost a run ~5 ms of system time). Its name carries this process's id, so a run
+    that was killed (SIGKILL, the OOM killer: `remove` never ran) leaves a directory the next
+    one that makes its own removes (`sweep_workspaces`)."""
 
     def __init__(self):
         self.path = None
         self.lock = _thread.allocate_lock()
+        self.fds = []  # type: list  # the desired `.env` texts held in memory (Shadow)
 
     def directory(self):
         with self.lock:
             if self.path is None:
                 import tempfile
 
-                self.path = tempfile.mkdtemp(prefix="fleet-collect-")
+                root = tempfile.gettempdir()
+                sweep_workspaces(root)
+                self.path = tempfile.mkdtemp(prefix="%s%d-" % (WORKSPACE_PREFIX, os.getpid()))
             return self.path
 
     def remove(self):
@@ -1808,6 +1931,57 @@ class Workspace:
             import shutil
 
             shutil.rmtree(self.path, ignore_errors=True)
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+WORKSPACE_PREFIX = "fleet-collect-"
+# A workspace whose process cannot be told (an older collector's name has no process id, or
+# the id was taken by another process since) is stale past this age: a run lasts seconds,
+# bounded by its box's timeout.
+WORKSPACE_STALE_S = 3600
+
+
+def sweep_workspaces(root):
+    """Remove the workspaces of collectors that are gone from `root` (the temp directory): this
+    user's own `fleet-collect-*` directories whose process no longer runs, or older than
+    WORKSPACE_STALE_S. One an older collector left may hold a desired `.env` with its secrets
+    in clear (0600, in a 0700 directory); anything not this user's, or not a directory, stays."""
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(WORKSPACE_PREFIX)]
+    except OSError:
+        return
+    if not names:
+        return
+    import shutil
+
+    uid, stale = os.getuid(), time.time() - WORKSPACE_STALE_S
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if info.st_mode & 0o170000 != 0o040000 or info.st_uid != uid:
+            continue
+        pid = name[len(WORKSPACE_PREFIX) :].partition("-")[0]
+        if info.st_mtime >= stale and not (pid.isdigit() and _gone(int(pid))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _gone(pid):
+    """Whether no process `pid` runs (one of another user's is still running)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class Shadow:
@@ -1839,11 +2013,15 @@ class Shadow:
         """Where the entry `name` is read from (the real deployment's)."""
         return os.path.join(self.run.deploy, name)
 
+    def env_text(self):
+        """The `.env` text compose reads in this project: the desired one."""
+        return self.text
+
     def path(self):
         with self.lock:
             if self.built is None:
                 self.built = shadow_project(
-                    self.run, self.workspace.directory(), self.text, self.name
+                    self.run, self.workspace.directory(), self.text, self.name, self.workspace
                 )
             return self.built
 
@@ -1866,6 +2044,12 @@ class Existing:
     def path_of(self, name):
         return os.path.join(self.where, name)
 
+    def env_text(self):
+        try:
+            return read_text_file(self.path_of(".env"))
+        except OSError:
+            return None
+
     def path(self):
         return self.where
 
@@ -1878,17 +2062,49 @@ def _file_digest(path):
     return sha256(read_file(path)[0]).digest()
 
 
-def shadow_project(run, tmpdir, desired_env_text, name="project"):
-    """The Shadow view, on disk under `tmpdir`."""
+def shadow_project(run, tmpdir, desired_env_text, name="project", workspace=None):
+    """The Shadow view, on disk under `tmpdir`. Its `.env` is a link to an anonymous file in
+    this process's memory (memfd, through /proc/PID/fd): the desired `.env` holds the box's
+    secrets and the controller's (sent on stdin, never on the box's disk otherwise), and a
+    file under /tmp outlived a collector that was killed. Only where that cannot be done
+    (no memfd_create, no /proc) is it written as a 0600 file, removed when the run ends
+    (and by the next run's sweep if this one is killed)."""
     project = os.path.join(tmpdir, name)
     os.mkdir(project, 0o700)
     for entry in os.listdir(run.deploy):
         if entry != ".env":
             os.symlink(os.path.join(run.deploy, entry), os.path.join(project, entry))
+    data = desired_env_text.encode("utf-8")
+    held = _in_memory(data) if workspace is not None else None
+    if held is not None:
+        workspace.fds.append(held[0])
+        os.symlink(held[1], os.path.join(project, ".env"))
+        return project
     fd = os.open(os.path.join(project, ".env"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
-        handle.write(desired_env_text.encode("utf-8"))
+        handle.write(data)
     return project
+
+
+def _in_memory(data):
+    """(fd, /proc/PID/fd/FD) of an anonymous in-memory file holding `data` (close-on-exec: no
+    child inherits it; compose opens it by that path, as this user); None where it cannot be
+    made or read back that way."""
+    try:
+        fd = os.memfd_create("fleet-env", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+    where = "/proc/%d/fd/%d" % (os.getpid(), fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if read_file(where)[0] != data:  # as compose will open it: by that path
+            raise OSError("read back differs")
+    except OSError:
+        os.close(fd)
+        return None
+    return fd, where
 
 
 def compose_argv(run, project):
@@ -1901,30 +2117,42 @@ def compose_argv(run, project):
 
 CACHE_DIR = os.path.join("~", ".cache", "fleet-reconciler", "compose")
 CACHE_KEEP = 64
-COMPOSE_PLUGINS = (
-    "~/.docker/cli-plugins/docker-compose",
-    "/usr/local/lib/docker/cli-plugins/docker-compose",
-    "/usr/local/libexec/docker/cli-plugins/docker-compose",
-    "/usr/lib/docker/cli-plugins/docker-compose",
-    "/usr/libexec/docker/cli-plugins/docker-compose",
+# An entry's format, in its key and on its first line: an entry of an older collector (the bare
+# render, no first line) is never looked up, and one found under a key is read as damaged
+# unless its first line says this.
+CACHE_FORMAT = "fleet-render-2"
+CACHE_HEADER_LIMIT = 1024 * 1024
+SYSTEM_PLUGIN_DIRS = (
+    "/usr/local/lib/docker/cli-plugins",
+    "/usr/local/libexec/docker/cli-plugins",
+    "/usr/lib/docker/cli-plugins",
+    "/usr/libexec/docker/cli-plugins",
 )
 
 
-def compose_cached(run, project, env, args):
+def compose_cached(run, project, env, args, check=None):
     """`docker compose ... ARGS` through a cache on the box.
 
-    A render is a pure function of the compose files, the env files it reads, the process
+    A render is a pure function of the compose files, the files they read, the process
     environment and the compose binary; it costs ~0.25 CPU-seconds, which would dominate a
-    drift run. The cache keys on all of those, lives in the deploy user's ~/.cache (0600: a
-    raw render holds the box's own secrets, which never leave it), and keeps the newest 64.
-    `project`: a Shadow (built on disk only on a miss) or a directory's path."""
+    drift run. The cache keys on the command line, the deployment's `.env*`,
+    `docker-compose*` and `.secrets.env*` entries and the docker CLI and its compose plugin;
+    each entry also records every other file the render may read (`compose_deps`: an
+    `env_file:` of any name, an `extends:` or `include:` file, in a subdirectory or outside
+    the deployment) with its digest, and is served only while each is as recorded. It lives
+    in the deploy user's ~/.cache (0600: a raw render holds the box's own secrets, which
+    never leave it) and keeps the newest 64. `project`: a Shadow (built on disk only on a
+    miss) or a directory's path. `check(text)`: raises ValueError for a render that cannot be
+    used (not JSON): such an entry is removed and rendered again, never served twice."""
     project = Existing(project) if isinstance(project, str) else project
     digest = sha256()
     # The command line's own inputs: the arguments, the environment, and the project name and
     # `-f` chain compose_argv adds. Without the chain, a render made with fewer files (the
     # importer's discovery run: lobes' own chain) was served to a run whose chain has an
     # override more, and the override's settings were missing from what it compared.
-    argv_inputs = [args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]]
+    argv_inputs = [
+        CACHE_FORMAT, args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]
+    ]  # fmt: skip
     digest.update(json_dumps(argv_inputs).encode())
     # The files this render reads are the box's problem when they cannot be read: its `.env`
     # and the `-f` chain (keyed whatever they are named). Every other `.env*`, `docker-compose*`
@@ -1933,8 +2161,10 @@ def compose_cached(run, project, env, args):
     # state, so a change to it still misses the cache, and is no one's error (compose never
     # fails on it).
     reads = set([".env"] + list(run.p["compose_files"]))
+    keyed = set()
     for name in project.names():
         if name in reads or name.startswith(("docker-compose", ".env", ".secrets.env")):
+            keyed.add(os.path.normpath(project.path_of(name)))
             digest.update(os.fsencode(name) + b"\0")  # a name not UTF-8 is its bytes
             try:
                 digest.update(project.digest(name))
@@ -1944,31 +2174,349 @@ def compose_cached(run, project, env, args):
                 if name in reads:  # the box's problem: this render could not be made
                     run.file_problem(name, exc)
                 digest.update(_entry_state(project.path_of(name)))
-    for plugin in COMPOSE_PLUGINS:
-        try:
-            info = os.stat(os.path.expanduser(plugin))
-            digest.update(("%s:%d:%d" % (plugin, info.st_size, info.st_mtime_ns)).encode())
-        except OSError:
-            pass
+    digest.update(json_dumps(compose_binary(run, env)).encode())
     cache_dir = run.once("cache_dir", _cache_dir)
     path = os.path.join(cache_dir or "/nonexistent", digest.hexdigest() + ".json")
-    try:  # the tool's own private cache: anything odd there is a miss
-        data, _ = read_file(path, OUTPUT_LIMIT)
-        os.utime(path)
-        return 0, data.decode("utf-8"), ""
-    except (OSError, UnicodeDecodeError):
-        pass
+    if cache_dir:
+        found = _cached_render(run, path, check)
+        if found is not None:
+            return 0, found, ""
+    # What the render may read, each as it is BEFORE compose reads it: a file changed while
+    # compose runs is seen changed by the next run, which renders again.
+    deps = dep_states(run, compose_deps(run, project, env, keyed)) if cache_dir else None
     code, out, err = run.run(compose_argv(run, project.path()) + list(args), env=env)
-    if code == 0 and cache_dir:
-        try:
-            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(out)
-            os.replace(path + ".tmp", path)
-            _prune(cache_dir)
-        except OSError:
-            pass  # a cache that cannot be written only costs time
+    if code == 0 and cache_dir and deps is not None and _usable(check, out):
+        _store_render(path, deps, out)
+        _prune(cache_dir)
     return code, out, err
+
+
+def _usable(check, text):
+    if check is None:
+        return True
+    try:
+        check(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _cached_render(run, path, check):
+    """The render stored at `path`, if it is whole, every file it recorded is as it was, and
+    `check` takes it; None otherwise. A damaged entry (its first line not this format's, its
+    size not the recorded one, not UTF-8, or a render `check` refuses) is removed: it would
+    otherwise be served, and kept fresh by its use, for ever."""
+    try:  # the tool's own private cache: anything odd there is a miss
+        data, _ = read_file(path, OUTPUT_LIMIT + CACHE_HEADER_LIMIT, follow=False)
+    except OSError:
+        return None
+    cut = data.find(b"\n")
+    try:
+        header = json_loads(data[:cut]) if 0 < cut <= CACHE_HEADER_LIMIT else None
+        whole = (
+            isinstance(header, dict)
+            and header.get("format") == CACHE_FORMAT
+            and header.get("size") == len(data) - cut - 1
+            and isinstance(header.get("deps"), list)
+        )
+        text = data[cut + 1 :].decode("utf-8") if whole else None
+    except (ValueError, UnicodeDecodeError):
+        text = None
+    if text is None or not isinstance(header, dict):
+        _discard(path)
+        return None
+    if not deps_unchanged(run, header["deps"]):
+        return None  # a file it read changed: rendered again, and stored over this
+    if not _usable(check, text):
+        _discard(path)
+        return None
+    try:  # noqa: SIM105 - its use keeps it among the newest (_prune)
+        os.utime(path)
+    except OSError:
+        pass
+    return text
+
+
+def _discard(path):
+    try:  # noqa: SIM105 - contextlib is not imported for this
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _store_render(path, deps, out):
+    """Write the entry: its first line (format, the render's size, the files it read), then the
+    render. Through a temporary name of this process and thread (two runs storing the same key
+    never write into one file), synced to disk before it is renamed over the last: a crash
+    leaves the old entry or the new one whole, never a short one."""
+    body = out.encode("utf-8")
+    header = json_dumps(
+        {"format": CACHE_FORMAT, "size": len(body), "deps": deps}, separators=(",", ":")
+    ).encode()
+    tmp = "%s.%d-%d.tmp" % (path, os.getpid(), _thread.get_ident())
+    try:
+        _discard(tmp)  # one a killed process with this id left
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(header + b"\n" + body)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        _discard(tmp)  # a cache that cannot be written only costs time
+
+
+# -- what a render reads beyond the key ---------------------------------------------------------
+# compose reads more than its `-f` files and `.env`: a service's `env_file:` (any name, any
+# directory), an `extends: {file: ...}`, an `include:` (its files, their own `env_file:`s and
+# the `.env` of the included project's directory) and a `label_file:`, each relative to the file
+# naming it or to the project, possibly through `${...}`; its render names none of them. So
+# every word of every compose file the render reads (the chain, and each YAML file found so,
+# recursively) is taken as a path: each one naming a regular file is a file the render may
+# read (a few extra, e.g. a Dockerfile, only cost a miss when they change), and a name compose
+# files carry (`*.env`, `.env*`, `*.yml`, `*.yaml`) that is not there yet is recorded as absent.
+# Found only on a miss, from the same texts compose reads (~10 ms of the lab's 150 KB file).
+DEPS_LIMIT = 512  # past this many, the render is not stored (every run renders)
+SCAN_LIMIT = 64  # compose files read for their words, at most
+_YAML = (".yml", ".yaml", ".json")
+_PSEUDO = ("/proc/", "/sys/", "/dev/")
+
+
+def compose_deps(run, project, env, keyed=()):
+    """The paths (sorted) a render of `project` under `env` may read beyond `keyed` (what the
+    cache key holds already); None when there are more than DEPS_LIMIT (not to be stored).
+    Found once a run for each project and environment."""
+    key = ("deps", id(project), json_dumps(sorted((env or {}).items())), tuple(sorted(keyed)))
+    return run.once(key, _compose_deps, run, project, env, keyed)
+
+
+def _compose_deps(run, project, env, keyed):
+    base = os.path.dirname(project.path_of(".env"))
+    text = project.env_text()
+    values = {} if not text else {e["key"]: e["value"] for e in parse_dotenv(text)}
+    found = set()  # type: set
+    queue = [os.path.normpath(os.path.join(base, n)) for n in run.p["compose_files"]]
+    found.update(queue)  # a `-f` file in a subdirectory is no top-level entry the key holds
+    scanned = set()  # type: set
+    listings = {}  # type: dict
+    while queue and len(scanned) < SCAN_LIMIT:
+        path = queue.pop()
+        if path in scanned:
+            continue
+        scanned.add(path)
+        try:
+            source = read_text_file(path)
+        except (OSError, ValueError):
+            continue  # recorded by its state, as every dep is
+        here = os.path.dirname(path)
+        include = "project_directory" in source
+        for word in _compose_words(source):
+            for candidate in _word_paths(word, values, env or {}, here, base, listings):
+                if candidate in found:
+                    continue
+                try:
+                    info = os.stat(candidate)
+                except (OSError, ValueError):
+                    if _compose_name(candidate):
+                        found.add(candidate)  # absent now: its arrival changes the render
+                    continue
+                if _isreg(info):
+                    found.add(candidate)
+                    if candidate.endswith(_YAML):  # an extends: or include: file, maybe
+                        queue.append(candidate)
+                        found.add(os.path.join(os.path.dirname(candidate), ".env"))
+                elif include and info.st_mode & 0o170000 == 0o040000:
+                    found.add(os.path.join(candidate, ".env"))  # an include's project_directory
+        if len(found) > DEPS_LIMIT:
+            return None
+    if any(path not in scanned for path in queue):
+        return None  # more compose files than are read for their words
+    return sorted(found - set(keyed))
+
+
+def _compose_words(text):
+    """Every word of a YAML text that may be a path: each blank-separated token cut at commas
+    and unwrapped of YAML's brackets, quotes and a key's colon (a `${...}` kept whole), each
+    quoted string (a name with a blank in it), and each line's plain value after `key: ` or
+    `- `. Comment lines are skipped, and a line's comment where no quote may hold its ` #`."""
+    words = set()
+    for line in text.split("\n"):
+        line = line.strip()
+        cut = line.find(" #")
+        if cut >= 0 and "'" not in line[:cut] and '"' not in line[:cut]:
+            line = line[:cut].rstrip()
+        if not line or line[0] == "#":
+            continue
+        for token in line.split():
+            for piece in token.split(","):
+                piece = _unwrap(piece)
+                if piece:
+                    words.add(piece)
+        at = 0
+        while True:  # quoted strings
+            quote = min((i for i in (line.find('"', at), line.find("'", at)) if i >= 0), default=-1)
+            if quote < 0:
+                break
+            close = line.find(line[quote], quote + 1)
+            if close < 0:
+                break
+            if close > quote + 1:
+                words.add(line[quote + 1 : close])
+            at = close + 1
+        at = line.find(": ")
+        value = line[at + 2 :] if at >= 0 else line[2:] if line.startswith("- ") else ""
+        value = _unwrap(value.strip())
+        if value:
+            words.add(value)
+    return words
+
+
+def _unwrap(word):
+    """`word` without the YAML around it: leading `[{"'`, trailing `]}"':,` (a `}` closing a
+    `${` stays)."""
+    start, end = 0, len(word)
+    while start < end and word[start] in "[{\"'":
+        start += 1
+    while end > start and word[end - 1] in "]}\"':,":
+        if word[end - 1] == "}" and word.count("{", start, end) >= word.count("}", start, end):
+            break
+        end -= 1
+    return word[start:end]
+
+
+def _word_paths(word, values, env, here, base, listings):
+    """The files `word` may name: interpolated as compose interpolates (the environment, then
+    `.env`'s values), then relative to the file it is in and to the project. A bare name is
+    looked up in those directories' listings (thousands of words, a stat each cost ~50 ms)."""
+    if "$" in word:
+        try:
+            word = _dotenv_expand(word, values, env, 0)
+        except Exception:  # a `${...}` compose would refuse (_Refused): no path
+            return ()
+        if not word:
+            return ()
+    if "\0" in word or len(word) > 4096:
+        return ()
+    if word[:1] == "~":
+        word = os.path.expanduser(word)
+    if os.path.isabs(word):
+        word = os.path.normpath(word)
+        # A kernel file (`/proc/pressure/io` in a healthcheck) changes by itself, and compose
+        # reads no env_file or compose file from there: never a dep.
+        return () if word.startswith(_PSEUDO) else (word,)
+    if "/" in word:
+        return tuple({os.path.normpath(os.path.join(d, word)) for d in (here, base)})
+    out = []
+    for directory in dict.fromkeys((here, base)):
+        names = listings.get(directory)
+        if names is None:
+            try:
+                names = listings[directory] = set(os.listdir(directory))
+            except OSError:
+                names = listings[directory] = set()
+        if word in names or _compose_name(word):
+            out.append(os.path.join(directory, word))
+    return out
+
+
+def _compose_name(path):
+    """A name compose files give the files they read (`lane.env`, `.env.local`, `base.yml`)."""
+    name = os.path.basename(path)
+    return name.endswith((".env", ".yml", ".yaml")) or name.startswith(".env")
+
+
+def dep_states(run, paths):
+    """[[path, stamp or None, state]] of each path, as an entry records them; None for None."""
+    if paths is None:
+        return None
+    return [[path] + list(run.once(("dep", path), dep_state, path)) for path in paths]
+
+
+def dep_state(path):
+    """(stamp, state) of a file a render may read: its SHA-256 (hex) when it is a regular file
+    within FILE_LIMIT, else what stat says of it (`absent`, its type and identity, an error).
+    The stamp (device, inode, size, mtime, ctime) is kept only for a file settled when it was
+    hashed (as StatDigests keeps one): a later run whose stat gives the same stamp does not
+    read it again."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None, "absent" if not os.path.islink(path) else _entry_state(path).decode()
+    except (OSError, ValueError) as exc:
+        return None, "?%s" % getattr(exc, "errno", "")
+    if not _isreg(info) or info.st_size > FILE_LIMIT:
+        return None, _entry_state(path).decode()
+    try:
+        data, opened = read_file(path)
+    except OSError:
+        return None, _entry_state(path).decode()
+    settled = max(_times(opened)) < time.time_ns() - SETTLED_NS and opened.st_size == len(data)
+    return (_stamp(opened) if settled else None), sha256(data).hexdigest()
+
+
+def deps_unchanged(run, deps):
+    """Whether every file an entry recorded is as it was (a malformed record is a change)."""
+    for dep in deps:
+        if not (isinstance(dep, list) and len(dep) == 3 and isinstance(dep[0], str)):
+            return False
+        path, stamp, state = dep
+        if stamp is not None:
+            info = run.once(("stat", path), _stat_or_none, path)
+            if info is not None and _stamp(info) == stamp:
+                continue
+        if run.once(("dep", path), dep_state, path)[1] != state:
+            return False
+    return True
+
+
+def _stat_or_none(path):
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
+
+def compose_binary(run, env):
+    """What decides which compose renders: the identity (device, inode, size, mtime, ctime) of
+    the `docker` the PATH in `env` finds and of every `docker-compose` plugin the docker CLI
+    may run: in its config directory ($DOCKER_CONFIG, else ~/.docker) and the
+    `cliPluginsExtraDirs` its config.json names (whose digest is keyed too), then the system
+    directories. Asked once a run per environment."""
+    env = env or {}
+    key = ("compose_binary", env.get("PATH"), env.get("DOCKER_CONFIG"), env.get("HOME"))
+    return run.once(key, _compose_binary, run, env)
+
+
+def _compose_binary(run, env):
+    home = env.get("HOME") or run.home
+    config = env.get("DOCKER_CONFIG") or os.path.join(home, ".docker")
+    found = []  # type: list
+    try:
+        docker = _which("docker", env)
+    except (OSError, ValueError):
+        docker = None
+    config_file = os.path.join(config, "config.json")
+    state = dep_state(config_file)[1]
+    extra = []  # type: list
+    if state != "absent":
+        try:
+            parsed = json_loads(read_text_file(config_file, SMALL_FILE_LIMIT))
+        except (OSError, ValueError):
+            parsed = None
+        named = parsed.get("cliPluginsExtraDirs") if isinstance(parsed, dict) else None
+        extra = [d for d in named if isinstance(d, str)] if isinstance(named, list) else []
+    found.append([config_file, state])
+    dirs = [os.path.join(config, "cli-plugins")] + extra + list(SYSTEM_PLUGIN_DIRS)
+    for path in ([docker] if docker else []) + [os.path.join(d, "docker-compose") for d in dirs]:
+        try:
+            info = os.stat(path)
+        except (OSError, ValueError):
+            continue
+        found.append([path] + _stamp(info))
+    return found
 
 
 def _entry_state(path):
@@ -2031,26 +2579,41 @@ def _temp_root():
 
 
 def _prune(cache_dir):
-    entries = sorted(
-        (os.stat(os.path.join(cache_dir, n)).st_mtime, n)
-        for n in os.listdir(cache_dir)
-        if n.endswith(".json")
-    )
-    for _, name in entries[:-CACHE_KEEP]:
-        try:  # noqa: SIM105 - contextlib is not imported for this
-            os.unlink(os.path.join(cache_dir, name))
+    """Keep the newest CACHE_KEEP entries; remove a temporary file a killed process left (one
+    older than WORKSPACE_STALE_S: a store takes a moment)."""
+    stale = time.time() - WORKSPACE_STALE_S
+    entries = []
+    for name in os.listdir(cache_dir):
+        if not name.endswith((".json", ".tmp")):
+            continue
+        try:
+            mtime = os.lstat(os.path.join(cache_dir, name)).st_mtime
         except OSError:
-            pass
+            continue
+        if name.endswith(".json"):
+            entries.append((mtime, name))
+        elif mtime < stale:
+            _discard(os.path.join(cache_dir, name))
+    entries.sort()
+    for _, name in entries[:-CACHE_KEEP]:
+        _discard(os.path.join(cache_dir, name))
 
 
 def render(run, project, env):
-    code, out, err = compose_cached(run, project, env, ["config", "--format", "json"])
+    # The check goes positionally (a stand-in for compose_cached taking `*args` takes it too);
+    # whatever it read is used, else the text is read here.
+    parsed = []  # type: list
+    code, out, err = compose_cached(
+        run, project, env, ["config", "--format", "json"], _reader(parsed, dict)
+    )
     if code != 0:
         return {"error": _last_line(err, run) or "docker compose config exited %d" % code}
-    try:
-        doc = json_loads(out)
-    except ValueError as exc:
-        return {"error": "unreadable compose config: %s" % exc}
+    if not parsed:
+        try:
+            _reader(parsed, dict)(out)
+        except ValueError as exc:
+            return {"error": "unreadable compose config: %s" % exc}
+    doc = parsed[-1]
     services = {}
     for name, svc in sorted((doc.get("services") or {}).items()):
         entrypoint, command = run.mask_command(svc.get("entrypoint"), svc.get("command"))
@@ -2067,15 +2630,35 @@ def render(run, project, env):
     return {"services": services}
 
 
+def _reader(into, kind):
+    """check(text) for compose_cached: `text` read as JSON of type `kind`, appended to `into`
+    (read once, whether served from the cache or just rendered); ValueError otherwise."""
+
+    def read(text):
+        value = json_loads(text)
+        if not isinstance(value, kind):
+            raise ValueError("not a JSON %s" % ("object" if kind is dict else "list"))
+        into.append(value)
+
+    return read
+
+
 def variables(run, project, env):
+    parsed = []  # type: list
     code, out, err = compose_cached(
-        run, project, env, ["config", "--variables", "--format", "json"]
+        run,
+        project,
+        env,
+        ["config", "--variables", "--format", "json"],
+        _reader(parsed, (dict, list)),
     )
     if code != 0:
         return {"error": _last_line(err, run)}
     try:
-        return {"names": sorted(json_loads(out))}
-    except ValueError:
+        if not parsed:
+            _reader(parsed, (dict, list))(out)
+        return {"names": sorted(parsed[-1])}
+    except (ValueError, TypeError):
         return {"error": "unreadable variables"}
 
 
@@ -2906,7 +3489,6 @@ def lane_probes(run, found):
 # Only when the payload asks for it: the extra probes cost a request each and the chat probe can
 # reach a model. Nothing here changes a box; the keys read here are used on the box's own
 # loopback and never printed (only their keyed digests are).
-_COMMENTED = r"^\s*#+\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$"
 _AUDIT_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Reason")
 
 
@@ -2926,22 +3508,32 @@ def audit_section(run, secret_values):
 
 
 def audit_envfile_keys(run, names):
-    """The raw state of each key's lines in .env: set, empty, commented-out or absent (an
+    r"""The raw state of each key's lines in .env: set, empty, commented-out or absent (an
     operator's `# GATEWAY_API_KEY=...` is how seed #209's .env said "off" while a shell armed
-    it). Returns the states (digests only) and the active values, for the keyed probe."""
-    import re  # the audit only
+    it). Returns the states (digests only) and the active values, for the keyed probe.
 
-    text = deployed_env(run)
-    active, commented = {}, {}
-    for number, raw in enumerate(env_lines(text or ""), 1):
-        found = env_assignment(raw)
-        if found and not raw.lstrip().startswith("#"):
-            if found[0] in names:
-                active[found[0]] = (number, _dotenv_value(found[1]))
+    Active keys are compose's statements (`_dotenv_read`: `V="a" W=3` assigns both, the last
+    assignment wins), at the physical line each starts on (a quoted value spanning lines
+    counts its lines); a text compose refuses is read up to the statement it refuses (the
+    audit's error says so). A commented-out key is a comment line that assigns it, read as
+    `^\s*#+\s*(?:export\s+)?NAME\s*=\s*(.*)$` reads one, never a line inside a quoted
+    value."""
+    text = deployed_env(run) or ""
+    active, commented = {}, {}  # type: dict, dict
+    inside = set()  # type: set  # lines inside a quoted value that spans lines
+    for key, value, line, start, value_at, value_end, end in _dotenv_read(text)[0]:
+        inside.update(range(line + 1, line + 1 + text.count("\n", start, end)))
+        if key in names:
+            if value is None:  # computed by compose from what the box cannot know
+                value = text[value_at:value_end].strip() if value_at >= 0 else ""
+            active[key] = (line, value)
+    for number, raw in enumerate(text.split("\n"), 1):
+        body = raw.lstrip()
+        if body[:1] != "#" or number in inside:
             continue
-        match = re.match(_COMMENTED, raw)
-        if match and match.group(1) in names:
-            commented[match.group(1)] = (number, _dotenv_value(match.group(2)))
+        found = env_assignment(body.lstrip("#"))
+        if found and found[0] in names and found[0] not in active:
+            commented[found[0]] = (number, _dotenv_value(found[1]))
     out = {}
     for name in names:
         if name in active:
@@ -2952,7 +3544,7 @@ def audit_envfile_keys(run, names):
             number, value = commented[name]
             state = "commented-out"
         else:
-            out[name] = {"state": "absent" if text is not None else "no-file"}
+            out[name] = {"state": "absent" if deployed_env(run) is not None else "no-file"}
             continue
         entry = {"state": state, "line": number}  # type: dict
         if value.strip():
@@ -3191,6 +3783,62 @@ def _cli_running(run):
     return found
 
 
+# -- a converge under way ----------------------------------------------------------------------
+# A converge (converge.py `Lock`) holds an exclusive flock on `.fleet/lock` for its whole life
+# and writes its record there ({"holder", "pid", "host", "since"}), emptied before it unlocks.
+# A drift taken meanwhile sees a half-converged box: said, so that no one takes it for the
+# box's steady state (compare/box.py makes it an error of the box). Read without taking the
+# lock (a converge waits out a moment's shared lock, but takes none while it is held): an empty
+# or absent file is no converge (the usual case, one small read); a record is one only while
+# /proc/locks shows an exclusive flock on that file (a killed converge leaves its record).
+CONVERGE_LOCK = os.path.join(".fleet", "lock")
+
+
+def converge_holder(run):
+    """The record of the converge holding this deployment's lock now ({"pid", "holder",
+    "since"}; each None where the record does not say), or None when none does."""
+    path = os.path.join(run.deploy, CONVERGE_LOCK)
+    try:
+        data, info = read_file(path, SMALL_FILE_LIMIT, follow=False)
+    except OSError:
+        return None
+    if not data.strip():
+        return None
+    try:
+        locks = read_file("/proc/locks", SMALL_FILE_LIMIT)[0].decode("ascii", "replace")
+    except OSError:
+        return None  # not known: nothing is said
+    inode = str(info.st_ino)
+    for line in locks.split("\n"):
+        # `1: FLOCK  ADVISORY  WRITE 4242 08:02:1234 0 EOF`; a waiter's line has `->` second.
+        # Matched by the inode: the device as /proc/locks numbers it is not always stat's.
+        fields = line.split()
+        if (
+            len(fields) >= 6
+            and fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"]
+            and fields[5].rpartition(":")[2] == inode
+        ):
+            return _holder_record(data, fields[4])
+    return None
+
+
+def _holder_record(data, locked_by):
+    try:
+        record = json_loads(data)
+    except ValueError:
+        record = None
+    record = record if isinstance(record, dict) else {}
+    pid = record.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
+        pid = int(locked_by) if locked_by.isdigit() and 0 < int(locked_by) < 2**31 else None
+    out = {"pid": pid}
+    for name in ("holder", "since"):
+        value = record.get(name)
+        ok = isinstance(value, str) and value.isprintable() and 0 < len(value) <= 200
+        out[name] = value if ok else None
+    return out
+
+
 # -- main ----------------------------------------------------------------------------------------
 def collect(payload, sent=None):
     """`sent`: the controller_env secrets' values the controller sent (name -> value)."""
@@ -3205,6 +3853,7 @@ def collect(payload, sent=None):
     results = {}
     timings = {}
     started = time.monotonic()
+    converging = converge_holder(run)  # before anything is read, and again after (below)
 
     def task(name, fn, *args):
         def wrapped():
@@ -3323,6 +3972,9 @@ def collect(payload, sent=None):
             doc[name]["basis"] = basis
     doc["variables"] = results.get("variables", {})
     doc["current_env_keys"] = sorted(current)
+    converging = converging or converge_holder(run)
+    if converging is not None:  # absent otherwise: every answer without one stays as it was
+        doc["converge"] = converging
     if payload.get("audit"):
         doc["audit"] = results.get("audit")
     # Every box file that is there but could not be read, each the box's own error; read
