@@ -31,6 +31,7 @@ from reconciler.desired.safe_read import (
     refused_link,
 )
 from reconciler.gc_pause import paused_gc
+from reconciler.pids import may_run
 
 Buffer = bytes | bytearray | memoryview
 KEEP = 16  # entries per kind: each repository checkout and inventory has its own
@@ -329,21 +330,8 @@ def _prune(path: Path, keep: int) -> None:
         old.unlink(missing_ok=True)
     for tmp in path.parent.glob(f".{kind}-*{path.suffix}.*{_TMP}"):
         pid = tmp.name[: -len(_TMP)].rsplit(".", 1)[-1]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not may_run(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` may still be writing (True unless it is known to be gone)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):  # another user's (EPERM), or out of range: left alone
-        return True
-    return True
 
 
 def _close_to_others(directory: Path) -> None:

@@ -41,6 +41,7 @@ from reconciler.observe.document import (
 from reconciler.observe.early import EarlyStart, launch
 from reconciler.observe.probes import GRACE_S, unanswered_gateway
 from reconciler.observe.transport import Background, Running
+from reconciler.pids import may_run
 
 # The collector version a snapshot's document is in when it does not say (documents cut down
 # by tests/lab/audit_scenarios.py keep only what the audit reads, without `collector`).
@@ -698,16 +699,7 @@ def _alive(tag: str) -> bool:
     pid_text = tag.split("-", 1)[0]
     if not pid_text.isdigit() or int(pid_text) <= 0:
         return True
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):  # another user's (EPERM), or out of range: kept
-        return True
-    return True
+    return may_run(int(pid_text))
 
 
 def _mtime(path: Path) -> float:

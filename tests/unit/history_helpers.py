@@ -3,6 +3,7 @@ recorded in a store under the test's tmp_path (never the user's state directory)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -89,8 +90,9 @@ def unreachable(box: str) -> Callable[[dict[str, Any]], None]:
 
 
 def store_text(db: Path) -> str:
-    """Everything a store holds, as text: every column of every table, observations inflated
-    (as tests/lab/test_history.py searches it for secrets)."""
+    """Everything a store holds, as text: every column of every table, packed observations
+    inflated, any other bytes as they are (as tests/lab/test_history.py searches it for
+    secrets)."""
     import sqlite3
     import zlib
 
@@ -99,10 +101,34 @@ def store_text(db: Path) -> str:
     try:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
-            for row in conn.execute(f"SELECT * FROM {table}"):  # the store's own table names
-                parts += [
-                    zlib.decompress(v).decode() if isinstance(v, bytes) else str(v) for v in row
-                ]
+            for row in conn.execute(f'SELECT * FROM "{table}"'):  # the store's own table names
+                for cell in row:
+                    raw = cell if isinstance(cell, bytes) else str(cell).encode()
+                    with contextlib.suppress(zlib.error):
+                        raw += zlib.decompress(raw)
+                    parts.append(raw.decode("utf-8", "replace"))
     finally:
         conn.close()
     return "\n".join(parts)
+
+
+def metric_samples(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """A metrics file's samples, read by prometheus_client's own parser: {metric: {labels:
+    value}}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(path.read_text()):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def samples_of_box(series: dict[tuple[tuple[str, str], ...], float], box: str) -> dict[str, float]:
+    """A metric's samples of one box, keyed by its other label's value ("" without)."""
+    out = {}
+    for labels, value in series.items():
+        named = dict(labels)
+        if named.pop("box") == box:
+            out[next(iter(named.values()), "")] = value
+    return out

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from ruamel.yaml import YAML
 
 from reconciler.history import store
@@ -30,8 +29,10 @@ from tests.unit.history_helpers import (
     ROOT,
     SNAPSHOT,
     edited_snapshot,
+    metric_samples,
     reconcile,
     replay,
+    samples_of_box,
     unreachable,
     unvouched,
 )
@@ -66,24 +67,6 @@ def counts_of(capsys: Any, snapshot: Path, root: Path = INCIDENTS) -> dict[str, 
     )  # fmt: skip
     assert code in (1, 2)
     return {b["box"]: len(b["drifts"]) for b in json.loads(out)["boxes"]}
-
-
-def samples(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(path.read_text()):
-        for s in family.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
-
-
-def by_box(series: dict[tuple[tuple[str, str], ...], float], box: str) -> dict[str, float]:
-    """A metric's samples of one box, keyed by their other label (kind), or "" without."""
-    out = {}
-    for labels, value in series.items():
-        named = dict(labels)
-        if named.pop("box") == box:
-            out[next(iter(named.values()), "")] = value
-    return out
 
 
 # -- 1. a box's part not observed: its entries there are not compared, never cleared ------------
@@ -200,10 +183,10 @@ def test_metrics_write_no_zero_for_a_box_not_observed_in_full(
         )  # fmt: skip
         assert code == 1
         doc = json.loads(out)
-        got = samples(prom)
-        observed = by_box(got["fleet_drift_box_observed"], box)
+        got = metric_samples(prom)
+        observed = samples_of_box(got["fleet_drift_box_observed"], box)
         assert observed == {"": 0.0}
-        entries = by_box(got["fleet_drift_entries"], box)
+        entries = samples_of_box(got["fleet_drift_entries"], box)
         # Only the kinds found (a lower bound), never a 0 that is not known; none under a part
         # not observed (thor's lanes and gateway, dockerd down: review 4, not counted as drift).
         unseen = {"thor": {"lanes", "gateway"}, "spark": set()}[box]
@@ -216,15 +199,15 @@ def test_metrics_write_no_zero_for_a_box_not_observed_in_full(
             k: float(sum(1 for d in found if d["kind"] == k)) for k in {d["kind"] for d in found}
         }
         assert entries == expect and 0.0 not in entries.values()
-        assert by_box(got["fleet_drift_observation_errors"], box)[""] >= 1
+        assert samples_of_box(got["fleet_drift_observation_errors"], box)[""] >= 1
         for other in {"thor", "spark", "orin"} - {box}:  # observed in full: every kind, 0s too
-            assert by_box(got["fleet_drift_box_observed"], other) == {"": 1.0}
-            assert set(by_box(got["fleet_drift_entries"], other)) == kinds
-    assert by_box(samples(tmp_path / "spark.prom")["fleet_drift_box_reachable"], "spark") == {
-        "": 0.0
-    }
+            assert samples_of_box(got["fleet_drift_box_observed"], other) == {"": 1.0}
+            assert set(samples_of_box(got["fleet_drift_entries"], other)) == kinds
+    assert samples_of_box(
+        metric_samples(tmp_path / "spark.prom")["fleet_drift_box_reachable"], "spark"
+    ) == {"": 0.0}
     assert "spark" not in {
-        dict(k)["box"] for k in samples(tmp_path / "spark.prom")["fleet_drift_causes"]
+        dict(k)["box"] for k in metric_samples(tmp_path / "spark.prom")["fleet_drift_causes"]
     }
 
 
@@ -278,10 +261,10 @@ def test_a_replay_kept_as_its_parts_records_and_counts_the_same_fault_parts(
             (run,) = store.runs(conn)
             faults = {b.box: b.faults for b in store.boxes_of(conn, run.id)}
         assert faults == {"thor": ("docker",), "spark": (), "orin": ()}
-        got = samples(prom)
+        got = metric_samples(prom)
         found[fmt] = {k: got[k] for k in ("fleet_drift_box_observed", "fleet_drift_entries")}
-        assert by_box(got["fleet_drift_box_observed"], "thor") == {"": 0.0}
-        assert 0.0 not in by_box(got["fleet_drift_entries"], "thor").values()
+        assert samples_of_box(got["fleet_drift_box_observed"], "thor") == {"": 0.0}
+        assert 0.0 not in samples_of_box(got["fleet_drift_entries"], "thor").values()
     assert found["json"] == found["text"]
 
 
@@ -482,7 +465,7 @@ def test_a_replays_metrics_carry_the_time_its_snapshot_was_taken(
             capsys, command, "--from-snapshot", str(source), "--metrics", str(prom),
             "--no-history", root=root,
         )  # fmt: skip
-        got = samples(prom)
+        got = metric_samples(prom)
         assert got[f"fleet_{command}_last_run_timestamp_seconds"] == {(): expect}
         stamps = set(got[f"fleet_{command}_box_last_run_timestamp_seconds"].values())
         assert stamps == {expect}, (command, stamps)

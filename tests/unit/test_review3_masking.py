@@ -10,14 +10,11 @@ and stored those values."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from reconciler.desired import secret_names
 from reconciler.history import masking
 from reconciler.report.values import _words
 from reconciler.scrub import flag_values, mask_credentials, scrub_text
+from tests.unit.history_helpers import store_text
 from tests.unit.test_fleet_secret_patterns import EXAMPLE, _replay
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,17 +108,8 @@ def test_a_replay_masks_a_flag_the_fleets_pattern_names_in_every_format_and_the_
 
 def _stored(db: Path) -> list[str]:
     """The clear values any cell of the store holds (its packed observations unpacked)."""
-    found = set()
-    with sqlite3.connect(db) as conn:
-        tables = [t for (t,) in conn.execute("select name from sqlite_master where type='table'")]
-        for table in tables:
-            for row in conn.execute(f'select * from "{table}"'):
-                for cell in row:
-                    raw = cell if isinstance(cell, bytes) else str(cell).encode()
-                    with contextlib.suppress(zlib.error):
-                        raw += zlib.decompress(raw)
-                    found.update(v for v in CLEAR if v.encode() in raw)
-    return sorted(found)
+    text = store_text(db)
+    return sorted(v for v in CLEAR if v in text)
 
 
 def _reconcile(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -28,8 +28,10 @@ from tests.unit.history_helpers import (
     SNAPSHOT,
     container,
     edited_snapshot,
+    metric_samples,
     reconcile,
     replay,
+    samples_of_box,
     unvouched,
 )
 
@@ -292,24 +294,6 @@ def test_each_fault_compare_makes_is_read_back_from_its_text(tmp_path: Path) -> 
 # -- the metrics: entries under a part not observed; which part ---------------------------------
 
 
-def samples(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(path.read_text()):
-        for s in family.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
-
-
-def of_box(series: dict[tuple[tuple[str, str], ...], float], box: str) -> dict[str, float]:
-    """A metric's samples of one box, keyed by its other label's value ("" without)."""
-    out = {}
-    for labels, value in series.items():
-        named = dict(labels)
-        if named.pop("box") == box:
-            out[next(iter(named.values()), "")] = value
-    return out
-
-
 def metrics_of(
     tmp_path: Path, capsys: Any, snapshot: Path, fmt: str = "json"
 ) -> tuple[dict[str, Any], Path]:
@@ -338,27 +322,31 @@ def test_the_metrics_count_no_entry_under_a_part_not_observed(
     assert {column(d["subject"]) for d in missing} == {"lanes", "gateway"}  # the report's
     kept = [d for d in thor["drifts"] if column(d["subject"]) == "box-wide"]
     assert kept and len(kept) < len(thor["drifts"])
-    got = samples(prom)
+    got = metric_samples(prom)
     expect = {k: float(sum(1 for d in kept if d["kind"] == k)) for k in {d["kind"] for d in kept}}
-    assert of_box(got["fleet_drift_entries"], "thor") == expect
-    assert of_box(got["fleet_drift_causes"], "thor") == {"": len({d["cause"] for d in kept})}
-    assert of_box(got["fleet_drift_box_observed"], "thor") == {"": 0.0}
-    assert of_box(got["fleet_drift_box_part_observed"], "thor") == {
+    assert samples_of_box(got["fleet_drift_entries"], "thor") == expect
+    assert samples_of_box(got["fleet_drift_causes"], "thor") == {
+        "": len({d["cause"] for d in kept})
+    }
+    assert samples_of_box(got["fleet_drift_box_observed"], "thor") == {"": 0.0}
+    assert samples_of_box(got["fleet_drift_box_part_observed"], "thor") == {
         "lanes": 0.0,
         "gateway": 0.0,
         "box-wide": 1.0,
     }
     for box in ("spark", "orin"):  # observed in full: every part, every count
-        assert of_box(got["fleet_drift_box_part_observed"], box) == dict.fromkeys(
+        assert samples_of_box(got["fleet_drift_box_part_observed"], box) == dict.fromkeys(
             ("lanes", "gateway", "box-wide"), 1.0
         )
         report = next(b for b in doc["boxes"] if b["box"] == box)
-        assert sum(of_box(got["fleet_drift_entries"], box).values()) == len(report["drifts"])
+        assert sum(samples_of_box(got["fleet_drift_entries"], box).values()) == len(
+            report["drifts"]
+        )
     monkeypatch.setattr(replay_workers, "WORKERS_FROM", 2)
     monkeypatch.setenv(replay_workers.WORKERS_ENV, "2")
     _, parts_prom = metrics_of(tmp_path, capsys, down, fmt="text")
     whole = {k: v for k, v in got.items() if "timestamp" not in k and "duration" not in k}
-    parts = samples(parts_prom)
+    parts = metric_samples(parts_prom)
     assert {k: parts[k] for k in whole} == whole
 
 
@@ -410,16 +398,16 @@ def test_a_login_shell_timeout_is_a_warning_dockerd_down_critical(
     an hour; dockerd down still raises the critical alert. promtool evaluates the rules on
     the metrics the replays wrote."""
     doc, timeout_prom = metrics_of(tmp_path, capsys, snapshot_of(tmp_path, "t", login_timeout()))
-    got = samples(timeout_prom)
-    assert of_box(got["fleet_drift_box_observed"], "thor") == {"": 0.0}
-    assert of_box(got["fleet_drift_box_part_observed"], "thor") == {
+    got = metric_samples(timeout_prom)
+    assert samples_of_box(got["fleet_drift_box_observed"], "thor") == {"": 0.0}
+    assert samples_of_box(got["fleet_drift_box_part_observed"], "thor") == {
         "lanes": 1.0,
         "gateway": 1.0,
         "box-wide": 0.0,
     }
     thor = next(b for b in doc["boxes"] if b["box"] == "thor")
     seen = [d for d in thor["drifts"] if column(d["subject"]) != "box-wide"]
-    assert seen and sum(of_box(got["fleet_drift_entries"], "thor").values()) == len(seen)
+    assert seen and sum(samples_of_box(got["fleet_drift_entries"], "thor").values()) == len(seen)
     _, down_prom = metrics_of(tmp_path, capsys, snapshot_of(tmp_path, "d", docker_down))
     promtool_passes(
         tmp_path,

@@ -14,12 +14,9 @@ The box side of the same forms: tests/unit/test_review4_collector_mask.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-import sqlite3
 import subprocess
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from reconciler.history import masking
 from reconciler.history.observed import comparable
 from reconciler.report.values import _words
 from reconciler.scrub import flag_values, mask_credentials, scrub_text
+from tests.unit.history_helpers import store_text
 from tests.unit.test_fleet_secret_patterns import EXAMPLE, _replay
 from tests.unit.test_review3_masking import _reconcile
 
@@ -211,21 +209,6 @@ def _leaks(text: str) -> list[str]:
     return sorted(where for value, where in _all_clear().items() if value in text)
 
 
-def _stored_text(db: Path) -> str:
-    """Every cell of the store as text, its packed observations unpacked."""
-    found = []
-    with sqlite3.connect(db) as conn:
-        tables = [t for (t,) in conn.execute("select name from sqlite_master where type='table'")]
-        for table in tables:
-            for row in conn.execute(f'select * from "{table}"'):
-                for cell in row:
-                    raw = cell if isinstance(cell, bytes) else str(cell).encode()
-                    with contextlib.suppress(zlib.error):
-                        raw += zlib.decompress(raw)
-                    found.append(raw.decode("utf-8", "replace"))
-    return "\n".join(found)
-
-
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Every output of one edited fleet (with the pattern), and of the control (without)."""
@@ -240,7 +223,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for fmt in ("json", "text", "markdown", "html"):
         db = tmp / f"history-{fmt}.sqlite3"
         ran(fmt, _replay(root, "--format", fmt, "--history", str(db)), 2)
-        out[f"store ({fmt})"] = _stored_text(db)
+        out[f"store ({fmt})"] = store_text(db)
     db = tmp / "history-json.sqlite3"
     ran("history", _reconcile(root, "history", "thor", "--format", "json", "--history", str(db)), 0)
     diff = ("diff", "--from-snapshot", str(EXAMPLE / "snapshot"), str(root / "snapshot"))
