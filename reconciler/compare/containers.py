@@ -88,6 +88,10 @@ def _rank(name: str, service: str, named: str | None) -> tuple[int, int, str]:
 def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     if doc.docker.containers is None:
         return  # reported as a box error by the caller
+    if not doc.docker.containers and doc.docker.error is not None:
+        # dockerd down as a live collector answers it (docker's fallback lists no container,
+        # and says why): no container is known to be missing; the box error says why.
+        return
     rendered = doc.render.services or {}
     images = doc.docker.images
     by_service = service_containers(doc)

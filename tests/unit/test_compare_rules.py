@@ -205,6 +205,22 @@ def test_docker_down_is_an_error_of_that_box(captured: Any) -> None:
     assert not [d for d in result.drifts if d.kind in (Kind.STATE, Kind.IMAGE)]
 
 
+def test_docker_down_as_a_live_collector_answers_is_no_missing_container(captured: Any) -> None:
+    """A live collector with dockerd down answers an error AND an empty container list: that is
+    no container listed, not every lane's container missing (5 false `state` entries on thor)."""
+
+    def no_engine(doc: dict[str, Any]) -> None:
+        doc["docker"] = {
+            "error": "Cannot connect to the Docker daemon at unix:///var/run/docker.sock",
+            "containers": [],
+            "images": {},
+        }
+
+    result = compare(captured, "thor", no_engine)
+    assert [e.part for e in result.errors] == [Part.DOCKER]
+    assert not [d for d in result.drifts if d.kind in (Kind.STATE, Kind.IMAGE)]
+
+
 def test_offline_replay_of_the_example_is_stable_and_exits_2() -> None:
     fleet = load_fleet(EXAMPLE, "lab")
     first = run_drift(fleet, list(fleet.boxes), from_snapshot=EXAMPLE / "snapshot").report
