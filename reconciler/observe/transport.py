@@ -460,7 +460,9 @@ def run_all(
 # is not used; a cached file is run only if it is a regular file (no link is followed) owned
 # by the user with no group/other permission bits, else it is compiled from the shipped source
 # and written over; files are created 0600 (O_EXCL, never through a planted name) and
-# replaced atomically; a stale or damaged file is compiled over too. It imports what hashing
+# replaced atomically; a stale or damaged file is compiled over too: the file holds the
+# source's digest and the digest of the code itself, so code bytes that marshal would still
+# accept but that are not what was compiled (a damaged disk) are never run. It imports what hashing
 # and unpacking need and no more: hashlib (OpenSSL) and base64 cost each run ~4 ms of the
 # box's CPU, CPython's builtin SHA-256 and binascii give the same digest and bytes.
 BOOTSTRAP = """\
@@ -491,15 +493,16 @@ def _code(s,name):
     i=os.fstat(f.fileno())
     if stat.S_ISREG(i.st_mode) and i.st_uid==u and not i.st_mode&0o077:
      b=f.read()
-     if b[:32]==h:
-      return marshal.loads(b[32:])
+     if b[:32]==h and sha256(b[64:]).digest()==b[32:64]:
+      return marshal.loads(b[64:])
   except Exception:
    pass
   c=compile(s,'<'+name+'>','exec')
+  m=marshal.dumps(c)
   t='%s.%d'%(p,os.getpid())
   try:
    with os.fdopen(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'wb') as f:
-    f.write(h+marshal.dumps(c))
+    f.write(h+sha256(m).digest()+m)
    os.replace(t,p)
   except OSError:
    try:

@@ -64,6 +64,26 @@ def test_compiled_code_is_cached_privately_and_recompiled_when_stale(
     assert entry.read_bytes()[:32] == hashlib.sha256(program.read_bytes()).digest()
 
 
+def test_code_bytes_that_are_not_what_was_compiled_are_never_run(
+    program: Path, tmp_path: Path
+) -> None:
+    """The entry's header names the source; the code after it is checked against its own
+    digest too: another program's marshalled code under the right source digest (a damaged
+    or tampered file that marshal still reads) is compiled over, never run."""
+    import marshal
+
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir(), tmp.mkdir()
+    _run(python_command(program, "one"), home, tmp)
+    entry = home / ".cache" / "fleet-reconciler" / f"echoer.{TAG}.code"
+    good = entry.read_bytes()
+    other = marshal.dumps(compile("print('not the program')", "<x>", "exec"))
+    for spoiled in (good[:32] + other, good[:64] + other):  # the source's digest, other code
+        entry.write_bytes(spoiled)
+        assert _run(python_command(program, "two"), home, tmp).startswith("argument two")
+        assert entry.read_bytes() == good  # compiled over
+
+
 def test_a_cache_directory_others_can_write_is_not_used(program: Path, tmp_path: Path) -> None:
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     (home / ".cache" / "fleet-reconciler").mkdir(parents=True)
@@ -87,7 +107,9 @@ def _planted(program: Path, entry: Path) -> None:
     evil = compile("print('planted code ran')", "<planted>", "exec")
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.parent.chmod(0o700)
-    entry.write_bytes(hashlib.sha256(program.read_bytes()).digest() + marshal.dumps(evil))
+    code = marshal.dumps(evil)
+    source = hashlib.sha256(program.read_bytes()).digest()
+    entry.write_bytes(source + hashlib.sha256(code).digest() + code)  # a whole, valid entry
     entry.chmod(0o600)
 
 
