@@ -497,6 +497,8 @@ _SHARED = (
     "_dotenv_lines",
     "_dotenv_line_index",
     "_secret_file_values",
+    "_line_end",
+    "_removal",
 )
 
 
@@ -523,3 +525,34 @@ def test_the_two_shipped_readers_are_the_same_code() -> None:
     for name in _SHARED:
         assert name in collector and name in converge, name
         assert collector[name] == converge[name], f"{name} differs between the two box programs"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        # the first statement of a line goes, the second stays (the whole line went before)
+        ('V="a" W=3\n', "V", " W=3\n"),
+        # the second goes, the first stays (it was not found before: the key stayed)
+        ('V="a" W=3\n', "W", 'V="a" \n'),
+        # every assignment of the key, so that no earlier one becomes the value
+        ("K=1\nX=2\nK=3 # why\n", "K", "X=2\n"),
+        # a value across lines goes whole
+        ('M="x\ny"\nK=1\n', "M", "K=1\n"),
+        # a commented-out assignment is no statement: it stays
+        ("#K=1\nK=2\n", "K", "#K=1\n"),
+    ],
+)
+def test_a_key_managed_as_absent_is_removed_statement_by_statement(
+    tmp_path: Path, text: str, key: str, expected: str
+) -> None:
+    """`env: {KEY: null}`: the converge removes the key's statements and keeps every other
+    statement on their lines, as the collector's render of that converge predicts."""
+    env = tmp_path / ".env"
+    env.write_bytes(text.encode("utf-8"))
+    env.chmod(0o600)
+    box = converge.Box({"directory": str(tmp_path), "project": "lobes", "compose_files": []})
+    converge.write_env(box, [key], {key: None})
+    after = env.read_text(encoding="utf-8")
+    assert after == expected
+    before = {e["key"]: e["value"] for e in collector.parse_dotenv(text) if e["key"] != key}
+    assert {e["key"]: e["value"] for e in collector.parse_dotenv(after)} == before

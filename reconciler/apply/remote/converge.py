@@ -50,9 +50,6 @@ SCRUBBED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FLEET_DIR = ".fleet"
 GATEWAY = "gateway"
 GIB_KIB = 1024 * 1024
-# A line (env_lines) that assigns a key first, for assigning_lines: `KEY=`, `KEY:`, after a
-# byte order mark, with a quoted value spanning lines (see _dotenv_read).
-_LINE = re.compile(r"^\ufeff?\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.*)$", re.S)
 
 
 class Failed(Exception):
@@ -1433,15 +1430,36 @@ def differs(key, want, current):
     return key not in current or current[key][0] != want
 
 
-def assigning_lines(lines, key):
-    """Indexes of every active assignment of `key` (compose keeps the last; removing a key
-    must remove them all, or an earlier one would become the value)."""
-    out = []
-    for index, raw in enumerate(lines):
-        match = _LINE.match(raw.rstrip("\r\n"))
-        if match and not raw.lstrip().startswith("#") and match.group(1) == key:
-            out.append(index)
-    return out
+def without_keys(text, keys):
+    """`text` without any statement assigning one of `keys` (compose keeps the last; removing a
+    key must remove them all, or an earlier one would become the value). Statements, not
+    lines: on `V="a" W=3` removing V keeps W, as the collector's render of this converge
+    (`desired_envfile`) does; a line left with nothing but a comment goes whole."""
+    statements, problem = _dotenv_read(text)
+    if problem is not None:  # never: parse_env read this text before any edit
+        raise Failed(".env: docker compose refuses the file this converge wrote into")
+    out, done = [], 0
+    for start, end, _ in sorted(_removal(text, s[3], s[6]) for s in statements if s[0] in keys):
+        out += [text[done:start]]
+        done = max(done, end)
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _line_end(text, at):
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _removal(text, start, end):
+    """(start, end, "") taking the statement at text[start:end] out: its whole line, the line
+    ending included, when nothing but blanks and a comment is left on it."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = _line_end(text, end)
+    before, after = text[line_start:start], text[end:line_end].lstrip(_BLANK)
+    if not before.strip(_BLANK) and (not after or after.startswith("#")):
+        return line_start, min(line_end + 1, len(text)), ""
+    return start, end, ""
 
 
 def write_env(box, keys, desired):
@@ -1454,14 +1472,14 @@ def write_env(box, keys, desired):
     text = data.decode("utf-8")
     current = parse_env(text)
     lines = env_lines(text, keepends=True)  # the indexes parse_env gave
-    changed, removed = [], set()
+    changed, removed = [], set()  # type: list, set
     for key in keys:
         want = desired[key]
         if not differs(key, want, current):
             continue
         changed.append(key)
         if want is None:
-            removed.update(assigning_lines(lines, key))
+            removed.add(key)
         elif key in current:
             index = current[key][1]
             raw = lines[index]
@@ -1471,10 +1489,11 @@ def write_env(box, keys, desired):
             if lines and not lines[-1].endswith("\n"):
                 lines[-1] += "\n"
             lines.append("%s=%s\n" % (key, quote(want)))
+    written = "".join(lines)
     if removed:
-        lines = [line for index, line in enumerate(lines) if index not in removed]
+        written = without_keys(written, removed)
     if changed or mode != 0o600:
-        write_managed(box, ".env", "".join(lines).encode("utf-8"), 0o600)
+        write_managed(box, ".env", written.encode("utf-8"), 0o600)
     return changed
 
 
