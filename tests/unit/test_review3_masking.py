@@ -70,10 +70,7 @@ def _edited_fleet(tmp_path: Path, pattern: bool) -> Path:
     }
     box.write_text(json.dumps(doc), "utf-8")
     if pattern:
-        all_yaml = root / "group_vars" / "all.yaml"
-        text = all_yaml.read_text("utf-8")
-        assert '"*PASSWORD*"]' in text
-        all_yaml.write_text(text.replace('"*PASSWORD*"]', f'"*PASSWORD*", "{PATTERN}"]'), "utf-8")
+        with_fleet_pattern(root, PATTERN)
     return root
 
 
@@ -235,3 +232,11 @@ def test_diff_masks_a_secret_inside_a_plain_value_of_an_unstored_snapshot() -> N
         secret_names.adopt_fleet_patterns(())
     assert "s3cr3t" not in shown
     assert "-tp 2" in shown  # the rest of the value stays comparable
+
+
+def with_fleet_pattern(root: Path, pattern: str) -> None:
+    """The fleet's own secret pattern added to group_vars/all.yaml's `secret_patterns`."""
+    all_yaml = root / "group_vars" / "all.yaml"
+    text = all_yaml.read_text("utf-8")
+    assert '"*PASSWORD*"]' in text
+    all_yaml.write_text(text.replace('"*PASSWORD*"]', f'"*PASSWORD*", "{pattern}"]'), "utf-8")

@@ -30,7 +30,7 @@ from reconciler.report.values import _words
 from reconciler.scrub import flag_values, mask_credentials, scrub_text
 from tests.unit.history_helpers import store_text
 from tests.unit.test_fleet_secret_patterns import EXAMPLE, _replay
-from tests.unit.test_review3_masking import _reconcile
+from tests.unit.test_review3_masking import _reconcile, with_fleet_pattern
 
 PATTERN = "*_ORG"  # matches no floor pattern: `--openai-org` is a secret's flag only under it
 FLAGS = {"key": "--api-key", "org": "--openai-org"}
@@ -187,10 +187,7 @@ def _edited_fleet(root: Path, pattern: bool) -> Path:
         worker["cmd"] += [FLAGS[flag], "-" + clear("argv", "dash", flag)]
     box.write_text(json.dumps(doc), "utf-8")
     if pattern:
-        all_yaml = root / "group_vars" / "all.yaml"
-        text = all_yaml.read_text("utf-8")
-        assert '"*PASSWORD*"]' in text
-        all_yaml.write_text(text.replace('"*PASSWORD*"]', f'"*PASSWORD*", "{PATTERN}"]'), "utf-8")
+        with_fleet_pattern(root, PATTERN)
     return root
 
 
