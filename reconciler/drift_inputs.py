@@ -11,9 +11,9 @@ state at all; any change misses, and the state is loaded and validated as before
 
 Each box's part of the entry carries its CRC-32, checked where the part is read: a replay's
 workers check only the parts they unpickle, from the pages they read anyway (~4 ms in all at
-1,000 boxes, against ~170 ms of unpickling them; checking the whole ~60 MB entry as it is
-opened cost 20-70 ms here, mostly faulting in pages a run may never read). A part that fails it,
-or fails to unpickle (the file damaged after it was written), is derived again from the
+1,000 boxes; checking the whole entry as it is opened cost 20-70 ms here when each box's mesh
+seeds were stored as text, ~60 MB, mostly faulting in pages a run may never read). A part that
+fails it, or fails to unpickle (the file damaged after it was written), is derived again from the
 desired-state files, as a miss would be, and the entry is dropped for the next run to store
 anew: the run gives the right answer, never a traceback.
 
@@ -24,6 +24,7 @@ of each run when the collectors start (observe/controller_secrets.py), never rem
 
 from __future__ import annotations
 
+import io
 import pickle
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
     from reconciler.desired.entries import EnvEntry
     from reconciler.desired.fleet import Fleet
 
-CACHE_VERSION = 3  # 2: secret_patterns; 3: each box's part checked, the libraries' versions
+# 2: secret_patterns; 3: each box's part checked, the libraries' versions; 4: seeds by reference
+CACHE_VERSION = 4
 PACKAGE = Path(__file__).parent
 
 
@@ -68,6 +70,11 @@ class DriftInputs(NamedTuple):
     # Every box's secret_patterns beyond the floor: the run adopts them for its last guards
     # (secret_names.adopt_fleet_patterns), which judge a name with no box at hand.
     secret_patterns: tuple[str, ...] = ()
+    # The mesh members' gateway origins, sorted, and each member's own place among them
+    # (desired/envfile.py MeshSeeds): a box's LOBES_MESH_SEEDS is stored as a reference to
+    # these, not as its text (_PerBox).
+    mesh_origins: tuple[str, ...] = ()
+    mesh_position: Mapping[str, int] = MappingProxyType({})
 
     def payload(self, box: str, run_key: str) -> dict[str, Any]:
         # A remembered payload is re-floored on use: an entry written by older code (or edited
@@ -79,13 +86,18 @@ class DriftInputs(NamedTuple):
         # The expectations and payloads are stored a box at a time and read back the same way
         # (_PerBox): a replay's worker unpickles only the boxes it compares, a live run only
         # the payloads it sends, and neither imports the comparison's types before the boxes
-        # work (compare/context.py, desired/entries.py: ~8 ms). Their bytes (~80 MB at 1,000
-        # boxes: each box's seeds name every other member) go out of band (protocol 5): the
-        # remembered entry's file is mapped, not read (desired/fingerprint.py).
-        expectations = _PerBox.stored(self.expectations, protocol)
-        payloads = _PerBox.stored(self.payloads, protocol)
+        # work (compare/context.py, desired/entries.py: ~8 ms). Their bytes go out of band
+        # (protocol 5): the remembered entry's file is mapped, not read (desired/fingerprint.py).
+        # Each box's seeds name every other member, so stored as text they made the entry grow
+        # as the square of the fleet (58 MB of its 62 at 1,000 boxes, held again by the child
+        # that stores it: the replay's peak memory); they are stored as the box's place in the
+        # mesh's origins, kept once.
+        seeds = _Seeds(self.mesh_origins, self.mesh_position)
+        expectations = _PerBox.stored(self.expectations, protocol, seeds)
+        payloads = _PerBox.stored(self.payloads, protocol, seeds)
         fields = (self.inventory_file, self.boxes, expectations, payloads, self.targets)
-        return (_remembered, (*fields, self.bases, self.facts, self.secret_patterns))
+        mesh = (self.mesh_origins, dict(self.mesh_position))
+        return (_remembered, (*fields, self.bases, self.facts, self.secret_patterns, *mesh))
 
 
 def _remembered(
@@ -97,28 +109,92 @@ def _remembered(
     bases: dict[str, str],
     facts: Mapping[str, str],
     secret_patterns: tuple[str, ...],
+    mesh_origins: tuple[str, ...] = (),
+    mesh_position: dict[str, int] | None = None,
 ) -> DriftInputs:
-    stored = (_PerBox(*expectations), _PerBox(*payloads))
-    return DriftInputs(inventory_file, boxes, *stored, targets, bases, facts, secret_patterns)
+    position = mesh_position or {}
+    seeds = _Seeds(mesh_origins, position)
+    stored = (_PerBox(*expectations, seeds), _PerBox(*payloads, seeds))
+    mesh = (mesh_origins, MappingProxyType(position))
+    return DriftInputs(
+        inventory_file, boxes, *stored, targets, bases, facts, secret_patterns, *mesh
+    )
+
+
+class _Seeds:
+    """A box's LOBES_MESH_SEEDS text from the mesh's sorted origins (desired/envfile.py
+    MeshSeeds.seeds: the others', comma-separated), built the same way on both sides."""
+
+    def __init__(self, origins: tuple[str, ...], position: Mapping[str, int]) -> None:
+        self.origins, self.position = origins, position
+
+    def text(self, box: str) -> str:
+        at = self.position.get(box)
+        if at is None:
+            return ",".join(self.origins)
+        return ",".join(self.origins[:at] + self.origins[at + 1 :])
+
+
+class _BoxPickler(pickle.Pickler):
+    """Pickles one box's value with its seeds text, wherever it occurs, as a reference."""
+
+    def __init__(self, file: io.BytesIO, seeds: str | None) -> None:
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self._seeds = seeds
+
+    def persistent_id(self, obj: Any) -> Any:
+        # Only a text equal to the box's own seeds, and only one long enough to be worth it:
+        # a short one (a fleet of one or two) pickles as itself. The string comparison fails
+        # on the length first for every other text.
+        if obj.__class__ is str and obj == self._seeds:
+            return SEEDS_REF
+        return None
+
+
+class _BoxUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, seeds: Callable[[], str]) -> None:
+        super().__init__(file)
+        self._seeds = seeds
+
+    def persistent_load(self, pid: Any) -> Any:
+        if pid != SEEDS_REF:
+            raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+        return self._seeds()
+
+
+SEEDS_REF = "mesh-seeds"
+SEEDS_WORTH_A_REFERENCE = 256  # bytes of text; below it the text pickles as itself
 
 
 class _PerBox(Mapping[str, Any]):
     """A mapping stored as one pickle per box, end to end in one buffer (bytes, or a view of
     the mapped cache file), each box's value unpickled the first time it is asked for, once
     its bytes match their recorded CRC-32. One that does not (or does not unpickle) is asked
-    of `again`, when its owner gave one (cached_inputs: derived again from the files)."""
+    of `again`, when its owner gave one (cached_inputs: derived again from the files). A box's
+    mesh seeds are stored as a reference and built again from `seeds` when it is unpickled."""
 
-    def __init__(self, data: Buffer, where: dict[str, tuple[int, int, int]]) -> None:
+    def __init__(
+        self, data: Buffer, where: dict[str, tuple[int, int, int]], seeds: _Seeds | None = None
+    ) -> None:
         self._data = memoryview(data)
         self._where = where  # box -> (offset, length, CRC-32) in data
+        self._seeds = seeds if seeds is not None else _Seeds((), {})
         self._value: dict[str, Any] = {}
         self.again: Callable[[str], Any] | None = None
 
     @staticmethod
-    def stored(values: Mapping[str, Any], protocol: SupportsIndex) -> tuple[Any, dict[str, Any]]:
+    def stored(
+        values: Mapping[str, Any], protocol: SupportsIndex, seeds: _Seeds
+    ) -> tuple[Any, dict[str, Any]]:
         data, where = bytearray(), {}
         for box, value in values.items():
-            one = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+            text = seeds.text(box) if seeds.origins else ""
+            out = io.BytesIO()
+            if len(text) >= SEEDS_WORTH_A_REFERENCE:
+                _BoxPickler(out, text).dump(value)
+            else:
+                pickle.dump(value, out, pickle.HIGHEST_PROTOCOL)
+            one = out.getbuffer()
             where[box] = (len(data), len(one), zlib.crc32(one))
             data += one
         # Out of band where the protocol allows it (the caller may keep the buffer apart).
@@ -133,7 +209,7 @@ class _PerBox(Mapping[str, Any]):
                 if zlib.crc32(part) != check:
                     raise ValueError(f"the remembered part of box {box!r} is damaged")
                 with paused_gc():  # acyclic, like the rest of the entry (fingerprint.remembered)
-                    value = pickle.loads(part)
+                    value = _BoxUnpickler(io.BytesIO(part), lambda: self._seeds.text(box)).load()
             except Exception:
                 if self.again is None:
                     raise
@@ -194,12 +270,13 @@ def gateway_bases(fleet: Fleet, boxes: list[str]) -> dict[str, str]:
 
 def drift_inputs(fleet: Fleet) -> DriftInputs:
     """Everything a drift run of any of the fleet's boxes needs (pure)."""
-    from reconciler.desired.envfile import fleet_env
+    from reconciler.desired.envfile import fleet_env, mesh_seeds
     from reconciler.desired.facts import facts_of
     from reconciler.gc_pause import young_only
     from reconciler.observe.payload import collector_payload
 
     boxes = list(fleet.boxes)
+    mesh = mesh_seeds(fleet)
     # Hundreds of thousands of new objects at 1,000 boxes, all kept: the collector's older
     # passes would walk them again and again for no garbage (reconciler/gc_pause.py).
     with young_only():
@@ -219,6 +296,8 @@ def drift_inputs(fleet: Fleet) -> DriftInputs:
             secret_patterns=tuple(
                 dict.fromkeys(p for spec in fleet.boxes.values() for p in spec.secret_patterns)
             ),
+            mesh_origins=mesh.origins,
+            mesh_position=MappingProxyType(mesh.position),
         )
 
 

@@ -433,8 +433,8 @@ def remember(
 
 # An entry's file: this magic, the CRC-32 of its pickle, the length of that pickle and of
 # each out-of-band buffer (8-byte little-endian counts), the pickle, the buffers. A value that
-# keeps bulk it rarely reads in full (the drift inputs' expectations and payloads: ~60 MB at
-# 1,000 boxes, N² in the fleet) hands it to pickle as a PickleBuffer (protocol 5); reading
+# keeps bulk it rarely reads in full (the drift inputs' expectations and payloads: ~9 MB at
+# 1,000 boxes) hands it to pickle as a PickleBuffer (protocol 5); reading
 # maps the file and gives those buffers back as views of the mapping, so a run reads only the
 # pages it uses (a replay's workers, their own boxes), and nothing is copied or read in full
 # to open the entry. The pickle is checked as it is opened (~0.1 ms for the drift inputs'

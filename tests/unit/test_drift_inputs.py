@@ -142,3 +142,51 @@ def test_a_damaged_entry_file_is_a_miss_and_is_written_again(repo: Path, damage:
     assert cached_inputs(repo, hosts_inventory(repo)) is None
     stored = remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
     assert cached_inputs(repo, hosts_inventory(repo)) == stored
+
+
+def test_mesh_seeds_are_stored_once_not_per_box(tmp_path: Path) -> None:
+    """Each box's LOBES_MESH_SEEDS names every other member: stored as text in every box's
+    part, the entry grew as the square of the fleet (58 MB at 1,000 boxes). It is stored as a
+    reference to the mesh's origins, kept once, and read back as the same text."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.scale_fleet import build_fleet
+
+    sizes = {}
+    for count in (30, 60):
+        root = tmp_path / f"fleet-{count}"
+        build_fleet(root, count)
+        inputs = drift_inputs(load_fleet(root, "lab"))
+        data = pickle.dumps(inputs, pickle.HIGHEST_PROTOCOL)
+        seeds = {e.value for e in inputs.expectations["thor-1"].env if e.key == "LOBES_MESH_SEEDS"}
+        (text,) = seeds
+        assert isinstance(text, str) and text.count(",") == count - 2  # every other member
+        assert text.encode() not in data
+        back = pickle.loads(data)
+        assert back == inputs  # every box's expectation and payload, seeds included
+        assert (
+            back.payloads["orin-2"]["managed_env"]["LOBES_MESH_SEEDS"]
+            == (inputs.payloads["orin-2"]["managed_env"]["LOBES_MESH_SEEDS"])
+        )
+        sizes[count] = len(data)
+    # Twice the boxes, about twice the bytes (the square would be four times)
+    assert sizes[60] < 2.3 * sizes[30], sizes
+
+
+def test_seeds_other_than_the_meshs_are_stored_as_they_are(repo: Path) -> None:
+    """Only a text equal to the box's seeds as the mesh derives them becomes a reference;
+    any other (a caller's own inputs) is stored as itself."""
+    inputs = drift_inputs(load_fleet(repo, "hosts"))
+    odd = "x" * 300
+    swapped = {**inputs.payloads["thor"], "managed_env": {"LOBES_MESH_SEEDS": odd}}
+    changed = inputs._replace(
+        payloads={**inputs.payloads, "thor": swapped},
+        mesh_origins=("http://a:1", "y" * 300),
+        mesh_position={"thor": 0},
+    )
+    data = pickle.dumps(changed, pickle.HIGHEST_PROTOCOL)
+    assert odd.encode() in data
+    back = pickle.loads(data)
+    assert back.payloads["thor"]["managed_env"]["LOBES_MESH_SEEDS"] == odd
+    assert back.payloads == changed.payloads
