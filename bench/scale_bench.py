@@ -581,7 +581,10 @@ NOTE = [
     "packing every snapshot file again, one after another, while its workers sat idle "
     "(~2.8 s of one process at 1,000 boxes: each worker now makes its boxes' rows, counts "
     "and packed observations beside their comparison, from the bytes it read, "
-    "history/kept_parts.py).",
+    "history/kept_parts.py). Then the remembered drift inputs holding each box's mesh seeds "
+    "as text, twice (58 MB of their 62 at 1,000 boxes, growing as the square of the fleet; "
+    "the child that stores them held it all again, the cold replay's peak: now each box's "
+    "seeds are a reference to the mesh's origins, kept once, 9 MB in all).",
 ]
 
 
