@@ -283,3 +283,22 @@ def test_main_ignores_sighup_and_gives_back_the_stop_handlers(
         assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     finally:
         signal.signal(signal.SIGHUP, hup)
+
+
+def test_a_rollback_to_an_older_snapshot_marks_every_later_converge_undone(
+    deploy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rolling back to the first of three applied converges undoes the two after it: their
+    snapshots say so, instead of staying `applied` as though their changes were on the box."""
+    engine(monkeypatch, deploy)
+    sids = [result(converge_payload(managed_env={"FOO": v}))["snapshot"] for v in "234"]
+    assert [meta(deploy, s)["status"] for s in sids] == ["applied"] * 3
+    r = result(converge_payload("rollback", snapshot=sids[0]))
+    assert r["ok"] is True, r
+    assert (deploy / ".env").read_text() == "FOO=1\n"
+    assert [meta(deploy, s)["status"] for s in sids] == ["rolled-back"] * 3
+    assert meta(deploy, sids[2])["reason"] == f"undone by the rollback to {sids[0]}"
+    # A second rollback to a later one changes nothing of the first's record
+    first = meta(deploy, sids[0])
+    assert result(converge_payload("rollback", snapshot=sids[1]))["ok"] is True
+    assert meta(deploy, sids[0]) == first

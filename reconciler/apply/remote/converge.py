@@ -2871,10 +2871,12 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         # The rollback is done: a status that cannot be written is a warning, not a failure.
         if not record_status(box, sid, "rolled-back", reason=reason, rollback=result):
             emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
-        # A later converge that was killed (interrupted_converges) is undone with the rest of
-        # the chain: its snapshot no longer stops the next converge.
+        # Every later converge is undone with the chain, and says so: one left `applied` was
+        # still listed as the box's state, kept from pruning as the newest applied one, and
+        # counted by chain_needs as changes a rollback to an older kept snapshot must undo. A
+        # killed one (`running`, interrupted_converges) no longer stops the next converge.
         for other, later in chain[1:]:
-            if later.get("status") == "running":
+            if later.get("status") not in UNDONE:
                 record_status(box, other, "rolled-back", reason="undone by the rollback to " + sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
