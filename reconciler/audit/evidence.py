@@ -202,6 +202,8 @@ class Published:
     # Stray containers whose image looks like an LLM server (vLLM and its kin, or one of the
     # box's own desired images): one that cannot be asked is never taken as harmless.
     llm_like: frozenset[str] = frozenset()
+    # The compose service of each of `host_network` (the HTML matrix's lane column)
+    host_network_services: Mapping[str, str] = field(default_factory=dict)
 
     def probe_of(self, b: Binding) -> LaneProbe | None:
         """The controller's request to `b` (one per container and host port), if one was sent."""
@@ -473,8 +475,15 @@ def _lacking(box: BoxSpec, doc: Observed) -> Fault | None:
             "the collector ran without its audit section (an older or a drift snapshot?)",
             "audit",
         )
-    if doc.docker.containers is None and doc.docker.error is None:
-        return Fault(FaultKind.MALFORMED, "missing (and no error says why)", "docker.containers")
+    if doc.docker.containers is None:
+        if doc.docker.error is None:
+            what = "missing (and no error says why)"
+            return Fault(FaultKind.MALFORMED, what, "docker.containers")
+        # The engine could not be read: no container seen is no container running. Judged as
+        # seen, the box carried no key, published nothing and was no live mesh member, and the
+        # mesh verdict was ok while this member's gateway said it was in the mesh.
+        what = f"the containers could not be read ({scrub_text(doc.docker.error, limit=200)})"
+        return Fault(FaultKind.NOT_OBSERVED, what, "docker")
     probes = doc.gateway
     if probes.error is None and probes.models_noauth is None:
         return Fault(
@@ -719,6 +728,9 @@ def _published(
         running=why,
         declared=declared,
         llm_like=frozenset(llm_like),
+        host_network_services={
+            c.name: c.service for c in doc.containers if c.service and c.name in (host_net or ())
+        },
     )
 
 

@@ -187,6 +187,8 @@ CASES: dict[str, Craft] = {
     "no audit section": without("audit"),
     "no docker section": without("docker"),
     "no gateway probes": without("gateway"),
+    # the engine could not be read (its socket refused): no container seen is not none running
+    "docker unreadable": at("docker")({"error": "docker engine not reachable: refused"}),
     # the audit section
     "audit is a list": at("audit")([]),
     "envfile_keys is a list": at("audit", "envfile_keys")(["GATEWAY_API_KEY"]),
