@@ -22,15 +22,30 @@ def audit_matrix(
     cols: list[str] = [GATEWAY]
     for row in report.rows:
         cols += [lane for lane in lanes.get(row.box, ()) if lane not in cols]
-    published: dict[str, dict[str, str]] = {}  # box -> lane -> worst state of its host ports
+    # box -> lane -> (worst state, why) of the ways it is reachable around the gateway
+    published: dict[str, dict[str, tuple[str, str]]] = {}
+
+    def reachable(box: str, lane: str, state: str, why: str) -> None:
+        if lane not in cols:
+            cols.append(lane)
+        mine = published.setdefault(box, {})
+        was, said = mine.get(lane, ("ok", why))
+        now = worse(was, state)
+        mine[lane] = (now, why if now != was else said)  # the worst way's words
+
     for row in report.rows:
-        for b in row.published.lanes if row.published else ():
+        pub = row.published
+        if pub is None:
+            continue
+        for b in pub.lanes:
             state = "warn" if b.loopback else "fail"
-            lane = b.service or b.container
-            if lane not in cols:
-                cols.append(lane)
-            mine = published.setdefault(row.box, {})
-            mine[lane] = worse(mine.get(lane, "ok"), state)
+            reachable(row.box, b.service or b.container, state, "publishes a host port")
+        # A lane on the host network publishes nothing, yet every port it opens is on the box
+        # (verdict.py: publish.host-network, a failure).
+        for name in pub.host_network:
+            if name != row.gateway_container:
+                lane = pub.host_network_services.get(name) or name
+                reachable(row.box, lane, "fail", "runs on the host network")
     matrix: dict[str, dict[str, Cell]] = {}
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
         cells: dict[str, Cell] = {}
@@ -41,8 +56,8 @@ def audit_matrix(
                 n = len(verdict.findings)
                 cells[col] = Cell(verdict.verdict.value, n, f"auth verdict {verdict.verdict.value}")
             elif col in published.get(row.box, {}):
-                state = published[row.box][col]
-                cells[col] = Cell(state, 1, "publishes a host port: reachable around the gateway")
+                state, why = published[row.box][col]
+                cells[col] = Cell(state, 1, f"{why}: reachable around the gateway")
             elif col in lanes.get(row.box, ()) or not lanes:
                 cells[col] = Cell("ok", title="no host port")
             else:
