@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -418,7 +419,8 @@ def save_snapshot(
     meta: dict[str, Any],
     facts: Mapping[str, str] | None = None,
 ) -> None:
-    """One JSON file per box plus an index; secrets were hashed on the boxes already.
+    """One JSON file per box plus an index; secrets were hashed on the boxes already (one
+    sent in clear is masked, `_box_file`).
     `facts`: the desired-state files from outside the repository the run was judged against,
     copied into facts/ so the snapshot replays anywhere (reconciler/desired/facts.py).
 
@@ -526,14 +528,48 @@ def _box_file(name: str, obs: BoxObservation) -> bytes:
     """A box's snapshot file. From parsed dicts, keys sorted (mixed key types would fail): no
     object of the text can repeat a key. No NaN or Infinity: the replay would refuse what was
     written. One box's file that cannot be written so (nested past what json.dumps takes: an
-    observation not read through load_json) is saved as that box's fault, never the run's."""
+    observation not read through load_json) is saved as that box's fault, never the run's.
+
+    A box that sent a secret in clear (an older or broken collector: every secret is hashed on
+    the box) is saved masked, as the history store keeps it (`_saved`): the run's reports
+    never showed the value, and a file on the controller's disk must not hold it either."""
     try:
-        text = json.dumps(asdict(obs), indent=1, sort_keys=True, allow_nan=False)
+        text = json.dumps(_saved(asdict(obs)), indent=1, sort_keys=True, allow_nan=False)
     except (RecursionError, ValueError, TypeError) as exc:
         why = f"its observation could not be saved in the snapshot ({type(exc).__name__})"
         kept = BoxObservation(name, None, why, elapsed_s=obs.elapsed_s)
         text = json.dumps(asdict(kept), indent=1, sort_keys=True, allow_nan=False)
     return (text + "\n").encode("utf-8")
+
+
+# The collector's hash of a secret inside a word (`--hf-token={"secret": "hmac:..."}`)
+_INLINE_DIGEST = re.compile(r'\{"secret": "hmac:[0-9a-f]{64}"\}')
+
+
+def _saved(doc: dict[str, Any]) -> dict[str, Any]:
+    """The box file's document, masked as the store keeps it (masking.stored) if the box sent
+    some secret in clear, else as it is. Not masked always: the store also masks the words
+    whose secret the collector hashed in place, whose digests a replay compares (a knob's
+    inline `--api-key`), so a clean box's file keeps them."""
+    from reconciler.history.masking import stored
+
+    masked = stored(doc)
+    return masked if _clear_in(doc, masked) else doc
+
+
+def _clear_in(doc: Any, masked: Any) -> bool:
+    """Whether masking changed more than words holding the collector's digests. `stored`
+    copies only the path to what it masked: an unchanged part is the same object, not
+    walked."""
+    if doc is masked:
+        return False
+    if type(doc) is dict and type(masked) is dict and doc.keys() == masked.keys():
+        return any(_clear_in(value, masked[key]) for key, value in doc.items())
+    if type(doc) is list and type(masked) is list and len(doc) == len(masked):
+        return any(map(_clear_in, doc, masked))
+    if type(doc) is str and type(masked) is str:
+        return doc != masked and not _INLINE_DIGEST.search(doc)
+    return bool(doc != masked)
 
 
 def index_box_problem() -> str:
