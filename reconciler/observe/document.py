@@ -98,6 +98,9 @@ class FaultKind(StrEnum):
     RECORDED = "recorded"  # a snapshot's box that was not observed then (its text only)
 
 
+CONTROLLER_PART = "controller"  # parse_probes' paths: the controller's probes, not the box's
+
+
 @dataclass(frozen=True)
 class Fault:
     """Why one box's answer cannot be used. `path` is the field path for MALFORMED (and the
@@ -120,6 +123,9 @@ class Fault:
             FaultKind.NOT_OBSERVED: "",
             FaultKind.RECORDED: "",
         }[self.kind]
+        if self.kind is FaultKind.MALFORMED and (self.path or "").startswith(CONTROLLER_PART):
+            # The controller's own record of its probes (a snapshot's, edited), not the box's
+            prefix = "the controller's record of its probes is malformed: "
         return f"{prefix}{where}{self.what}"
 
     def __str__(self) -> str:
@@ -1399,18 +1405,36 @@ def _body(obj: Mapping[str, Any], path: str) -> dict[str, Any] | None:
     return _opt_obj(obj.get("body"), f"{path}.body")
 
 
+def _answered(
+    obj: Mapping[str, Any], path: str, read: Callable[[dict[str, Any] | None], T]
+) -> tuple[dict[str, Any], T | None]:
+    """A probe's fields and what `read` takes from the gateway's JSON body. A body that is not
+    what lobes sends is that probe's error (the gateway answered, oddly), never a fault of the
+    whole document: the box's other parts, and its other probes, are still read."""
+    fields = _probe_fields(obj, path)
+    try:
+        return fields, read(_body(obj, path))
+    except _Bad as exc:
+        odd = exc.fault
+        where = printable(odd.path or path, 200)
+        fields["error"] = f"the gateway's answer is not what lobes sends ({where}: {odd.what})"
+        return fields, None
+
+
 def _health(raw: Any, path: str) -> HealthProbe:
-    obj = _obj(raw, path)
-    body = _body(obj, path) or {}
-    version = _opt_text(body.get("version"), f"{path}.body.version")
-    return HealthProbe(**_probe_fields(obj, path), version=version)
+    def version(body: dict[str, Any] | None) -> str | None:
+        return _opt_text((body or {}).get("version"), f"{path}.body.version")
+
+    fields, found = _answered(_obj(raw, path), path, version)
+    return HealthProbe(**fields, version=found)
 
 
 def _capabilities(raw: Any, path: str) -> CapabilitiesProbe:
-    obj = _obj(raw, path)
-    body = _body(obj, path)
-    roles = None if body is None else _mapping(body, f"{path}.body", _role_entry)
-    return CapabilitiesProbe(**_probe_fields(obj, path), roles=roles)
+    def roles(body: dict[str, Any] | None) -> dict[str, RoleEntry] | None:
+        return None if body is None else _mapping(body, f"{path}.body", _role_entry)
+
+    fields, found = _answered(_obj(raw, path), path, roles)
+    return CapabilitiesProbe(**fields, roles=found)
 
 
 def _role_entry(raw: Any, path: str) -> RoleEntry:
@@ -1602,11 +1626,11 @@ def parse_probes(raw: Any) -> ControllerProbes | Fault:
     The controller made these itself, but the bodies are the gateway's answers, and a snapshot
     may come from anywhere: the same checks as the collector's document apply."""
     try:
-        return _controller(raw if raw is not None else {}, "controller")
+        return _controller(raw if raw is not None else {}, CONTROLLER_PART)
     except _Bad as exc:
         return exc.fault
     except RecursionError:
-        return Fault(FaultKind.MALFORMED, "nested too deeply", "controller")
+        return Fault(FaultKind.MALFORMED, "nested too deeply", CONTROLLER_PART)
 
 
 def _controller(raw: Any, path: str) -> ControllerProbes:
@@ -1645,11 +1669,11 @@ def _controller_audit(raw: Any, path: str) -> ControllerAudit:
 
 
 def _mesh_detect(raw: Any, path: str) -> MeshDetectProbe:
-    obj = _obj(raw, path)
-    body = _body(obj, path) or {}
-    return MeshDetectProbe(
-        **_probe_fields(obj, path), mesh=_opt_bool(body.get("mesh"), f"{path}.body.mesh")
-    )
+    def mesh(body: dict[str, Any] | None) -> bool | None:
+        return _opt_bool((body or {}).get("mesh"), f"{path}.body.mesh")
+
+    fields, found = _answered(_obj(raw, path), path, mesh)
+    return MeshDetectProbe(**fields, mesh=found)
 
 
 def _proof(raw: Any, path: str) -> ProofProbe:

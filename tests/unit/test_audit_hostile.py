@@ -258,9 +258,6 @@ CASES: dict[str, Craft] = {
     "the weakest-link proofs are a string": in_controller("audit", "weakest_link")(CANARY),
     "the weakest-link proofs are an empty object": in_controller("audit", "weakest_link")({}),
     "the lane-port probes are false": in_controller("audit", "lane_ports")(False),
-    "capabilities name a member that is not a string": in_controller("capabilities")(
-        {"status": 200, "body": {"cortex": {"member": 5, "proxied": True}}}
-    ),
 }
 
 
@@ -538,3 +535,35 @@ def test_a_damaged_snapshot_index_is_the_runs_error_not_a_traceback(tmp_path, ca
     out, err = capsys.readouterr()
     assert code == 1 and out == ""
     assert "index.json" in err and "Traceback" not in err and CANARY not in err
+
+
+@pytest.mark.parametrize(
+    ("craft", "probe"),
+    [
+        (
+            in_controller("capabilities")(
+                {"status": 200, "body": {"cortex": {"member": 5, "proxied": True}}}
+            ),
+            "capabilities",
+        ),
+        (in_controller("audit", "mesh_detect")({"status": 200, "body": {"mesh": "yes"}}), None),
+    ],
+    ids=["capabilities name a member that is not a string", "mesh/detect says 'yes'"],
+)
+def test_an_odd_gateway_answer_is_that_probes_error_not_the_boxs(
+    craft: Craft, probe: str | None
+) -> None:
+    """The gateway answered the controller with a body lobes never sends: that probe failed,
+    and says why; the box's own answer (its containers, keys, shell) is still audited, never
+    thrown away as "the collector's answer is malformed"."""
+    found = crafted(craft)
+    report = judge(found)
+    assert report.verdict_of(VICTIM).audited and report.row_of(VICTIM).fault is None
+    probes = found[VICTIM].probes
+    odd = probes.capabilities if probe else (probes.audit and probes.audit.mesh_detect)
+    assert odd is not None and odd.error is not None
+    assert odd.error.startswith("the gateway's answer is not what lobes sends (controller.")
+    if probe is not None:  # shown in the report's evidence of the mesh side
+        doc = json.loads(render_json(report))
+        (victim,) = [b for b in doc["boxes"] if b["box"] == VICTIM]
+        assert "the gateway's answer is not what lobes sends" in json.dumps(victim["evidence"])

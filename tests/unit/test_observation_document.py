@@ -268,16 +268,6 @@ CASES: dict[str, Case] = {
         FaultKind.MALFORMED,
         "gateway.health.status",
     ),
-    "a capabilities window as text": (
-        lambda: edited(_set("gateway.capabilities.body.worker.context", CANARY)),
-        FaultKind.MALFORMED,
-        "gateway.capabilities.body.worker.context",
-    ),
-    "a health body that is a list": (
-        lambda: edited(_set("gateway.health.body", [CANARY])),
-        FaultKind.MALFORMED,
-        "gateway.health.body",
-    ),
     "a string too long to be a value": (
         lambda: edited(lambda d: container(d)["env"].update(LOBES_MESH_NAME="x" * 100_000)),
         FaultKind.MALFORMED,
@@ -407,14 +397,42 @@ def test_probes_that_crashed_leave_every_box_observed() -> None:
     assert found["thor"].document is not None and found["thor"].probes.health is None
 
 
-def test_a_hostile_gateway_body_in_the_controller_probes_is_that_boxs_fault() -> None:
+def test_a_hostile_gateway_body_in_the_controller_probes_is_that_probes_error() -> None:
+    """A body lobes never sends fails that probe, saying where, and nothing else: the box's
+    own answer is read (it was thrown away, blamed on the collector)."""
     controller = copy.deepcopy(capture()["controller"])
     controller["capabilities"]["body"] = {"worker": {"ready": CANARY}}
     obs = observe_one(Answered("thor", text(collected())), controller)
-    assert obs.failure is not None and obs.failure.kind is FaultKind.MALFORMED
-    assert obs.failure.path == "controller.capabilities.body.worker.ready"
+    assert obs.failure is None and obs.document is not None
+    odd = obs.probes.capabilities
+    assert odd is not None and odd.roles is None and odd.status == 200
+    assert odd.error == (
+        "the gateway's answer is not what lobes sends "
+        "(controller.capabilities.body.worker.ready: expected true or false, got a string)"
+    )
+    # The controller's own record of its probes (a snapshot's, edited) is still a fault
+    controller["capabilities"]["status"] = "200"
     probes = parse_probes(controller)
     assert isinstance(probes, Fault) and CANARY not in str(probes)
+    assert str(probes).startswith("the controller's record of its probes is malformed")
+
+
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (_set("gateway.capabilities.body.worker.context", CANARY), "capabilities"),
+        (_set("gateway.health.body", [CANARY]), "health"),
+    ],
+    ids=["a capabilities window as text", "a health body that is a list"],
+)
+def test_an_odd_body_the_box_got_from_its_gateway_is_that_probes_error(
+    edit: Callable[[dict[str, Any]], None], path: str
+) -> None:
+    doc = parse_answer(edited(edit))
+    assert isinstance(doc, Observed)
+    probe = getattr(doc.gateway, path)
+    assert probe.error.startswith(f"the gateway's answer is not what lobes sends (gateway.{path}.")
+    assert CANARY not in probe.error
 
 
 def test_the_size_limit_is_checked_before_parsing() -> None:
