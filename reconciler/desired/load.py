@@ -7,6 +7,7 @@ all; any problem raises DesiredStateError and the caller writes nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
 from reconciler.desired.fingerprint import InputsRead, ignored_entry, layer_listing
 from reconciler.desired.fleet import DerivedEnvs, Fleet
-from reconciler.desired.locate import inventory_file, root_or_none
+from reconciler.desired.locate import ROOT_ENV, inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
 from reconciler.desired.near import hint_budget, nearest
@@ -32,6 +33,7 @@ from reconciler.desired.problems import (
 )
 from reconciler.desired.pyinfra_data import RESERVED_GROUPS
 from reconciler.desired.refs import is_digest_ref
+from reconciler.desired.safe_read import climbs
 from reconciler.desired.schema import layer_errors
 from reconciler.desired.secret_names import union_layers
 from reconciler.desired.yaml_source import SourceDoc, load_yaml
@@ -67,22 +69,24 @@ def load_fleet(
 
 def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) -> Fleet:
     root = root or find_root()
+    _check_root(root)
     inv_path = inventory_file(root, inventory)
     listing = layer_listing(root)  # before any layer is read: one added later is not in this state
     inv_doc = _load(root, inv_path)
     inv = _validate(InventorySpec, inv_doc.data, inv_doc.positions)
     # The inventory's own overlays, even where a snapshot's facts/ replaces them (chosen by
     # --from-snapshot, read wherever that is): an inventory naming a file out there is wrong.
-    problems = _overlays_outside(root, inv_path, inv, inv_doc)
+    problems = _overlay_problems(root, inv_path, inv, inv_doc)
     if facts is not None:
         inv = with_facts(inv, facts)  # every overlay read from the snapshot's facts/ instead
     problems += _group_membership(inv, inv_doc)
 
-    docs, more = _load_group_vars(root, inv)
+    files: list[tuple[Path, SourceDoc]] = []  # each file parsed, by the path it was read at
+    docs, more = _load_group_vars(root, inv, files)
     problems += more
     overlay: SourceDoc | None = None
-    if not any(p.path == "image_overlay" for p in problems):  # outside: not read at all
-        overlay, more = _image_overlay(root, inv, inv_doc)
+    if not any(p.path == "image_overlay" for p in problems):  # refused: not read at all
+        overlay, more = _image_overlay(root, inv, inv_doc, files)
         problems += more
     if problems:
         raise DesiredStateError(problems)
@@ -90,7 +94,7 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     boxes: dict[str, BoxSpec] = {}
     positions: dict[str, dict[PathKey, Location]] = {}
     layers: dict[str, tuple[str, ...]] = {}
-    box_overlays, more = _box_overlays(root, inv, inv_doc)
+    box_overlays, more = _box_overlays(root, inv, inv_doc, files)
     if more:
         raise DesiredStateError(more)
     overlays = [*([overlay] if overlay is not None else []), *box_overlays.values()]
@@ -139,8 +143,9 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     if problems:
         raise DesiredStateError(problems)
     # Every file parsed is an input, also a layer no box uses: it was judged, so an edit that
-    # makes it invalid must not be served from a cache that never looked at it.
-    read = {str(inv_path): inv_doc.read, **{str(root / doc.file): doc.read for doc in parsed}}
+    # makes it invalid must not be served from a cache that never looked at it. Each by the
+    # path it was read at: its shown name (escaped, relative) may name another file.
+    read = {str(inv_path): inv_doc.read, **{str(path): doc.read for path, doc in files}}
     inputs = sorted(Path(path) for path in read)
     seen = InputsRead(listing, {path: r for path, r in read.items() if r is not None})
     derived = DerivedEnvs(boxes, inv, envs)
@@ -251,6 +256,13 @@ def _display(root: Path, path: Path) -> str:
     """The name errors give a file: relative to the repository, the link's own name for a
     symlink (never resolved: a loop must not raise), non-printable characters escaped."""
     absolute, inside = os.path.abspath(path), os.path.join(os.path.abspath(root), "")
+    if climbs(path):
+        # abspath drops `lnk/..` as text, where the kernel goes up from lnk's target: the
+        # file read is in the directory realpath finds (it follows each link before its
+        # `..`, and leaves a loop as it is rather than raise). The file keeps its own name.
+        folder, name = os.path.split(os.path.join(os.getcwd(), path))
+        absolute = os.path.join(os.path.realpath(folder), name)
+        inside = os.path.join(os.path.realpath(root), "")
     shown = absolute.removeprefix(inside) if absolute.startswith(inside) else absolute
     return printable(shown)  # string work, not pathlib's: called for each of 2,006 files
 
@@ -331,7 +343,9 @@ def _at(doc: SourceDoc, path: PathKey, message: str) -> Problem:
     return Problem(doc.positions.get(path, doc.positions[()]), dotted(path), message)
 
 
-def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDoc], list[Problem]]:
+def _load_group_vars(
+    root: Path, inv: InventorySpec, files: list[tuple[Path, SourceDoc]]
+) -> tuple[dict[str, SourceDoc], list[Problem]]:
     known = ["all", *inv.group_order, *inv.boxes]
     docs: dict[str, SourceDoc] = {}
     problems: list[Problem] = []
@@ -358,6 +372,8 @@ def _load_group_vars(root: Path, inv: InventorySpec) -> tuple[dict[str, SourceDo
             docs[stem] = load_yaml(path, display, within=root)
         except DesiredStateError as exc:
             problems += exc.problems
+        else:
+            files.append((path, docs[stem]))
     return docs, problems
 
 
@@ -369,12 +385,35 @@ def _entries(root: Path, folder: Path, problems: list[Problem]) -> list[tuple[Pa
         with os.scandir(folder) as found:
             entries = [(Path(e.path), _is_dir(e)) for e in found if not ignored_entry(e.name)]
     except (FileNotFoundError, NotADirectoryError):
-        return []  # no layers at all: every box then misses what all.yaml would set
+        # Said here, not as "no layers": every box then missed what all.yaml sets, a wall of
+        # "required key is missing" blamed on other files that never named group_vars/.
+        where = Location(_display(root, folder), 1, 1)
+        problems.append(Problem(where, "", _not_a_folder(folder)))
+        return []
     except OSError as exc:
         why = f"cannot be listed ({os.strerror(exc.errno or 0)})"
         problems.append(Problem(Location(_display(root, folder), 1, 1), "", why))
         return []
     return sorted(entries)
+
+
+def _not_a_folder(folder: Path) -> str:
+    want = "the repository's layers are group_vars/NAME.yaml files, all.yaml first"
+    if os.path.exists(folder):  # a file, or a symlink to one
+        return f"is not a directory: {want}"
+    if os.path.islink(folder):
+        return f"is a dangling symlink (to {os.readlink(folder)!r} that does not exist): {want}"
+    return f"does not exist: {want}"
+
+
+def _check_root(root: Path) -> None:
+    """`--root /nonexistent` (or FLEET_ROOT) said `inventory/hosts.yaml: file not found`, as if
+    the repository were there without its inventory."""
+    if os.path.isdir(root):
+        return
+    why = "is not a directory" if os.path.lexists(root) else "does not exist"
+    why = f"the fleet repository {why} (--root or {ROOT_ENV})"
+    raise DesiredStateError([Problem(Location(printable(str(root)), 1, 1), "", why)])
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -397,40 +436,68 @@ def _not_a_layer(path: Path, is_dir: bool) -> str:
     return "not a layer: group_vars/ holds only NAME.yaml (or NAME.yml) files"
 
 
-def _overlays_outside(
+def _overlay_file(root: Path, value: str, box: str | None = None) -> Path:
+    """The file an overlay names (box_overlay's for `box`): the one place that decides it, so
+    the file judged inside the repository is the file read."""
+    path = Path(value if box is None else value.replace("{box}", box))
+    return path if path.is_absolute() else root / path
+
+
+def _overlay_problems(
     root: Path, inv_path: Path, inv: InventorySpec, inv_doc: SourceDoc
 ) -> list[Problem]:
     """An overlay is read from inside the repository, or beside the inventory naming it (an
     inventory given by path, as the lab's scenarios write theirs): the rule a symlinked file
     already follows. `box_overlay: /tmp/x.yaml` or `image_overlay: ../../x.yaml` read any file
-    on the controller into every box's desired state, bypassing it."""
+    on the controller into every box's desired state, bypassing it. At most one problem a
+    key: nothing of a refused overlay is read."""
     places = [os.path.realpath(root), os.path.realpath(inv_path.parent)]
     problems = []
     for key, value in (("image_overlay", inv.image_overlay), ("box_overlay", inv.box_overlay)):
         if value is None:
             continue
         at = inv_doc.positions.get((key,), inv_doc.positions[()])
-        resolved: dict[str, str] = {}  # one directory's realpath, whichever box's file
-        for name in inv.boxes if "{box}" in value else [""]:
-            path = os.path.join(root, value.replace("{box}", name))  # an absolute value wins
-            folder, base = os.path.split(path)
-            if folder not in resolved:
-                resolved[folder] = os.path.realpath(folder)
-            real = os.path.join(resolved[folder], base)
-            if base in ("", ".", ".."):
-                real = os.path.realpath(path)
-            if not any(os.path.commonpath([place, real]) == place for place in places):
-                why = (
-                    f"{printable(value)} is outside the repository: an overlay is read from "
-                    "inside it (or beside the inventory that names it)"
-                )
-                problems.append(Problem(at, key, why))
-                break
+        if key == "image_overlay" and "{box}" in value:
+            # One file for every box: `{box}` there was checked once per box, then read as a
+            # directory literally named {box} (a symlink to anywhere).
+            why = "is one file for every box: `{box}` is for box_overlay (a box's own layer)"
+            problems.append(Problem(at, key, f"{printable(value)} {why}"))
+            continue
+        boxes: Iterable[str | None] = inv.boxes if "{box}" in value else [None]
+        if _outside(places, root, value, boxes):
+            why = (
+                f"{printable(value)} is outside the repository: an overlay is read from "
+                "inside it (or beside the inventory that names it)"
+            )
+            problems.append(Problem(at, key, why))
+        elif ".." in value.split("/"):
+            # The kernel takes `..` from where a symlink leads (`lnk/../x.yaml` is beside
+            # lnk's target), a path's text from where it is written: refused, not reasoned
+            # about (an overlay is named from the repository's top, and needs no `..`).
+            why = f"{printable(value)}: a `..` in an overlay's path is refused; name it from the "
+            why += "repository's top (or by its absolute path beside the inventory)"
+            problems.append(Problem(at, key, why))
     return problems
 
 
+def _outside(places: list[str], root: Path, value: str, boxes: Iterable[str | None]) -> bool:
+    """Whether the file `value` names (for any of `boxes`) resolves outside every place."""
+    resolved: dict[str, str] = {}  # one directory's realpath, whichever box's file
+    for box in boxes:
+        path = str(_overlay_file(root, value, box))
+        folder, base = os.path.split(path)
+        if folder not in resolved:
+            resolved[folder] = os.path.realpath(folder)
+        real = os.path.join(resolved[folder], base)
+        if base in ("", ".", ".."):
+            real = os.path.realpath(path)
+        if not any(os.path.commonpath([place, real]) == place for place in places):
+            return True
+    return False
+
+
 def _box_overlays(
-    root: Path, inv: InventorySpec, inv_doc: SourceDoc
+    root: Path, inv: InventorySpec, inv_doc: SourceDoc, files: list[tuple[Path, SourceDoc]]
 ) -> tuple[dict[str, SourceDoc], list[Problem]]:
     """Per-box last layers (the lab writes the digests of the deployment it rendered)."""
     if inv.box_overlay is None:
@@ -438,8 +505,7 @@ def _box_overlays(
     at = inv_doc.positions.get(("box_overlay",), inv_doc.positions[()])
     docs, problems = {}, []
     for name in inv.boxes:
-        path = Path(inv.box_overlay.replace("{box}", name))
-        path = path if path.is_absolute() else root / path
+        path = _overlay_file(root, inv.box_overlay, name)
         if not os.path.lexists(path):  # anything else there is load_yaml's located error
             hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
             problems.append(
@@ -450,22 +516,24 @@ def _box_overlays(
             docs[name] = load_yaml(path, _display(root, path), within=root)
         except DesiredStateError as exc:
             problems += exc.problems
+        else:
+            files.append((path, docs[name]))
     return docs, problems
 
 
 def _image_overlay(
-    root: Path, inv: InventorySpec, inv_doc: SourceDoc
+    root: Path, inv: InventorySpec, inv_doc: SourceDoc, files: list[tuple[Path, SourceDoc]]
 ) -> tuple[SourceDoc | None, list[Problem]]:
     """The lab's registry digests replace the catalog's, as the last layer of every box."""
     if inv.image_overlay is None:
         return None, []
-    path = Path(inv.image_overlay)
-    path = path if path.is_absolute() else root / path
+    path = _overlay_file(root, inv.image_overlay)
     at = inv_doc.positions.get(("image_overlay",), inv_doc.positions[()])
     if not os.path.lexists(path):  # anything else there is load_yaml's located error
         hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
         return None, [Problem(at, "image_overlay", f"{inv.image_overlay} does not exist{hint}")]
     doc = load_yaml(path, _display(root, path), within=root)
+    files.append((path, doc))
     problems = []
     for name, ref in doc.data.items():
         if not isinstance(ref, str) or not is_digest_ref(ref):

@@ -18,8 +18,9 @@ two boxes, say). A symlink that leaves the repository is refused: a desired-stat
 of the repository, and error messages quote values from what they read (a link to
 ~/.ssh/id_ed25519 or /etc/shadow in a cloned repository must not end up in a terminal or a CI
 log). So is a file reached through a directory symlink that leaves it (`group_vars ->
-/elsewhere`). A path the operator names explicitly (`-i /elsewhere/hosts.yaml`) is not a
-symlink and is read where it is.
+/elsewhere`), or through a symlink and `..` (`lnk/../x.yaml` with lnk -> /elsewhere/sub is
+/elsewhere/x.yaml to the kernel, whatever the text says). A path the operator names explicitly
+(`-i /elsewhere/hosts.yaml`) is not a symlink and is read where it is.
 """
 
 from __future__ import annotations
@@ -127,6 +128,17 @@ def _no_way_out(path: Path, within: Path) -> None:
     here = os.path.abspath(path)
     if not here.startswith(base + os.sep):
         return
+    if climbs(path):
+        # abspath drops `link/..` as text, but the kernel takes `..` from where the link
+        # leads: `lnk/../x.yaml` with lnk -> /elsewhere/sub opens /elsewhere/x.yaml. Where the
+        # directory really is is what counts (realpath follows each link before its `..`).
+        real_base = os.path.realpath(base)
+        real_dir = os.path.realpath(os.path.dirname(os.path.join(os.getcwd(), path)))
+        if os.path.commonpath([real_base, real_dir]) != real_base:
+            raise Unreadable(
+                f"leads through a symlink and `..` to {real_dir!r}, which is outside the repository"
+            )
+        return
     step = base
     for part in here[len(base) + 1 :].split(os.sep)[:-1]:
         step = f"{step}{os.sep}{part}"
@@ -138,6 +150,12 @@ def _no_way_out(path: Path, within: Path) -> None:
                 raise Unreadable(
                     f"{shown}/ is a symlink to {pointed!r}, which is outside the repository"
                 )
+
+
+def climbs(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` has a `..` component: only then does abspath's textual answer differ
+    from the kernel's (`.` and `//` mean the same to both)."""
+    return ".." in os.fspath(path).split(os.sep)
 
 
 def _kind(mode: int) -> str:
