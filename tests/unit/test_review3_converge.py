@@ -424,3 +424,56 @@ def test_a_killed_converge_a_later_applied_one_went_over_is_not_said_again(
     path.write_text(json.dumps(dict(meta(deploy, sid), status="running")))  # as before review 3
     assert over["ok"] is True and meta(deploy, over["snapshot"])["status"] == "applied"
     assert result(converge_payload(managed_env={"FOO": "4"}))["ok"] is True
+
+
+# -- a rollback killed halfway is said by the next converge ----------------------------------------
+def test_the_converge_after_a_killed_rollback_refuses_until_it_is_run_again(
+    deploy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback to the first of two applied converges, killed after its first restored file:
+    the box is half restored. The next converge refuses (as after a killed converge), naming
+    the rollback; running that rollback again lets converges go on."""
+    Engine(monkeypatch, converge, deploy)
+    first = result(converge_payload(managed_env={"FOO": "2"}))["snapshot"]
+    later = result(converge_payload(managed_env={"FOO": "3"}))["snapshot"]
+    real = converge.restore_snapshot_files
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise Killed
+
+    monkeypatch.setattr(converge, "restore_snapshot_files", killed)
+    with pytest.raises(Killed):
+        run_events(converge, converge_payload("rollback", snapshot=first))
+    monkeypatch.setattr(converge, "restore_snapshot_files", real)
+    assert meta(deploy, first)["status"] == "rolling-back"
+    assert meta(deploy, later)["status"] == "applied"  # not reached: the newer one is applied
+    code, events = run_events(converge, converge_payload(managed_env={"FOO": "4"}))
+    done = events[-1]
+    assert code == 1 and done["interrupted"]["snapshot"] == first
+    assert f"the previous rollback (to snapshot {first}, started at " in done["failed"]
+    assert (deploy / ".env").read_text() == "FOO=3\n"  # nothing changed
+    assert result(converge_payload("rollback", snapshot=first))["ok"] is True
+    assert meta(deploy, first)["status"] == "rolled-back"
+    assert result(converge_payload(managed_env={"FOO": "5"}))["ok"] is True
+
+
+def test_accept_interrupted_converges_over_a_killed_rollback(
+    deploy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Engine(monkeypatch, converge, deploy)
+    first = result(converge_payload(managed_env={"FOO": "2"}))["snapshot"]
+    real = converge.restore_snapshot_files
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise Killed
+
+    monkeypatch.setattr(converge, "restore_snapshot_files", killed)
+    with pytest.raises(Killed):
+        run_events(converge, converge_payload("rollback", snapshot=first))
+    monkeypatch.setattr(converge, "restore_snapshot_files", real)
+    _, events = run_events(
+        converge, converge_payload(managed_env={"FOO": "3"}, accept_interrupted=True)
+    )
+    assert events[-1]["ok"] is True
+    assert f"snapshot {first}: its rollback to it did not finish" in notes(events)
+    assert meta(deploy, first)["status"] == "interrupted"

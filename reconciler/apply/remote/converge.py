@@ -1825,6 +1825,7 @@ def prune(box, keep, protect=()):
 
 
 UNDONE = ("rolled-back",)  # a snapshot whose converge's changes a rollback took back
+ROLLING_BACK = "rolling-back"  # a rollback to the snapshot began and has not ended (yet)
 
 
 def chain_needs(box, sid, kept):
@@ -2304,13 +2305,14 @@ def converge(box, lock):
     if left and not p.get("accept_interrupted"):
         return refuse_interrupted(left[-1])
     sweep_temp_files(box)
-    for old, _ in left:
+    for old, meta in left:
         # Accepted: converged over. Its snapshot stays (a rollback to it undoes both).
+        what = "rollback to it" if meta.get("status") == ROLLING_BACK else "converge"
         set_status(box, old, "interrupted", reason="converged over (--accept-interrupted)")
         emit(
             "note",
-            message="snapshot %s: its converge did not finish; converging from the state it "
-            "left (--accept-interrupted), a rollback to it undoes both" % old,
+            message="snapshot %s: its %s did not finish; converging from the state it "
+            "left (--accept-interrupted), a rollback to it undoes both" % (old, what),
         )
     if stale.get("pid"):
         emit(
@@ -2401,21 +2403,25 @@ def converge(box, lock):
 
 
 def interrupted_converges(box):
-    """[(id, meta)] of the snapshots whose converge never finished, oldest first: status
-    `running` seen under the lock, where no other converge can run and this one has taken no
-    snapshot yet. take_snapshot writes `running`; every end of a converge (applied, its
-    rollback done or failed) replaces it; only a kill leaves it. Only those after the newest
-    applied one: a converge applied since (an older program went on over a killed one) left
-    the box in a state it verified. One that cannot be read is left to the listing."""
+    """[(id, meta)] of the snapshots whose converge or rollback never finished, oldest first:
+    status `running` or ROLLING_BACK seen under the lock, where no other converge can run and
+    this one has taken no snapshot yet. take_snapshot writes `running`, a rollback
+    ROLLING_BACK; every end of either (applied, rolled back, failed) replaces it; only a kill
+    leaves it. A `running` one only after the newest applied one: a converge applied since (an
+    older program went on over a killed one) left the box in a state it verified. A rollback
+    wherever it is: one to an older snapshot had begun undoing the applied ones after it, and
+    marks them only once it is done. One that cannot be read is left to the listing."""
     out = []  # type: list
+    past_applied = False
     for sid in reversed(list_snapshots(box)):
         try:
             meta = read_meta(box, sid)
         except (OSError, ValueError, Failed):
             continue
-        if meta.get("status") in APPLIED:
-            break
-        if meta.get("status") == "running":
+        status = meta.get("status")
+        if status in APPLIED:
+            past_applied = True
+        elif status == ROLLING_BACK or (status == "running" and not past_applied):
             out.insert(0, (sid, meta))
     return out
 
@@ -2426,13 +2432,26 @@ def refuse_interrupted(found):
     may have been repaired by hand since, and a rollback the operator did not ask for would
     undo that; the operator chooses (reconcile rollback --to it, or --accept-interrupted)."""
     sid, meta = found
-    taken = meta.get("taken_at") if isinstance(meta.get("taken_at"), str) else "?"
-    who = meta.get("holder") if isinstance(meta.get("holder"), str) else "?"
-    message = (
-        "the previous converge (snapshot %s, started at %s by %s) did not finish: the box may "
-        "be half converged; nothing was changed. Roll it back to that snapshot, or converge "
-        "from the state it left with --accept-interrupted" % (sid, scrub(taken), scrub(who))
-    )
+
+    def text(key):
+        return meta.get(key) if isinstance(meta.get(key), str) else "?"
+
+    if meta.get("status") == ROLLING_BACK:
+        taken, who = text("rollback_started_at"), text("rollback_holder")
+        message = (
+            "the previous rollback (to snapshot %s, started at %s by %s) did not finish: the "
+            "box may be half restored; nothing was changed. Run that rollback again, or "
+            "converge from the state it left with --accept-interrupted"
+            % (sid, scrub(taken), scrub(who))
+        )
+    else:
+        taken, who = text("taken_at"), text("holder")
+        message = (
+            "the previous converge (snapshot %s, started at %s by %s) did not finish: the box "
+            "may be half converged; nothing was changed. Roll it back to that snapshot, or "
+            "converge from the state it left with --accept-interrupted"
+            % (sid, scrub(taken), scrub(who))
+        )
     return {
         "ok": False,
         "failed": message,
@@ -2816,6 +2835,13 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
     try:
         hashes = original if original is not None else hashes_or_empty(box)
         chain = snapshot_chain(box, sid)
+        # Said before the first file is restored: a rollback killed halfway (SIGKILL, a power
+        # cut) leaves this status, and the next converge refuses the half restored box
+        # (interrupted_converges) until the rollback is run again or the operator accepts it.
+        record_status(
+            box, sid, ROLLING_BACK, reason=reason, rollback_started_at=now_iso(),
+            rollback_holder=box.p.get("holder"),
+        )  # fmt: skip
         meta, restored, removed, kept = restore_snapshot_files(box, sid, chain)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
         before = meta.get("containers")
