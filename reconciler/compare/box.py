@@ -89,7 +89,9 @@ def observation_errors(
         ("capabilities", gateway.capabilities),
         ("models_noauth", gateway.models_noauth),
     ):
-        if probe is not None and probe.status is None and probe.error:
+        # No answer, or one lobes never sends (an answer whose body the probe could not read,
+        # observe/document.py `_answered`): either way what it would tell was not compared.
+        if probe is not None and probe.error:
             errors.append(BoxError(Part.GATEWAY_PROBE, f"gateway {name} (loopback)", probe.error))
     errors += secret_source_errors(exp, doc)
     return errors

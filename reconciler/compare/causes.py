@@ -20,16 +20,22 @@ An entry is a *symptom* of another entry of the same box when that one provably 
 
 - a container's `env` VAR: the login shell's export of VAR when the container carries the
   shell's value (equal digests or values), else the `.env` entry of VAR;
-- an `argv` flag or an `image`: the `.env` entry whose (desired, observed) pair is the same;
+- an `argv` flag or an `image`: the `.env` entry whose (desired, observed) pair is the same,
+  of a key that lane reads (its role's `<PREFIX>_` knobs; its role's image variable);
 - a `compose-file` dead knob, or a desired service the render lacks: the compose file its
   source names, when that file is edited;
 - a `contract` window: the entry whose pair is the same, or reversed (the gateway advertises
-  its start-time window while the lane serves the new one);
+  its start-time window while the lane serves the new one), of the role's own lane or `.env`
+  keys (`capabilities.embedder.context`: lane vllm-embed, keys `EMBED_*`); the gateway's
+  version: `.env` MODEL_GEAR_VERSION;
 - `auth`: the gateway's drifted key variable, else the `.env` or login-shell entry of it.
 
 A match on values alone must be unambiguous (one explaining cause), else the entry stays its
-own cause: a report must never attribute a symptom it cannot prove. The same cause on several
-boxes is one Cause listing the boxes.
+own cause: a report must never attribute a symptom it cannot prove. Windows (8192, 131072)
+and image references recur across lanes, so a value matches only among the entries of the
+lane or keys the entry is about; which lane serves a role and which keys it reads are lobes'
+fixed tables (desired/roles.py): a lane under another service name than lobes' own is linked
+to nothing by value. The same cause on several boxes is one Cause listing the boxes.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reconciler.compare.drift import BoxResult, Drift, Kind, SecretValue
+from reconciler.desired import roles
 
 __all__ = ["Cause", "Link", "group_causes", "link_box", "own_cause"]
 
@@ -65,6 +72,10 @@ _KIND_RANK = {kind: rank for rank, kind in enumerate(_FIX_ORDER)}
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
 # The kinds whose (desired, observed) pair can explain another entry (_Index._by_value).
 _EXPLAIN_BY_VALUE = (Kind.ENVFILE, Kind.ARGV, Kind.COMPOSE_FILE)
+# The role lobes runs each of its services for: a lane entry's role (the `.env` keys it reads).
+_ROLE_OF_SERVICE = {service: role for role, service in roles.SERVICE.items()}
+# The `.env` key the running gateway's /health version follows (it is built from it).
+_VERSION_KEYS = frozenset({"MODEL_GEAR_VERSION"})
 
 
 @dataclass(frozen=True)
@@ -207,14 +218,19 @@ class _Index:
         return None
 
     def _by_value(self, i: int, d: Drift, reverse: bool, kinds: tuple[Kind, ...]) -> int | None:
-        """The entry with the same (desired, observed) pair (or reversed), of the first of
-        `kinds` that has one; several of that kind: the one that shares the most name tokens
-        with this entry, if that is one (else none: a tie proves nothing)."""
+        """The entry with the same (desired, observed) pair (or reversed), among those this
+        entry is about (_scope), of the first of `kinds` that has one; several of that kind:
+        the one that shares the most name tokens with this entry, if that is one (else none:
+        a tie proves nothing)."""
         pair = _pair(d)
         if pair is None:
             return None
         key = (pair[1], pair[0]) if reverse else pair
         matches = [j for j in self.pairs.get(key, ()) if j != i]
+        if not matches:  # the common case: no scope to work out
+            return None
+        lane, prefix, keys = _scope(d)
+        matches = [j for j in matches if _in_scope(self.drifts[j], lane, prefix, keys)]
         for kind in kinds:
             candidates = [j for j in matches if self.drifts[j].kind is kind]
             if len(candidates) == 1:
@@ -226,6 +242,40 @@ class _Index:
                 )
                 return scored[0][1] if scored[0][0] > scored[1][0] else None
         return None
+
+
+def _scope(d: Drift) -> tuple[str | None, str | None, frozenset[str]]:
+    """What an entry explained by value can follow from: (the subject of the lane it is
+    about, the prefix of the `.env` keys that lane reads, other `.env` keys it follows)."""
+    subject = d.subject
+    if d.kind is Kind.IMAGE:
+        if subject == "gateway":
+            return None, None, frozenset({roles.GATEWAY_IMAGE_VARIABLE})
+        variable = roles.IMAGE_VARIABLE.get(_ROLE_OF_SERVICE.get(_service(subject), ""))
+        return None, None, frozenset({variable} if variable else ())
+    if d.kind is Kind.CONTRACT and subject == "gateway":
+        parts = d.path.split(".")
+        if len(parts) >= 3 and parts[0] == "capabilities":
+            role = parts[1]
+            service = roles.SERVICE.get(role)
+            return (f"lane:{service}" if service else None), _prefix(role), frozenset()
+        if d.path == "health.version":
+            return None, None, _VERSION_KEYS
+        return None, None, frozenset()
+    if subject.startswith("lane:"):  # an argv flag, a lane's own window
+        return subject, _prefix(_ROLE_OF_SERVICE.get(_service(subject), "")), frozenset()
+    return None, None, frozenset()
+
+
+def _prefix(role: str) -> str | None:
+    prefix = roles.ENV_PREFIX.get(role)
+    return f"{prefix}_" if prefix else None
+
+
+def _in_scope(e: Drift, lane: str | None, prefix: str | None, keys: frozenset[str]) -> bool:
+    if e.kind is Kind.ENVFILE:
+        return e.path in keys or (prefix is not None and e.path.startswith(prefix))
+    return lane is not None and e.subject == lane
 
 
 def _carries(env: Drift, shell: Drift) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import BoxError, BoxResult, Drift, sorted_drifts
+from reconciler.compare.drift import BoxError, BoxResult, Drift, Part, sorted_drifts
 from reconciler.compare.gateway import compare_auth, contract_drifts
 from reconciler.observe.document import ControllerProbes, Probe
 
@@ -36,11 +36,18 @@ def partial_result(exp: BoxExpectation, probes: ControllerProbes, why: BoxError)
         *contract_drifts(exp, probes.health, probes.capabilities, windows, {}),
         *compare_auth(exp, None, probes),
     ]
+    # A probe answered with a body lobes never sends (observe/document.py `_answered`): what
+    # it would tell was not compared, said beside why the box was not observed.
+    odd = [
+        BoxError(Part.GATEWAY_PROBE, f"gateway {name} (from the controller)", probe.error)
+        for name, probe in (("health", probes.health), ("capabilities", probes.capabilities))
+        if probe is not None and probe.status is not None and probe.error
+    ]
     return BoxResult(
         exp.name,
         reachable=False,
         drifts=sorted_drifts(drifts),
-        errors=(why,),
+        errors=(why, *odd),
         facts=controller_facts(probes),
         partial=f"{PARTIAL}: {seen(probes)}",
     )
