@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, cast
 
 from reconciler import fast_json
 from reconciler.drift_inputs import DriftInputs
@@ -544,32 +544,34 @@ def _box_file(name: str, obs: BoxObservation) -> bytes:
 
 # The collector's hash of a secret inside a word (`--hf-token={"secret": "hmac:..."}`)
 _INLINE_DIGEST = re.compile(r'\{"secret": "hmac:[0-9a-f]{64}"\}')
+_QUOTED_MASK = re.compile(r"([\"'])\*\*\*\1")  # `"***"`: the store's mask, unquoted
 
 
 def _saved(doc: dict[str, Any]) -> dict[str, Any]:
-    """The box file's document, masked as the store keeps it (masking.stored) if the box sent
-    some secret in clear, else as it is. Not masked always: the store also masks the words
-    whose secret the collector hashed in place, whose digests a replay compares (a knob's
-    inline `--api-key`), so a clean box's file keeps them."""
+    """The box file's document with what the store masks (masking.stored: a secret the box
+    sent in clear, an older or broken collector's) masked, and everything else as the box
+    sent it. A word whose only secrets are the collector's own digests keeps them: the store
+    masks those too, but a replay compares them (a knob's inline `--api-key`)."""
     from reconciler.history.masking import stored
 
-    masked = stored(doc)
-    return masked if _clear_in(doc, masked) else doc
+    return cast(dict[str, Any], _merged(doc, stored(doc)))
 
 
-def _clear_in(doc: Any, masked: Any) -> bool:
-    """Whether masking changed more than words holding the collector's digests. `stored`
-    copies only the path to what it masked: an unchanged part is the same object, not
-    walked."""
+def _merged(doc: Any, masked: Any) -> Any:
+    """`masked` where it masked a clear value, `doc` elsewhere. `stored` copies only the path to
+    what it masked: an unchanged part is the same object, not walked."""
     if doc is masked:
-        return False
+        return doc
     if type(doc) is dict and type(masked) is dict and doc.keys() == masked.keys():
-        return any(_clear_in(value, masked[key]) for key, value in doc.items())
+        return {key: _merged(value, masked[key]) for key, value in doc.items()}
     if type(doc) is list and type(masked) is list and len(doc) == len(masked):
-        return any(map(_clear_in, doc, masked))
-    if type(doc) is str and type(masked) is str:
-        return doc != masked and not _INLINE_DIGEST.search(doc)
-    return bool(doc != masked)
+        return list(map(_merged, doc, masked))
+    if type(doc) is str and type(masked) is str and _INLINE_DIGEST.search(doc):
+        # Masked only where the digests were: the digests kept. A clear value beside them
+        # leaves a difference the digests do not explain: masked.
+        digests_masked = _QUOTED_MASK.sub("***", _INLINE_DIGEST.sub("***", doc))
+        return doc if digests_masked == _QUOTED_MASK.sub("***", masked) else masked
+    return masked
 
 
 def index_box_problem() -> str:
