@@ -298,7 +298,32 @@ def test_a_rollback_to_an_older_snapshot_marks_every_later_converge_undone(
     assert (deploy / ".env").read_text() == "FOO=1\n"
     assert [meta(deploy, s)["status"] for s in sids] == ["rolled-back"] * 3
     assert meta(deploy, sids[2])["reason"] == f"undone by the rollback to {sids[0]}"
-    # A second rollback to a later one changes nothing of the first's record
-    first = meta(deploy, sids[0])
+    # A rollback to a later one puts the first converge's change back, and says so
     assert result(converge_payload("rollback", snapshot=sids[1]))["ok"] is True
-    assert meta(deploy, sids[0]) == first
+    assert (deploy / ".env").read_text() == "FOO=2\n"
+    assert meta(deploy, sids[0])["status"] == "applied"
+    assert meta(deploy, sids[0])["reason"] == f"redone by the rollback to {sids[1]}"
+
+
+def test_a_rollback_to_a_later_snapshot_redoes_the_converges_an_earlier_rollback_undid(
+    deploy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back to s1 (undoing s1..s3), then to s3: the box is as s3 found it, s1's and s2's
+    changes in it, so they are `applied` again (and kept from pruning as the newest applied);
+    a converge undone before the snapshot rolled back to was taken stays undone."""
+    engine(monkeypatch, deploy)
+    s = [result(converge_payload(managed_env={"FOO": v}))["snapshot"] for v in "2345"]
+    assert result(converge_payload("rollback", snapshot=s[1]))["ok"] is True
+    assert (deploy / ".env").read_text() == "FOO=2\n"
+    assert [meta(deploy, x)["status"] for x in s] == ["applied"] + ["rolled-back"] * 3
+    assert result(converge_payload("rollback", snapshot=s[3]))["ok"] is True
+    assert (deploy / ".env").read_text() == "FOO=4\n"
+    assert [meta(deploy, x)["status"] for x in s] == ["applied"] * 3 + ["rolled-back"]
+    assert meta(deploy, s[2])["reason"] == f"redone by the rollback to {s[3]}"
+    assert converge.newest_applied(converge.Box(converge_payload("snapshots")), s) == s[2]
+    # Undone before the next snapshot was taken: not redone by a rollback to that one.
+    assert result(converge_payload("rollback", snapshot=s[1]))["ok"] is True
+    s4 = result(converge_payload(managed_env={"FOO": "9"}))["snapshot"]
+    assert result(converge_payload("rollback", snapshot=s4))["ok"] is True
+    assert (deploy / ".env").read_text() == "FOO=2\n"
+    assert [meta(deploy, x)["status"] for x in s] == ["applied"] + ["rolled-back"] * 3

@@ -2895,17 +2895,54 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         record_status(box, sid, "rollback-failed", reason=reason, rollback=result)
     else:
         # The rollback is done: a status that cannot be written is a warning, not a failure.
-        if not record_status(box, sid, "rolled-back", reason=reason, rollback=result):
+        # `undone_at`: the newest snapshot when it was undone (redone_by_rollback reads it),
+        # `undone_from`: the status it had.
+        newest = (list_snapshots(box) or [sid])[-1]
+        undone = {"undone_at": newest, "undone_from": chain[0][1].get("status")}
+        if not record_status(box, sid, "rolled-back", reason=reason, rollback=result, **undone):
             emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
         # Every later converge is undone with the chain, and says so: one left `applied` was
-        # still listed as the box's state, kept from pruning as the newest applied one, and
-        # counted by chain_needs as changes a rollback to an older kept snapshot must undo. A
-        # killed one (`running`, interrupted_converges) no longer stops the next converge.
+        # still listed as the box's state. A killed one (`running`, interrupted_converges) no
+        # longer stops the next converge. A rollback's record of its own is not this one's.
         for other, later in chain[1:]:
             if later.get("status") not in UNDONE:
-                record_status(box, other, "rolled-back", reason="undone by the rollback to " + sid)
+                record_status(
+                    box, other, "rolled-back", reason="undone by the rollback to " + sid,
+                    rollback=None, undone_at=newest, undone_from=later.get("status"),
+                )  # fmt: skip
+        redo_by_rollback(box, sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
+
+
+# What a converge undone and then redone is again (`undone_from`); anything else: applied.
+REDONE = ("applied", "verified", "interrupted", "running", ROLLING_BACK)
+
+
+def redo_by_rollback(box, sid):
+    """The box is back as it was when `sid` was taken: every older converge that a rollback
+    undid after that (its `undone_at` is `sid` or newer) is on the box again. Its status says
+    so (as it was before it was undone), so that pruning keeps what a rollback to an older
+    snapshot needs (newest_applied, chain_needs) and the listing shows the box's state. One
+    undone before `sid` was taken stays undone: `sid` was taken without it."""
+    order = snapshot_order(sid)
+    for older in list_snapshots(box):
+        if snapshot_order(older) >= order:
+            break
+        try:
+            meta = read_meta(box, older)
+        except (OSError, ValueError, Failed):
+            continue
+        at = meta.get("undone_at")
+        if meta.get("status") not in UNDONE or not isinstance(at, str):
+            continue
+        if not SNAPSHOT_ID.match(at) or snapshot_order(at) < order:
+            continue
+        was = meta.get("undone_from")
+        record_status(
+            box, older, was if was in REDONE else "applied",
+            reason="redone by the rollback to " + sid, undone_at=None, undone_from=None,
+        )  # fmt: skip
 
 
 def remove_containers(box, before, created, chain, touched, damaged=False, kept=()):
