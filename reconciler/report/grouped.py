@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reconciler.compare.causes import Cause, group_causes
 from reconciler.compare.drift import BoxResult, Drift, DriftReport
 from reconciler.report.order import ordered_drifts
-from reconciler.report.values import display, secret_tag
+from reconciler.report.values import ABSENT, MASK, display, secret_tag
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class Row:
     # Distinct values folded into this row (`rows`); 0: its entries read the same, and its
     # first entry's values are every entry's.
     folded: int = 0
+    # A folded row's observed value as displayed, when every entry in it has the same ("" if
+    # they differ): shown, as the listed rows show theirs.
+    observed: str = ""
 
     @property
     def first(self) -> Drift:
@@ -56,9 +60,13 @@ VALUES_LISTED = 3
 
 
 def rows(cause: Cause, fold: bool = False) -> list[Row]:
-    """The cause's rows, changes first. `fold`: a key with more than FOLD_PAST values lists
-    VALUES_LISTED of them (those on the most entries, then on the boxes first in report order)
-    and holds the rest in one row after them."""
+    """The cause's rows, changes first. `fold`: a key with more than FOLD_PAST values lists a
+    few of them (those on the most entries, then on the boxes first in report order) and holds
+    the rest in one row after them, but never hides a kind of difference no row shows: its
+    values are told apart by shape (`_shape`: absent, empty, one item or a list of items, and
+    the items' form), each shape gets rows of its own (VALUES_LISTED for the commonest, one
+    for each other) and its own folded row; an observed absence or empty value keeps its own
+    row (up to FOLD_PAST of them: a key missing on 1,000 boxes is still a few rows)."""
     rank = {box: i for i, box in enumerate(cause.boxes)}
     out: list[Row] = []
     for symptom, drifts in ((False, cause.changes), (True, cause.symptoms)):
@@ -69,26 +77,88 @@ def rows(cause: Cause, fold: bool = False) -> list[Row]:
         by_key: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
         for reading in same:
             by_key.setdefault(_key(reading), []).append(reading)
-        folded: set[tuple[str, ...]] = set()
-        # A folded key's last listed reading (its fold comes right after it), and its fold's size
-        last: dict[tuple[str, ...], tuple[tuple[str, ...], int]] = {}
-        for key, readings in by_key.items():
+        # A folded reading's fold (a number), each fold's readings, the listed reading it follows
+        fold_of: dict[tuple[str, ...], int] = {}
+        folds: list[list[tuple[str, ...]]] = []
+        after: dict[tuple[str, ...], int] = {}
+        for readings in by_key.values():
             if fold and len(readings) > FOLD_PAST:
-                readings.sort(key=lambda r: (-len(same[r]), rank.get(same[r][0].box, 0), r))
-                folded.update(readings[VALUES_LISTED:])
-                last[key] = (max(readings[:VALUES_LISTED]), len(readings) - VALUES_LISTED)
-        for reading in sorted(r for r in same if r not in folded):
+                for listed, held in _folds(readings, same, rank):
+                    after[max(listed)] = len(folds)
+                    fold_of.update((r, len(folds)) for r in held)
+                    folds.append(held)
+        in_fold: list[list[Drift]] = [[] for _ in folds]  # each fold's entries, report order
+        if folds:
+            for drift, reading in read:
+                at = fold_of.get(reading)
+                if at is not None:
+                    in_fold[at].append(drift)
+        for reading in sorted(r for r in same if r not in fold_of):
             out.append(Row(symptom, tuple(same[reading])))
-            key = _key(reading)
-            if key in last and last[key][0] == reading:  # the key's other entries, report order
-                rest = tuple(drift for drift, r in read if r in folded and _key(r) == key)
-                out.append(Row(symptom, rest, folded=last[key][1]))
+            at = after.get(reading)
+            if at is not None:  # the shape's other entries
+                observed = {r[3] for r in folds[at]}
+                shared = observed.pop() if len(observed) == 1 else ""
+                out.append(Row(symptom, tuple(in_fold[at]), len(folds[at]), shared))
     return out
 
 
+def _folds(
+    readings: list[tuple[str, ...]],
+    same: dict[tuple[str, ...], list[Drift]],
+    rank: dict[str, int],
+) -> list[tuple[list[tuple[str, ...]], list[tuple[str, ...]]]]:
+    """One key's readings by shape, each shape's (listed, folded); a shape whose readings are
+    all listed has no fold and is not returned (its readings stay rows)."""
+    readings.sort(key=lambda r: (-len(same[r]), rank.get(same[r][0].box, 0), r))
+    shapes: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, ...]]] = {}
+    for reading in readings:
+        shapes.setdefault((_shape(reading[2]), _shape(reading[3])), []).append(reading)
+    commonest = max(shapes.values(), key=len)
+    out = []
+    for (_desired, observed), of_shape in shapes.items():
+        if observed in _NEVER_FOLDED:
+            limit = FOLD_PAST
+        else:
+            limit = VALUES_LISTED if of_shape is commonest else 1
+        if len(of_shape) > limit + 1:  # one more is a row, not "(1 more values)"
+            out.append((of_shape[:limit], of_shape[limit:]))
+    return out
+
+
+_NEVER_FOLDED = ((ABSENT,), ('""',))
+
+
+def _shape(text: str) -> tuple[str, ...]:
+    """A displayed value's shape: absent, empty or a secret as itself; else whether it is one
+    item or a comma-separated list, and the forms of its items (letters and digits runs as
+    `x`: `http://10.77.0.12:8000` is `x://x.x.x.x:x`), so a box's own mesh seeds share the
+    shape of every other box's and a stray `http://203.0.113.66:8000` does not."""
+    if text in (ABSENT, '""', MASK):
+        return (text,)
+    items = text.split(",")
+    return ("list" if len(items) > 1 else "one", *sorted({_form(item) for item in items}))
+
+
+# Remembered (bounded): a mesh's seeds name the same members on every box.
+@functools.lru_cache(maxsize=8192)
+def _form(item: str) -> str:
+    return _WORDS.sub("x", item)
+
+
+_WORDS = re.compile(r"[^\W_]+")
+
+
 def folded_values(row: Row) -> str:
-    """What a folded row says in place of its values."""
+    """What a folded row says in place of its values: how many (`Row.observed`, shown beside
+    it, is what they all observed when they share it)."""
     return f"({row.folded} more values)"
+
+
+def folded_change(row: Row) -> str:
+    """A folded row's values as one text: how many, and what they all observed if they share
+    it (`(14 more values) -> (absent)`)."""
+    return folded_values(row) + (f" -> {row.observed}" if row.observed else "")
 
 
 def _key(reading: tuple[str, ...]) -> tuple[str, ...]:

@@ -164,7 +164,7 @@ def drift_causes(report: DriftReport) -> list[dict[str, Any]]:
             tag = secret_tag(d)
             folded = ""
             if row.folded:  # many values, one per box (grouped.rows): how many, in their place
-                folded = grouped.folded_values(row) + (f" ({tag})" if tag else "")
+                folded = grouped.folded_change(row) + (f" ({tag})" if tag else "")
             rows.append(
                 {
                     "symptom": row.symptom,

@@ -23,7 +23,7 @@ from reconciler.report.grouped import (
     where,
 )
 from reconciler.report.summary import plural, sentence, summarize
-from reconciler.report.values import clean, display, free_json, guarded, secret_tag
+from reconciler.report.values import ABSENT, clean, display, free_json, guarded, secret_tag
 
 DRIFT_COLUMNS = ("role", "kind", "path", "desired", "observed", "action", "on", "source", "note")
 ROLES = ("cause", "symptom")
@@ -142,7 +142,12 @@ def _drift_row(row: Row, places: str) -> list[str]:
     drift = row.first
     tag = secret_tag(drift)
     if row.folded:  # many values, one per box (grouped.rows): JSON lists each
-        desired, observed = f"*{text(folded_values(row))}*", f"({tag})" if tag else ""
+        desired = f"*{text(folded_values(row))}*"
+        # What they all observed, when the same (grouped.Row.observed), as a value is shown
+        shared = (
+            "" if not row.observed else "*absent*" if row.observed == ABSENT else code(row.observed)
+        )
+        observed = " ".join(part for part in (shared, f"({tag})" if tag else "") if part)
     else:
         desired = _value(drift.desired)
         observed = _value(drift.observed) + (f" ({tag})" if tag else "")

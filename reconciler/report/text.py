@@ -404,9 +404,13 @@ def _grid(cells: list[Text], widths: _Widths) -> RenderableType:
 
 
 def _folded(row: Row) -> Text:
-    """A folded row's values: how many (grouped.rows), and its secret tag."""
+    """A folded row's values: how many (grouped.rows), what they observed if the same, and
+    its secret tag."""
     tag = secret_tag(row.first)
     folded = _styled(folded_values(row), "meta")
+    if row.observed:  # what they all observed, cut as a listed row's value is
+        folded.append(ARROW)
+        folded.append(abbreviate_pair("", row.observed, VALUE_LIMIT)[1], style=STYLE["observed"])
     if tag:
         folded.append(f" ({tag})", style=STYLE["secret_tag"])
     return folded

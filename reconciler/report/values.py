@@ -19,6 +19,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from enum import Enum
+from typing import Any
 
 from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value, comparable
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
@@ -62,7 +63,9 @@ def guarded(report: DriftReport) -> DriftReport:
 
 
 def guarded_box(box: BoxResult) -> BoxResult:
-    """One box of `guarded`: itself when it has nothing to mask."""
+    """One box of `guarded`: itself when it has nothing to mask. Its facts are masked as its
+    drift is: a fact can be the box's own words (the gateway's /health `version` string, which
+    a box can make `0.9 Authorization: Bearer x`), printed by JSON and markdown."""
     drifts: list[Drift] | None = None  # made at the first drift masking changes
     for at, drift in enumerate(box.drifts):
         new = _guard(drift) if secret_path(drift.path) else _guard_words(drift)
@@ -70,7 +73,25 @@ def guarded_box(box: BoxResult) -> BoxResult:
             if drifts is None:
                 drifts = list(box.drifts)
             drifts[at] = new
-    return box if drifts is None else dataclasses.replace(box, drifts=tuple(drifts))
+    facts = _guarded_facts(box.facts)
+    if drifts is None and facts is box.facts:
+        return box
+    if drifts is None:
+        return dataclasses.replace(box, facts=facts)
+    return dataclasses.replace(box, drifts=tuple(drifts), facts=facts)
+
+
+def _guarded_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """The facts with every value masked as a drift's under the same name would be (a fact
+    named like a secret whole, any other's secret words): the same dict when nothing was."""
+    out: dict[str, Any] | None = None
+    for name, value in facts.items():
+        new = _masked(value) if secret_path(str(name)) else _words(value)
+        if new is not value:
+            if out is None:
+                out = dict(facts)
+            out[name] = new
+    return facts if out is None else out
 
 
 # Remembered (bounded): a fleet's drifts share a few paths, asked about by every box's report,
@@ -227,7 +248,11 @@ def display(value: object) -> str:
     if isinstance(value, Enum):
         return clean(str(value.value))
     if isinstance(value, str):
-        return clean(value) if value else '""'
+        # Quoted when blank or edged with blanks: `8192 ` against `8192` is a difference, and
+        # bare it would read as none (as "" reads as the empty value, not as nothing shown).
+        if not value or value[0].isspace() or value[-1].isspace():
+            return '"' + clean(value) + '"'
+        return clean(value)
     if isinstance(value, int | float):
         return str(value)
     if isinstance(value, tuple | list):
