@@ -77,6 +77,9 @@ def _load(data: Mapping[str, Any]) -> Fleet:
     return load_fleet(Path(str(root)), data.get("fleet_inventory"))
 
 
+ACCEPT_INTERRUPTED = "fleet_accept_interrupted"  # pyinfra --data fleet_accept_interrupted=true
+
+
 def plan(box: str, data: Mapping[str, Any] | None = None) -> Plan:
     """`box`'s plan, observed once per process; a blocked plan if it cannot be planned.
 
@@ -103,7 +106,14 @@ def _plan(box: str, data: Mapping[str, Any]) -> Plan:
                 "drop the override (--user, --port, --key, --data ssh_*) or change the inventory"
             )
             return _block(box, Part.CONNECTION, "connection", why)
+        accept = data.get(ACCEPT_INTERRUPTED, False)
+        if accept not in (True, False, "true", "false"):
+            why = f"--data {ACCEPT_INTERRUPTED}= must be true or false"
+            return _block(box, Part.CONNECTION, ACCEPT_INTERRUPTED, why)
         _prepared[box] = prepare(f, box)
+        # `reconcile apply --accept-interrupted` for the pyinfra route: converge from the state a
+        # killed converge or rollback left (the box refuses otherwise, naming its snapshot).
+        _prepared[box].accept_interrupted = accept in (True, "true")
     except MissingControllerSecret as exc:  # raised before any box is contacted
         return _block(
             box, Part.SECRET_SOURCE, "controller secret", "; ".join(str(exc).splitlines())
