@@ -107,13 +107,13 @@ def _plan(box: str, data: Mapping[str, Any]) -> Plan:
             )
             return _block(box, Part.CONNECTION, "connection", why)
         accept = data.get(ACCEPT_INTERRUPTED, False)
-        if accept not in (True, False, "true", "false"):
+        if type(accept) is not bool and accept not in ("true", "false"):  # 1 == True: exact
             why = f"--data {ACCEPT_INTERRUPTED}= must be true or false"
             return _block(box, Part.CONNECTION, ACCEPT_INTERRUPTED, why)
         _prepared[box] = prepare(f, box)
         # `reconcile apply --accept-interrupted` for the pyinfra route: converge from the state a
         # killed converge or rollback left (the box refuses otherwise, naming its snapshot).
-        _prepared[box].accept_interrupted = accept in (True, "true")
+        _prepared[box].accept_interrupted = accept is True or accept == "true"
     except MissingControllerSecret as exc:  # raised before any box is contacted
         return _block(
             box, Part.SECRET_SOURCE, "controller secret", "; ".join(str(exc).splitlines())

@@ -44,8 +44,9 @@ def test_the_flag_reaches_the_converge(prepared: list[Any], given: Any, accepted
     assert session.prepared("thor").accept_interrupted is accepted
 
 
-def test_any_other_value_blocks_the_box(prepared: list[Any]) -> None:
-    plan = session.plan("thor", _data(fleet_accept_interrupted="yes"))
+@pytest.mark.parametrize("given", ["yes", 1, 0])  # pyinfra's --data reads `1` as a number
+def test_any_other_value_blocks_the_box(prepared: list[Any], given: Any) -> None:
+    plan = session.plan("thor", _data(fleet_accept_interrupted=given))
     assert plan.blocked and "fleet_accept_interrupted= must be true or false" in str(
         plan.blocked[0]
     )

@@ -1839,11 +1839,24 @@ def chain_needs(box, sid, kept):
     if not older:
         return ""
     try:
-        status = read_meta(box, sid).get("status")
+        meta = read_meta(box, sid)
     except (OSError, ValueError, Failed):
         return ""
+    status = meta.get("status")
     if status in UNDONE:
-        return ""
+        # Undone, but a rollback to a kept snapshot taken before it was undone puts it back
+        # (redo_by_rollback), and a rollback to the older one must then undo it again.
+        at = meta.get("undone_at")
+        if not isinstance(at, str) or not SNAPSHOT_ID.match(at):
+            return ""
+        order = snapshot_order(sid)
+        redoers = [k for k in kept if order < snapshot_order(k) <= snapshot_order(at)]
+        if not redoers:
+            return ""
+        return (
+            "its converge was undone, but a rollback to %s, which is kept, puts it back, and a "
+            "rollback to %s must then know what it changed" % (redoers[0], older[0])
+        )
     return (
         "its converge was not undone (%s) and a rollback to %s, which is kept, must know what "
         "it changed" % (status if isinstance(status, str) else "no status", older[0])
@@ -2838,9 +2851,10 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         # Said before the first file is restored: a rollback killed halfway (SIGKILL, a power
         # cut) leaves this status, and the next converge refuses the half restored box
         # (interrupted_converges) until the rollback is run again or the operator accepts it.
+        # `rollback_from`: the status it replaces (kept by a rollback run again after a kill).
         record_status(
             box, sid, ROLLING_BACK, reason=reason, rollback_started_at=now_iso(),
-            rollback_holder=box.p.get("holder"),
+            rollback_holder=box.p.get("holder"), rollback_from=status_before(chain[0][1]),
         )  # fmt: skip
         meta, restored, removed, kept = restore_snapshot_files(box, sid, chain)
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
@@ -2898,7 +2912,7 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         # `undone_at`: the newest snapshot when it was undone (redone_by_rollback reads it),
         # `undone_from`: the status it had.
         newest = (list_snapshots(box) or [sid])[-1]
-        undone = {"undone_at": newest, "undone_from": chain[0][1].get("status")}
+        undone = {"undone_at": newest, "undone_from": status_before(chain[0][1])}
         if not record_status(box, sid, "rolled-back", reason=reason, rollback=result, **undone):
             emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
         # Every later converge is undone with the chain, and says so: one left `applied` was
@@ -2908,7 +2922,7 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
             if later.get("status") not in UNDONE:
                 record_status(
                     box, other, "rolled-back", reason="undone by the rollback to " + sid,
-                    rollback=None, undone_at=newest, undone_from=later.get("status"),
+                    rollback=None, undone_at=newest, undone_from=status_before(later),
                 )  # fmt: skip
         redo_by_rollback(box, sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
@@ -2916,7 +2930,13 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
 
 
 # What a converge undone and then redone is again (`undone_from`); anything else: applied.
-REDONE = ("applied", "verified", "interrupted", "running", ROLLING_BACK)
+REDONE = ("applied", "verified", "interrupted", "running")
+
+
+def status_before(meta):
+    """A snapshot's status, or the one a rollback to it that did not finish replaced."""
+    status = meta.get("status")
+    return meta.get("rollback_from") if status == ROLLING_BACK else status
 
 
 def redo_by_rollback(box, sid):
