@@ -194,7 +194,8 @@ def mask_credentials(text: str) -> str:
     """A credential inside `text` masked where `scrub_text` would cut the text from it: the
     value of a flag named like a secret (`--api-key x`, `--hf-token=x`, `'--token', 'x'`), of
     a credential header (`Authorization: Bearer x`, `X-Api-Key: x`) and after `Bearer`; the
-    rest as it is (the collector hashes the same values inside a command's word)."""
+    rest as it is (the collector hashes the same values inside a command's word), and a URL's
+    password (`https://user:***@host`)."""
     if "-" in text:
         text = re.sub(_SECRET_FLAG, _mask_flag, text)
         text = re.sub(_SECRET_ITEM, _mask_item, text)
@@ -205,6 +206,8 @@ def mask_credentials(text: str) -> str:
     if "bearer" in lower or "authorization" in lower or "api-key" in lower:
         text = re.sub(_HEADER_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
         text = re.sub(_SCHEME_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
+    if "@" in text and "://" in text:  # a URL's password, as scrub_text masks it
+        text = re.sub(_USERINFO, rf"\1:{MASK}@", text)
     return text
 
 

@@ -213,3 +213,21 @@ def test_a_value_edged_with_blanks_is_quoted_in_every_format(tmp_path: Path) -> 
 )
 def test_display_quotes_only_a_blank_edged_value(value: str, shown: str) -> None:
     assert display(value) == shown
+
+
+def test_a_url_password_in_a_box_value_is_masked_in_every_format(tmp_path: Path) -> None:
+    """A URL's password (`https://user:pw@host`) in a box-controlled value: masked in the fact
+    and in the drift's observed value, as scrub_text masks it in error texts."""
+
+    def with_password(document: dict[str, Any]) -> None:
+        document["collected"]["gateway"]["health"]["body"]["version"] = (
+            "0.91.0 https://u:S3CRETURL@example.invalid/"
+        )
+
+    report = _incidents(tmp_path, "thor", with_password)
+    for fmt in FORMATS:
+        out = render(report, fmt)
+        assert "S3CRETURL" not in out, fmt
+    document = json.loads(render(report, "json"))
+    facts = {b["box"]: b["facts"] for b in document["boxes"]}
+    assert facts["thor"]["gateway_version"] == "0.91.0 https://u:***@example.invalid/"
