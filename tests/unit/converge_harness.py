@@ -148,6 +148,28 @@ def run_events(converge: Any, p: dict[str, Any]) -> tuple[int, list[dict[str, An
     return code, [json.loads(line) for line in out.getvalue().splitlines()]
 
 
+class Killed(BaseException):
+    """A SIGKILL: nothing of the program runs after it (no except, no finally of its own)."""
+
+
+def killed_rollback(converge: Any, monkeypatch: Any, sid: str) -> None:
+    """A rollback to `sid` killed at its first file restore, after it said it began."""
+    real = converge.restore_snapshot_files
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise Killed
+
+    monkeypatch.setattr(converge, "restore_snapshot_files", killed)
+    try:
+        run_events(converge, converge_payload("rollback", snapshot=sid))
+    except Killed:
+        pass
+    else:
+        raise AssertionError("the rollback was not killed")
+    finally:
+        monkeypatch.setattr(converge, "restore_snapshot_files", real)
+
+
 def snapshot_dirs(deploy: Path) -> list[str]:
     root = deploy / ".fleet" / "snapshots"
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []

@@ -35,6 +35,7 @@ from tests.unit.converge_harness import (
     Engine,
     FileEngine,
     converge_payload,
+    killed_rollback,
     meta,
     run_events,
     snapshot_dirs,
@@ -436,15 +437,7 @@ def test_the_converge_after_a_killed_rollback_refuses_until_it_is_run_again(
     Engine(monkeypatch, converge, deploy)
     first = result(converge_payload(managed_env={"FOO": "2"}))["snapshot"]
     later = result(converge_payload(managed_env={"FOO": "3"}))["snapshot"]
-    real = converge.restore_snapshot_files
-
-    def killed(*args: Any, **kwargs: Any) -> Any:
-        raise Killed
-
-    monkeypatch.setattr(converge, "restore_snapshot_files", killed)
-    with pytest.raises(Killed):
-        run_events(converge, converge_payload("rollback", snapshot=first))
-    monkeypatch.setattr(converge, "restore_snapshot_files", real)
+    killed_rollback(converge, monkeypatch, first)
     assert meta(deploy, first)["status"] == "rolling-back"
     assert meta(deploy, later)["status"] == "applied"  # not reached: the newer one is applied
     code, events = run_events(converge, converge_payload(managed_env={"FOO": "4"}))
@@ -462,15 +455,7 @@ def test_accept_interrupted_converges_over_a_killed_rollback(
 ) -> None:
     Engine(monkeypatch, converge, deploy)
     first = result(converge_payload(managed_env={"FOO": "2"}))["snapshot"]
-    real = converge.restore_snapshot_files
-
-    def killed(*args: Any, **kwargs: Any) -> Any:
-        raise Killed
-
-    monkeypatch.setattr(converge, "restore_snapshot_files", killed)
-    with pytest.raises(Killed):
-        run_events(converge, converge_payload("rollback", snapshot=first))
-    monkeypatch.setattr(converge, "restore_snapshot_files", real)
+    killed_rollback(converge, monkeypatch, first)
     _, events = run_events(
         converge, converge_payload(managed_env={"FOO": "3"}, accept_interrupted=True)
     )

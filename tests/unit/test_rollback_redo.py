@@ -16,16 +16,13 @@ from tests.unit.converge_harness import (
     Engine,
     FileEngine,
     converge_payload,
+    killed_rollback,
     meta,
     run_events,
 )
 from tests.unit.converge_helpers import deployment
 
 converge = load_box_program("box_rollback_redo", "reconciler/apply/remote/converge.py")
-
-
-class Killed(BaseException):
-    """A SIGKILL: nothing of the program runs after it."""
 
 
 @pytest.fixture
@@ -46,15 +43,7 @@ def test_a_rollback_run_again_after_a_kill_is_redone_as_what_it_was(
     a = result(converge_payload(managed_env={"FOO": "2"}))["snapshot"]
     b = result(converge_payload(managed_env={"FOO": "3"}))["snapshot"]
     assert isinstance(a, str) and isinstance(b, str)
-    real = converge.restore_snapshot_files
-
-    def killed(*args: object, **kwargs: object) -> None:
-        raise Killed
-
-    monkeypatch.setattr(converge, "restore_snapshot_files", killed)
-    with pytest.raises(Killed):
-        run_events(converge, converge_payload("rollback", snapshot=a))
-    monkeypatch.setattr(converge, "restore_snapshot_files", real)
+    killed_rollback(converge, monkeypatch, a)
     assert result(converge_payload("rollback", snapshot=a))["ok"] is True  # run again, as told
     assert meta(deploy, a)["undone_from"] == "applied"  # not the rolling-back it replaced
     assert result(converge_payload("rollback", snapshot=b))["ok"] is True
