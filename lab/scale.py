@@ -192,16 +192,30 @@ def inventory_text(fleet: list[ScaleBox]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The secrets group_vars/all.yaml reads from the box's `.secrets.env`, by their keys there
+SECRET_KEYS = {"gateway_api_key": "GATEWAY_API_KEY", "mesh_key": "LOBES_MESH_KEY",
+               "hf_token": "HF_TOKEN"}  # fmt: skip
+
+
 def overlay_text(b: ScaleBox, override: bytes) -> str:
     digest = hashlib.sha256(override).hexdigest()
+    # Its `.secrets.env` is in its own directory (box_files), not the lab box's ~/.lobes: read
+    # from elsewhere, every secret was "file-missing" and no converge could be planned.
+    path = f"~/{b.project}/.secrets.env"
+    secrets = "".join(
+        f"  {name}:\n    source: box_file\n    path: {path}\n    key: {key}\n"
+        for name, key in SECRET_KEYS.items()
+    )
     return (
         "# Written by `lab scale up` (lab/scale.py): this box's directory and compose\n"
-        "# project on its shared engine, and the digest of the scale override.\n"
+        "# project on its shared engine, the digest of the scale override, and where its\n"
+        "# secrets are.\n"
         "deployment:\n"
         f"  directory: ~/{b.project}\n"
         f"  project: {b.project}\n"
         "  file_digests:\n"
         f"    {OVERRIDE}: {digest}\n"
+        f"secrets:\n{secrets}"
     )
 
 

@@ -70,6 +70,9 @@ def test_the_generated_inventory_layers_each_copy_like_its_original(tmp_path: Pa
     assert "group_vars/thor.yaml" in loaded.layers["thor-1"]
     assert loaded.layers["thor-1"][-1] == ".lab/scale/overlay/thor-1.yaml"
     assert copy.deployment.project == "scale-thor-1" and thor.deployment.project == "scale-thor"
+    # Its secrets where box_files writes them: its own directory's .secrets.env
+    assert {s.path for s in copy.secrets.values()} == {"~/scale-thor-1/.secrets.env"}
+    assert {n: s.key for n, s in copy.secrets.items()} == scale.SECRET_KEYS
     assert copy.lanes == thor.lanes and copy.contract == thor.contract
     assert copy.lobes == thor.lobes and copy.env == thor.env
     assert loaded.boxes["orin-1"].lanes == loaded.boxes["orin"].lanes
