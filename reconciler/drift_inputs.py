@@ -41,6 +41,7 @@ from reconciler.desired.fingerprint import (
     remember,
     remembered,
 )
+from reconciler.desired.mesh_seeds import seeds_text
 from reconciler.desired.secret_names import effective
 from reconciler.gc_pause import paused_gc
 from reconciler.observe.transport import Target
@@ -122,17 +123,14 @@ def _remembered(
 
 
 class _Seeds:
-    """A box's LOBES_MESH_SEEDS text from the mesh's sorted origins (desired/envfile.py
-    MeshSeeds.seeds: the others', comma-separated), built the same way on both sides."""
+    """A box's LOBES_MESH_SEEDS text from the mesh's sorted origins, built as the desired
+    state builds it (desired/mesh_seeds.py, for both)."""
 
     def __init__(self, origins: tuple[str, ...], position: Mapping[str, int]) -> None:
         self.origins, self.position = origins, position
 
     def text(self, box: str) -> str:
-        at = self.position.get(box)
-        if at is None:
-            return ",".join(self.origins)
-        return ",".join(self.origins[:at] + self.origins[at + 1 :])
+        return seeds_text(self.origins, self.position, box)
 
 
 class _BoxPickler(pickle.Pickler):

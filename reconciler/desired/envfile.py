@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry, SecretName
+from reconciler.desired.mesh_seeds import seeds_text
 from reconciler.desired.models import BoxSpec, EnvValue, InventoryBox, SecretRef
 from reconciler.desired.types import url_host
 from reconciler.desired.yaml_scalars import as_text
@@ -63,10 +64,7 @@ class MeshSeeds:
 
     def seeds(self, box: str) -> str:
         """The other members' origins, sorted, comma-separated."""
-        at = self.position.get(box)
-        if at is None:
-            return ",".join(self.origins)
-        return ",".join(self.origins[:at] + self.origins[at + 1 :])
+        return seeds_text(self.origins, self.position, box)
 
 
 def desired_env(

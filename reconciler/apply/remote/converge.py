@@ -2451,20 +2451,15 @@ def refuse_interrupted(found):
 
     if meta.get("status") == ROLLING_BACK:
         taken, who = text("rollback_started_at"), text("rollback_holder")
-        message = (
-            "the previous rollback (to snapshot %s, started at %s by %s) did not finish: the "
-            "box may be half restored; nothing was changed. Run that rollback again, or "
-            "converge from the state it left with --accept-interrupted"
-            % (sid, scrub(taken), scrub(who))
-        )
+        what, left, remedy = "rollback (to snapshot", "restored", "Run that rollback again"
     else:
         taken, who = text("taken_at"), text("holder")
-        message = (
-            "the previous converge (snapshot %s, started at %s by %s) did not finish: the box "
-            "may be half converged; nothing was changed. Roll it back to that snapshot, or "
-            "converge from the state it left with --accept-interrupted"
-            % (sid, scrub(taken), scrub(who))
-        )
+        what, left, remedy = "converge (snapshot", "converged", "Roll it back to that snapshot"
+    message = (
+        "the previous %s %s, started at %s by %s) did not finish: the box may be half %s; "
+        "nothing was changed. %s, or converge from the state it left with --accept-interrupted"
+        % (what, sid, scrub(taken), scrub(who), left, remedy)
+    )
     return {
         "ok": False,
         "failed": message,
