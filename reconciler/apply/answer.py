@@ -121,6 +121,9 @@ class Interrupted:
     snapshot: str
     taken_at: str
     holder: str
+    # Which run did not finish: "converge", "rollback" (killed) or "failed-rollback" (it
+    # failed after its first change). An older box program sends none: a converge.
+    kind: str = "converge"
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,9 @@ def converge_result(raw: Any) -> ConvergeResult:
     return ConvergeResult(ok, failed, snapshot, rollback, strays, interrupted)
 
 
+INTERRUPTED_KINDS = ("converge", "rollback", "failed-rollback")
+
+
 def _interrupted(value: Any) -> Interrupted | None:
     if value is None:
         return None
@@ -201,10 +207,14 @@ def _interrupted(value: Any) -> Interrupted | None:
         snapshot = _snapshot(value, "snapshot")
         if snapshot is None:
             raise _Wrong("snapshot", "missing")
+        kind = _name(value, "kind") or "converge"
+        if kind not in INTERRUPTED_KINDS:
+            raise _Wrong("kind", f"expected one of {', '.join(INTERRUPTED_KINDS)}")
         return Interrupted(
             snapshot,
             _name(value, "taken_at") or "?",
             _name(value, "holder") or "?",
+            kind,
         )
     except _Wrong as exc:
         raise exc.under("interrupted") from None

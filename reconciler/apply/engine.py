@@ -160,13 +160,20 @@ def execute(prep: Prepared, who: str, on_event: OnEvent | None = None) -> Outcom
 
 
 def interrupted_text(box: str, found: Interrupted) -> str:
-    """The refusal of a converge whose previous one was killed half way, with both ways on."""
+    """The refusal of a converge whose previous converge or rollback was killed half way, or
+    whose previous rollback failed after its first change, with both ways on."""
     said = scrub_text(f"started at {found.taken_at} by {found.holder}")
+    rollback = f"`reconcile rollback {box} --to {found.snapshot}`"
+    if found.kind == "converge":
+        what = f"the previous converge of {box} (snapshot {found.snapshot}, {said}) did not finish"
+        left, remedy = "converged", f"Roll it back with {rollback}"
+    else:
+        ended = "failed" if found.kind == "failed-rollback" else "did not finish"
+        what = f"the previous rollback of {box} (to snapshot {found.snapshot}, {said}) {ended}"
+        left, remedy = "restored", f"Run that rollback again ({rollback})"
     return (
-        f"the previous converge of {box} (snapshot {found.snapshot}, {said}) did not finish: "
-        f"the box may be half converged; nothing was changed. Roll it back with `reconcile "
-        f"rollback {box} --to {found.snapshot}`, or converge from the state it left with "
-        f"`reconcile apply {box} --accept-interrupted`"
+        f"{what}: the box may be half {left}; nothing was changed. {remedy}, or converge from "
+        f"the state it left with `reconcile apply {box} --accept-interrupted`"
     )
 
 

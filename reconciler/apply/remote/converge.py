@@ -1826,6 +1826,7 @@ def prune(box, keep, protect=()):
 
 UNDONE = ("rolled-back",)  # a snapshot whose converge's changes a rollback took back
 ROLLING_BACK = "rolling-back"  # a rollback to the snapshot began and has not ended (yet)
+ROLLBACK_FAILED = "rollback-failed"  # a rollback to the snapshot stopped on a failure
 
 
 def chain_needs(box, sid, kept):
@@ -2320,7 +2321,7 @@ def converge(box, lock):
     sweep_temp_files(box)
     for old, meta in left:
         # Accepted: converged over. Its snapshot stays (a rollback to it undoes both).
-        what = "rollback to it" if meta.get("status") == ROLLING_BACK else "converge"
+        what = "converge" if meta.get("status") == "running" else "rollback to it"
         set_status(box, old, "interrupted", reason="converged over (--accept-interrupted)")
         emit(
             "note",
@@ -2423,7 +2424,10 @@ def interrupted_converges(box):
     leaves it. A `running` one only after the newest applied one: a converge applied since (an
     older program went on over a killed one) left the box in a state it verified. A rollback
     wherever it is: one to an older snapshot had begun undoing the applied ones after it, and
-    marks them only once it is done. One that cannot be read is left to the listing."""
+    marks them only once it is done. So is a rollback that failed after its first change
+    (`half_restored`): the box is as half restored as after a kill. One that failed before it
+    changed anything (a damaged copy, a crafted name) left the box as it was: nothing to
+    refuse for. One that cannot be read is left to the listing."""
     out = []  # type: list
     past_applied = False
     for sid in reversed(list_snapshots(box)):
@@ -2434,9 +2438,18 @@ def interrupted_converges(box):
         status = meta.get("status")
         if status in APPLIED:
             past_applied = True
-        elif status == ROLLING_BACK or (status == "running" and not past_applied):
+        elif half_restored(meta) or (status == "running" and not past_applied):
             out.insert(0, (sid, meta))
     return out
+
+
+def half_restored(meta):
+    """True when a rollback to this snapshot began changing the box and did not complete:
+    killed (ROLLING_BACK) or failed after its first change."""
+    status = meta.get("status")
+    return status == ROLLING_BACK or (
+        status == ROLLBACK_FAILED and meta.get("half_restored") is True
+    )
 
 
 def refuse_interrupted(found):
@@ -2449,22 +2462,24 @@ def refuse_interrupted(found):
     def text(key):
         return meta.get(key) if isinstance(meta.get(key), str) else "?"
 
-    if meta.get("status") == ROLLING_BACK:
+    if half_restored(meta):
         taken, who = text("rollback_started_at"), text("rollback_holder")
         what, left, remedy = "rollback (to snapshot", "restored", "Run that rollback again"
+        kind, ended = "rollback", "did not finish"
+        if meta.get("status") == ROLLBACK_FAILED:
+            kind, ended = "failed-rollback", "failed"
     else:
         taken, who = text("taken_at"), text("holder")
         what, left, remedy = "converge (snapshot", "converged", "Roll it back to that snapshot"
+        kind, ended = "converge", "did not finish"
     message = (
-        "the previous %s %s, started at %s by %s) did not finish: the box may be half %s; "
-        "nothing was changed. %s, or converge from the state it left with --accept-interrupted"
-        % (what, sid, scrub(taken), scrub(who), left, remedy)
+        "the previous %s %s, started at %s by %s) %s: the box may be half %s; nothing was "
+        "changed. %s, or converge from the state it left with --accept-interrupted"
+        % (what, sid, scrub(taken), scrub(who), ended, left, remedy)
     )
-    return {
-        "ok": False,
-        "failed": message,
-        "interrupted": {"snapshot": sid, "taken_at": scrub(taken), "holder": scrub(who)},
-    }
+    # `kind`: which run it was, for the controller's own words (an older program sends none).
+    found = {"snapshot": sid, "taken_at": scrub(taken), "holder": scrub(who), "kind": kind}
+    return {"ok": False, "failed": message, "interrupted": found}
 
 
 def recreate_recorded(box, sid, service, lane, before, touched, created):
@@ -2536,14 +2551,15 @@ def prune_after(box, sid):
 
 
 # -- rollback ------------------------------------------------------------------------------------
-def restore_snapshot_files(box, sid, chain=None):
+def restore_snapshot_files(box, sid, chain=None, first_change=None):
     """The snapshot's files back as they were, all or nothing: every name and every copy is
     checked (plain name, regular file, recorded sha256) before the first file is replaced. A
     path that was a symlink comes back as that symlink (apply replaced it, see write_managed).
 
     A path the snapshot recorded absent, and one that a later converge created, is removed only
     as created_since() decides, also before the first change. Returns (meta, the names changed,
-    the names removed, [{name, why}] of the files kept)."""
+    the names removed, [{name, why}] of the files kept). `first_change`: called once every
+    check passed, just before the first file is replaced or removed."""
     chain = chain if chain is not None else snapshot_chain(box, sid)
     meta = chain[0][1]
     src = snapshot_path(box, sid)
@@ -2588,6 +2604,8 @@ def restore_snapshot_files(box, sid, chain=None):
             ) from None
         for name in present:
             dest[name] = fresh_name(keep, name, set(dest.values()))
+    if first_change is not None:
+        first_change()
     changed = [
         name
         for name, info in sorted(files.items())
@@ -2840,6 +2858,16 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
     file contents or values), so `reconcile snapshots` shows a rollback that did not finish."""
     disarm_stop()  # a stop now (SIGTERM, SIGINT) must not cut the rollback short
     emit("step", step="rollback", subject=sid, status="start", reason=scrub(reason, box.secrets))
+    # Whether the box is half restored if this rollback fails: it began changing the box, or an
+    # earlier rollback to this snapshot did and did not complete (killed, or failed so), or it
+    # is a converge's own (`created` given: that converge changed the box already). A rollback
+    # run again that fails before its first change leaves that as it was.
+    try:
+        found = read_meta(box, sid)
+    except (OSError, ValueError, Failed):
+        found = {}
+    changing = [half_restored(found) or created is not None]
+    was = status_before(found)
     try:
         hashes = original if original is not None else hashes_or_empty(box)
         chain = snapshot_chain(box, sid)
@@ -2851,7 +2879,9 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
             box, sid, ROLLING_BACK, reason=reason, rollback_started_at=now_iso(),
             rollback_holder=box.p.get("holder"), rollback_from=status_before(chain[0][1]),
         )  # fmt: skip
-        meta, restored, removed, kept = restore_snapshot_files(box, sid, chain)
+        meta, restored, removed, kept = restore_snapshot_files(
+            box, sid, chain, first_change=lambda: changing.append(True)
+        )
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
         before = meta.get("containers")
         damaged = not isinstance(before, dict)
@@ -2901,7 +2931,21 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         }
     except Exception as exc:  # any failure, ours or not: recorded, then reported
         result = {"ok": False, "snapshot": sid, "failed": reason_of(exc, box.secrets)}
-        record_status(box, sid, "rollback-failed", reason=reason, rollback=result)
+        # Half restored: the next converge refuses the box (interrupted_converges), as after a
+        # killed rollback, until this rollback is run again or the operator accepts the state.
+        half = any(changing)
+        if half:
+            result["half_restored"] = True
+            emit(
+                "note",
+                message="snapshot %s: the box may be half restored; the next converge is "
+                "refused until this rollback is run again and completes, or is given "
+                "--accept-interrupted" % sid,
+            )
+        record_status(
+            box, sid, ROLLBACK_FAILED, reason=reason, rollback=result, half_restored=half,
+            rollback_from=was,
+        )  # fmt: skip
     else:
         # The rollback is done: a status that cannot be written is a warning, not a failure.
         # `undone_at`: the newest snapshot when it was undone (redone_by_rollback reads it),
@@ -2931,7 +2975,7 @@ REDONE = ("applied", "verified", "interrupted", "running")
 def status_before(meta):
     """A snapshot's status, or the one a rollback to it that did not finish replaced."""
     status = meta.get("status")
-    return meta.get("rollback_from") if status == ROLLING_BACK else status
+    return meta.get("rollback_from") if status in (ROLLING_BACK, ROLLBACK_FAILED) else status
 
 
 def redo_by_rollback(box, sid):
