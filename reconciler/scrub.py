@@ -86,6 +86,10 @@ _BREAK = r"[\r\n]|\\r|\\n"
 _ASSIGNMENTS = (
     r"\b([A-Za-z_][A-Za-z0-9_]*)([\"']?\s*=\s*)",
     r"\b([A-Z_][A-Z0-9_]*)([\"']?\s*:\s*)",
+    # A mapping's key in quotes of any case, given quoted text (`{"api_key": "x"}`, as the
+    # collector's `mask_assignments` hashes it): a key, not a label. Given a list or a number
+    # it holds no secret (`"classifier_from_token": ["no", "yes"]`).
+    r"[\"']([A-Za-z_][A-Za-z0-9_]*)([\"']\s*:\s*)(?=[\"'])",
 )
 _VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
 # A command-line flag whose last word names a credential (`--hf-token`, `--hf_token`,

@@ -167,6 +167,8 @@ _BREAK = r"[\r\n]|\\r|\\n"
 _ASSIGNMENTS = (
     r"\b([A-Za-z_][A-Za-z0-9_]*)([\"']?\s*=\s*)",
     r"\b([A-Z_][A-Z0-9_]*)([\"']?\s*:\s*)",
+    # A quoted mapping key of any case given quoted text (`{"api_key": "x"}`): `mask_assignments`
+    r"[\"']([A-Za-z_][A-Za-z0-9_]*)([\"']\s*:\s*)(?=[\"'])",
 )
 _VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
 # A flag whose last word names a credential (`--hf-token x`, `--password=x`, `'--token', 'x'`
@@ -669,24 +671,31 @@ class Run:
             end = sep
             while end > done and word[end - 1].isspace():
                 end -= 1
+            closing = ""
             if end > done and word[end - 1] in "\"'":
                 end -= 1
+                closing = word[end]
             start = end
             while start > done and word[start - 1] in _NAME:
                 start -= 1
             name = word[start:end]
-            if (
-                not name
-                or name[0] not in _FIRST
-                or (start > 0 and word[start - 1] in _NAME)  # inside a longer word
-                or (sep == colon and name.upper() != name)  # `label: x` is prose
-                or not self.is_secret(name)
-            ):
-                continue
             begin = sep + 1
             while begin < size and word[begin].isspace():
                 begin += 1
             quote = word[begin : begin + 1]
+            # A mapping's key in quotes, of any case, given quoted text (`{"api_key": "x"}` in
+            # `--hf-overrides`): a key, where a bare lower-case word before a colon is a label
+            # of prose. Given a list or a number it holds no secret (`"classifier_from_token":
+            # ["no", "yes"]` of a reranker's overrides).
+            keyed = closing and start > 0 and word[start - 1] == closing and quote in ("'", '"')
+            if (
+                not name
+                or name[0] not in _FIRST
+                or (start > 0 and word[start - 1] in _NAME)  # inside a longer word
+                or (sep == colon and name.upper() != name and not keyed)  # `label: x` is prose
+                or not self.is_secret(name)
+            ):
+                continue
             close = word.find(quote, begin + 1) if quote in ("'", '"') else -1
             if close > 0:
                 value, stop = word[begin + 1 : close], close + 1
