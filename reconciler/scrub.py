@@ -118,7 +118,7 @@ _ANY_FLAG = _OPEN + _LONG_WORD + _CLOSE + _FLAG_VALUE
 _ANY_ITEM = r"(?<![\w-])" + _LONG_WORD + _ITEM
 # A URL's password (`scheme://user:password@host`), up to the authority's last `@` as URL
 # parsers read it (`/`, `?`, `#` end the authority): the user name stays, it says whose.
-_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
+_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]+@"
 # What the reports themselves say of a secret (`GATEWAY_API_KEY: set (digest …)`, `: empty`):
 # words, never a value, so there is nothing to mask.
 _STATE_WORDS = frozenset({"set", "empty", "absent", "unset", "missing", "commented", MASK})
@@ -210,7 +210,13 @@ def mask_credentials(text: str) -> str:
     if "bearer" in lower or "authorization" in lower or "api-key" in lower:
         text = re.sub(_HEADER_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
         text = re.sub(_SCHEME_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
-    if "@" in text and "://" in text:  # a URL's password, as scrub_text masks it
+    return mask_userinfo(text)
+
+
+def mask_userinfo(text: str) -> str:
+    """A URL's password in `text` masked (`https://user:***@host`), as scrub_text masks it and
+    as the collector hashes it (`_url_passwords`); the rest as it is."""
+    if "@" in text and "://" in text:
         text = re.sub(_USERINFO, rf"\1:{MASK}@", text)
     return text
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from reconciler.compare.drift import LOCAL_DIGEST
 from reconciler.desired.secret_names import is_fleet_secret_name
 from reconciler.observe.document import EnvValue, Observed, SecretValue
-from reconciler.scrub import mask_assignments
+from reconciler.scrub import mask_assignments, mask_userinfo
 
 # The collector's inline form of a hashed secret, exactly as its json_dumps writes it.
 _MARK = '{"secret": "hmac:'
@@ -41,6 +42,10 @@ _CREDENTIAL = re.compile(r"(?i)(?<![a-z0-9])(?:bearer\s+\S|authorization[\"']?\s
 # blank, a quote or one of `,;)}`. Each is taken whole as the box takes it (an atomic group,
 # possessive runs): no backtracking, so a box's mask costs a linear match whatever it holds.
 _SECRET_PLACE = r"""(?>"[^"]*+"|'[^']*+'|(?<=")[^"]++(?=")|(?<=')[^']++(?=')|[^\s,;)}'"]++)"""
+# A URL's password (the collector's `_url_passwords`): after `scheme://user:`, up to the
+# authority's last `@` (an `@` is taken only while another follows before the authority ends).
+_URL_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:'\"]*:\Z")
+_URL_PASSWORD = r"""(?:[^\s/?#'"@]|@(?=[^\s/?#'"@]*+@))++"""
 _MOST_SECRETS = 8  # per value: a mask with more is from no desired state (it is not compared)
 # Clear values are made opaque with a key of this process: equal values stay equal within one
 # report (changed/unchanged reads right), and nothing can be matched across runs.
@@ -65,7 +70,10 @@ def fits(masked: str, plain: str) -> bool:
         # More secrets than a value holds, or two with nothing between them: no mask the
         # collector makes (a value is followed by a blank, a quote, a flag or a name).
         return False
-    pattern = _SECRET_PLACE.join(re.escape(run) for run in runs)
+    pattern = re.escape(runs[0])
+    for before, after in itertools.pairwise(runs):
+        in_url = after.startswith("@") and _URL_USER.search(before) is not None
+        pattern += (_URL_PASSWORD if in_url else _SECRET_PLACE) + re.escape(after)
     return re.fullmatch(pattern, plain, re.DOTALL) is not None
 
 
@@ -87,6 +95,8 @@ def may_carry_secret(text: str) -> bool:
     lower = text.lower()
     if ("bearer" in lower or "authorization" in lower) and _CREDENTIAL.search(text):
         return True
+    if "://" in text and mask_userinfo(text) != text:
+        return True  # a URL's password (`http://user:pw@proxy`)
     return ("=" in text or ":" in text) and mask_assignments(text) != text
 
 

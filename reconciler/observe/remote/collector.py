@@ -721,7 +721,8 @@ class Run:
         -x`: only `--` is the next flag; judged as `secret_flag` judges a flag of its own) and a
         credential after `Bearer ` or `Authorization: `
         (`curl -H 'Authorization: Bearer x'`). Read without importing re."""
-        spans = self._inline_secrets(word) if ("--" in word or _may_credential(word)) else ()
+        may = "--" in word or "://" in word or _may_credential(word)
+        spans = self._inline_secrets(word) if may else ()
         if not spans:
             return self.mask_assignments(word)
         out, done = [], 0
@@ -804,6 +805,8 @@ class Run:
                         if span:
                             found.append(span)
                     at = lower.find(marker, end)
+        if "://" in word:
+            found.extend(_url_passwords(word))
         found.sort()
         spans = []  # type: list
         for start, stop in found:
@@ -1104,6 +1107,32 @@ def _value_span(word, begin):
 
 
 _LETTERS = _FIRST - {"_"}
+_SCHEME = _NAME - {"_"} | frozenset("+.-")
+
+
+def _url_passwords(word):
+    """(start, stop) of each URL's password in `word` (`HTTPS_PROXY=http://svc:PW@proxy:3128`,
+    `HF_ENDPOINT=https://deploy:PW@mirror`): from the `:` after the user name to the
+    authority's last `@`, where URL parsers end the user info (the reports' `_USERINFO` reads
+    it so). The user name stays: it says whose. The authority ends at `/`, `?`, `#`, a blank
+    or a quote."""
+    spans = []
+    size = len(word)
+    at = word.find("://")
+    while at >= 0:
+        scheme = at
+        while scheme > 0 and word[scheme - 1] in _SCHEME:
+            scheme -= 1
+        begin = end = at + 3
+        while end < size and not word[end].isspace() and word[end] not in "/?#'\"":
+            end += 1
+        authority = word[begin:end]
+        last, colon = authority.rfind("@"), authority.find(":")
+        named = scheme < at and word[scheme] in _LETTERS  # `scheme://`, as the reports read it
+        if named and colon >= 0 and colon + 1 < last and "@" not in authority[:colon]:
+            spans.append((begin + colon + 1, begin + last))
+        at = word.find("://", max(end, at + 3))
+    return spans
 
 
 def env_assignment(line):
