@@ -649,7 +649,8 @@ def mesh_verdict(mesh: MeshEvidence) -> Verdict:
                 Finding(
                     "mesh.incomplete",
                     Severity.FAIL,
-                    f"{box} could not be audited: the mesh is only as closed as it",
+                    f"{box} could not be audited: its posture is unknown, and the mesh is "
+                    "only as closed as its weakest member",
                 )
             )
     if mesh.not_in_run:

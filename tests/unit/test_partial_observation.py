@@ -194,6 +194,8 @@ def test_audit_says_keyed_from_the_mesh_side_for_an_unreachable_box() -> None:
     assert "spark" in report.mesh.unaudited and "spark" not in report.mesh.mesh_keys
     codes = {f.code for f in report.mesh_verdict.findings}
     assert {"mesh.incomplete", "mesh.weakest-link"} <= codes and "mesh.keys-differ" not in codes
+    (incomplete,) = [f for f in report.mesh_verdict.findings if f.code == "mesh.incomplete"]
+    assert incomplete.message.endswith("the mesh is only as closed as its weakest member")
 
     doc = AuditReportDoc.model_validate_json(audit_json(report))
     spark = next(b for b in doc.boxes if b.box == "spark")
