@@ -160,6 +160,8 @@ def _env_pins(view: BoxView, tree: Tree) -> None:
             continue
         if any(key.startswith(f"{p}_") for p in _lane_prefixes(tree)):
             continue
+        if not view.env_key(key):  # `no_proxy`: compose reads it, the loader refuses the key
+            continue
         got = view.text(key, lanes)  # the lanes carry it through env_file
         if got is not None and view.writable(key, got):
             put(tree, ("env", key), got)

@@ -9,12 +9,17 @@ compared with the containers that carry it. Secrets are compared by their keyed 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import get_args
+
+from pydantic import TypeAdapter, ValidationError
 
 from reconciler.compare.inline import hashed_inline, may_carry_secret
 from reconciler.desired.roles import GATEWAY_SERVICE
 from reconciler.importer.sourced import Finding, Sourced
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, SecretValue
+from reconciler.scrub import mask_credentials
 
 
 def shown(value: EnvValue | None) -> str:
@@ -29,9 +34,11 @@ def shown(value: EnvValue | None) -> str:
 
 
 def carries_secret(value: str) -> bool:
-    """A text with a secret inside (`--api-key x`): hashed in place by the box, or in clear
-    in a snapshot saved before the box hashed such secrets."""
-    return hashed_inline(value) or may_carry_secret(value)
+    """A text with a secret inside (`--api-key x`, a URL's password `http://user:pw@proxy`):
+    hashed in place by the box (`http://user:{"secret": "hmac:..."}@proxy`), or in clear in a
+    snapshot saved before the box hashed such secrets. Judged as widely as the reports mask
+    credentials (scrub.mask_credentials): a value taken for one is only left out, said."""
+    return hashed_inline(value) or may_carry_secret(value) or mask_credentials(value) != value
 
 
 def _taken(running: EnvValue) -> str:
@@ -78,6 +85,21 @@ class BoxView:
             check_env_value(got.value)
         except ValueError as exc:
             self.note(f"{key} is left out of the adopted state: {exc}; it stays as the box has it")
+            return False
+        return True
+
+    def env_key(self, key: str) -> bool:
+        """Whether `key` may be an `env:` key of a desired state (the loader's EnvKey, whose
+        pattern `.env` need not follow: compose reads `no_proxy`, `a-b`): one it refuses is left
+        out, said here, so it costs its key, never the whole import."""
+        valid, pattern = _env_key_rule()
+        try:
+            valid.validate_python(key)
+        except ValidationError:
+            self.note(
+                f"{key} is left out of the adopted state: an env: key must match {pattern} "
+                "(the loader's rule); it stays as the box has it"
+            )
             return False
         return True
 
@@ -157,6 +179,15 @@ class BoxView:
             )
             return None
         return got
+
+
+@functools.cache
+def _env_key_rule() -> tuple[TypeAdapter[str], str]:
+    """The loader's own type of an `env:` key, and its pattern to quote (never a copy)."""
+    from reconciler.desired.models import EnvKey
+
+    pattern = next(p for m in get_args(EnvKey)[1:] if (p := getattr(m, "pattern", None)))
+    return TypeAdapter(EnvKey), str(pattern)
 
 
 def _owner(where: str | None) -> str:

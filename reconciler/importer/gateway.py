@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from reconciler.importer.boxview import BoxView
 from reconciler.importer.images import running_digest
-from reconciler.importer.secrets import Candidate, source_for, unfound, unfound_path
+from reconciler.importer.secrets import Candidate, source_for, traced, unfound, unfound_path
 from reconciler.importer.sourced import Sourced, Tree, put
 from reconciler.observe.document import Binding, SecretValue
 
@@ -91,16 +91,32 @@ def _reference(
     """`secrets.<secret>`: where the value in use was found, else a placeholder, said."""
     source = source_for(key.value, env_key, key.origin, deploy, found, view.line(env_key))
     if source is None:
-        source = unfound(env_key, deploy)
+        exported = traced(key.value, env_key, found)
+        source = unfound(env_key, deploy, exported)
         line = view.line(env_key)
         env = "holds another value" if line is not None else "has no such line"
-        view.note(
-            f"the {env_key} in use ({key.origin}) is held by no file the import can point "
-            f"to (.env {env}, no secret file or login-shell export has it): not adopted; "
-            f"secrets.{secret} points at {unfound_path(deploy)}, which is not on the box; "
-            "put the key in use there (or point the reference at a file that holds it) "
-            "before a converge, which refuses until then"
+        placeholder = (
+            f"not adopted; secrets.{secret} points at {unfound_path(deploy)}, which is not on "
+            "the box; put the key in use there (or point the reference at a file that holds "
+            "it) before a converge, which refuses until then"
         )
+        if exported is None:
+            view.note(
+                f"the {env_key} in use ({key.origin}) is held by no file the import can "
+                f"point to (.env {env}, no secret file or login-shell export has it): "
+                f"{placeholder}"
+            )
+        else:
+            # A converge reads the rc file's last assignment of the key: bash may have run
+            # another one (secrets.py), and the observation holds only the line it ran.
+            path, _, number = exported.origin.rpartition(":")
+            view.note(
+                f"the {env_key} in use ({key.origin}) is exported by the login shell at "
+                f"{exported.origin} (.env {env}), but a converge reads the last assignment "
+                f"of {exported.key} in {path}, and the trace shows only the one bash ran: "
+                f"{placeholder}; {path} will do only if line {number} is its one assignment "
+                f"of {exported.key}"
+            )
     put(tree, ("secrets", secret), source)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import io
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ class Inventory:
     def __init__(self, source: Path, root: Path) -> None:
         self.source, self.root = source, root
         self._yaml = YAML()
-        self._yaml.width = 4096
+        self._yaml.width = sys.maxsize  # never folded (yaml_out.py says why)
         self._data = self._yaml.load(source.read_text(encoding="utf-8"))
         self._order = {name: i for i, name in enumerate(self._data["boxes"])}
 

@@ -16,10 +16,11 @@ from reconciler.desired.load import find_root, load_fleet
 from reconciler.desired.locate import inventory_file
 from reconciler.desired.models import InventorySpec
 from reconciler.desired.problems import DesiredStateError
-from reconciler.desired.types import url_host
+from reconciler.desired.types import check_origin, url_host
 from reconciler.desired.yaml_source import load_yaml
 from reconciler.importer import observations as observing
 from reconciler.importer.adopt import adopt_box, summary
+from reconciler.importer.contract import unhosted
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
 from reconciler.importer.inventory import Inventory
@@ -53,9 +54,13 @@ def _inventory(root: Path, path: Path) -> InventorySpec:
 
 def _origins(
     inv: InventorySpec, trees: dict[str, Tree], obs: dict[str, BoxObservation]
-) -> dict[str, str]:
-    """Boxes whose `.env` announces another GATEWAY_SELF_ORIGIN than the default one."""
-    out = {}
+) -> tuple[dict[str, str], list[Finding]]:
+    """Boxes whose `.env` announces another GATEWAY_SELF_ORIGIN than the default one, and the
+    notes of the ones not adopted as written: the inventory's gateway_origin takes only
+    `http(s)://HOST[:PORT]` (types.check_origin), so an origin the loader refuses costs the
+    box's origin (a converge writes the default), never the whole box; one trailing `/`
+    (`http://10.77.0.11:8000/`, which lobes reads alike) is dropped where that is all."""
+    out, notes = {}, []
     for name, tree in trees.items():
         doc = obs[name].document
         line = doc.envfile_by_key().get("GATEWAY_SELF_ORIGIN") if doc else None
@@ -64,9 +69,40 @@ def _origins(
         port_leaf = tree.get("gateway", {}).get("port")
         port = port_leaf.value if isinstance(port_leaf, Sourced) else 8000
         default = f"http://{url_host(inv.boxes[name].ssh_hostname)}:{port}"
-        if line.value != default:
-            out[name] = line.value
-    return out
+        said = f"GATEWAY_SELF_ORIGIN (.env:{line.line})"
+        origin = _accepted_origin(line.value)
+        if origin is None and line.value.endswith("/"):
+            origin = _accepted_origin(line.value[:-1])
+            if origin is not None:
+                whose = "the inventory's default" if origin == default else "gateway_origin"
+                notes.append(
+                    Finding(
+                        name,
+                        f"{said} ends in /: adopted {origin} ({whose}); a converge writes it "
+                        "without the /",
+                    )
+                )
+        if origin is None:
+            # The value is not quoted: it may carry a password (`http://user:pw@host`).
+            notes.append(
+                Finding(
+                    name,
+                    f"{said} is no origin the inventory accepts (http(s)://HOST[:PORT], "
+                    f"nothing more): gateway_origin is not adopted; a converge writes {default}",
+                )
+            )
+            continue
+        if origin != default:
+            out[name] = origin
+    return out, notes
+
+
+def _accepted_origin(value: str) -> str | None:
+    """`value` if the loader takes it for a gateway_origin, else None."""
+    try:
+        return check_origin(value)
+    except ValueError:
+        return None
 
 
 def _files(
@@ -92,6 +128,7 @@ def _files(
     for name, doc in docs.items():
         trees[name], view = adopt_box(name, doc, names, set(docs))
         findings += view.findings
+    findings += unhosted(trees)  # a role proxied to a member that serves none
     groups = {b: inv.boxes[b].groups for b in trees}
     layers = dict(trees) if alone else factor(trees, groups, inv.group_order)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -108,7 +145,8 @@ def _files(
         if inv_path.parent == root / "inventory"
         else f"inventory/{inv_path.name}"
     )
-    origins = _origins(inv, trees, obs)
+    origins, notes = _origins(inv, trees, obs)
+    findings += notes
     files = {inv_name: source.copy(trees, origins, partial)}
     for layer, tree in layers.items():
         files[f"group_vars/{layer}.yaml"] = dump_layer(tree, f"group_vars/{layer}.yaml: {header}")
@@ -271,7 +309,7 @@ def run_import(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     from reconciler.importer.report import print_report
 
-    return print_report(done, inv_name_hint(inv_path), snapshot)
+    return print_report(done, inv_name_hint(whole[3]), snapshot)
 
 
 def _not_observed(
@@ -344,5 +382,13 @@ def _some(names: list[str]) -> str:
     return f"{', '.join(names[:SHOWN])} (and {len(names) - SHOWN} more)"
 
 
-def inv_name_hint(inv_path: Path) -> str:
-    return inv_path.stem
+def inv_name_hint(inv_name: str) -> str:
+    """What `-i` selects the written inventory with (`inv_name`: its path in the new
+    repository): its name where that is `inventory/NAME.yaml` (locate.inventory_file's
+    reading of a name), else that path, which `-i` reads under `--root` (`inventory/mesh.yml`:
+    `-i mesh` would select inventory/mesh.yaml, which is not there)."""
+    folder, _, name = inv_name.partition("/")
+    stem = name.removesuffix(".yaml")
+    if folder == "inventory" and stem and stem != name and "/" not in stem:
+        return stem
+    return inv_name

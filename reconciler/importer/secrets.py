@@ -1,15 +1,23 @@
 """Secrets become references to where their value was found, never values.
 
 The observation holds only keyed digests (`hmac:...`, one key per run): the digest of the value
-in use (a `.env` line, or what the running gateway carries) is matched against every place the
-collector read one: the secret sources (`~/.lobes/.secrets.env`) and the deploy user's
-login-shell exports (`~/.bashrc:6`, incident #209). A match names that file and key; with none,
-the reference points at the `.env` line itself, only if that line holds the same value. A key in
-use that no file holds (a gateway started by hand, a `.env` edited since) has nowhere to point:
-`.env`'s other value would rotate the live key on the next converge, a missing line fail it. It
-becomes a placeholder instead, a file that is not on the box (`unfound`): the repository still
-validates, drift names the missing file and a converge refuses before it writes anything, until
-the operator puts the key in use there or points the reference elsewhere.
+in use (a `.env` line, or what the running gateway carries) is matched against the secret
+sources the collector read (`~/.lobes/.secrets.env`), each read on the box exactly as a
+converge reads it. A match names that file and key; with none, the reference points at the
+`.env` line itself, only if that line holds the same value. A key in use that no such file
+holds (a gateway started by hand, a `.env` edited since) has nowhere to point: `.env`'s other
+value would rotate the live key on the next converge, a missing line fail it. It becomes a
+placeholder instead, a file that is not on the box (`unfound`): the repository still
+validates, drift names the missing file and a converge refuses before it writes anything,
+until the operator puts the key in use there or points the reference elsewhere.
+
+A key only the deploy user's login shell exports (`~/.bashrc:6`, incident #209) is such a key
+too. A converge reads the rc file's last assignment of the key, while bash may have run
+another (`if ...; then export K=a; else export K=b; fi`), and the observation holds only the
+line bash ran (the trace's last assignment, document.Export.source), never whether the file
+assigns the key elsewhere: so the import cannot know that pointing at the file gives a
+converge the key in use. It writes the placeholder, and the note names the line
+(`traced`), for the operator who can read the file.
 Nothing here can see or print a value.
 """
 
@@ -34,12 +42,15 @@ UNFOUND = "placeholder"  # how a placeholder's comment starts (adopt.summary rea
 @dataclass(frozen=True)
 class Candidate:
     """A file on the box that holds a secret: where, under which key, its digest, and what
-    the comment says about it."""
+    the comment says about it. `read`: the collector read the file as a converge reads it
+    (a secret source), so a reference to it gives a converge this value; a login-shell
+    export's file was not read, only the line bash ran is known."""
 
     path: str  # ~/...
     key: str
     digest: str
     origin: str
+    read: bool = True
 
 
 def candidates(doc: Observed) -> list[Candidate]:
@@ -56,7 +67,7 @@ def candidates(doc: Observed) -> list[Candidate]:
         where = export.source or ""
         path, _, line = where.rpartition(":")
         if isinstance(export.value, SecretValue) and path.startswith("~/") and line.isdigit():
-            out.append(Candidate(path, name, export.value.digest, f"{where} (login-shell export)"))
+            out.append(Candidate(path, name, export.value.digest, where, read=False))
     return out
 
 
@@ -70,7 +81,7 @@ def source_for(
 ) -> Sourced | None:
     """A box_file source for the secret `value` in use under `env_key` (seen at `origin`), or
     None when no file the import read holds it (`env_line`: `.env`'s line of `env_key`)."""
-    same = [c for c in found if c.digest == value.digest]
+    same = [c for c in found if c.read and c.digest == value.digest]
     match = [c for c in same if c.key == env_key] + [c for c in same if c.key != env_key]
     if match:
         c = match[0]
@@ -82,6 +93,14 @@ def source_for(
             f"{origin} (no other file holds it)",
         )
     return None
+
+
+def traced(value: SecretValue, env_key: str, found: list[Candidate]) -> Candidate | None:
+    """The login-shell export whose digest is the value in use (`env_key`'s first), if any:
+    where bash assigned it (`~/.bashrc:6`), which no reference points at (the module says
+    why)."""
+    same = [c for c in found if not c.read and c.digest == value.digest]
+    return next((c for c in same if c.key == env_key), same[0] if same else None)
 
 
 def _holds(line: EnvLine | None, value: SecretValue) -> bool:
@@ -96,9 +115,15 @@ def unfound_path(deploy_dir: str) -> str:
     return f"{deploy_dir}/{UNFOUND_FILE}"
 
 
-def unfound(env_key: str, deploy_dir: str) -> Sourced:
-    """The placeholder for a key in use that no file holds (see the module's docstring)."""
+def unfound(env_key: str, deploy_dir: str, exported: Candidate | None = None) -> Sourced:
+    """The placeholder for a key in use that no file holds (see the module's docstring);
+    `exported`: the login-shell line that assigned it, named in the comment."""
+    why = (
+        f"the {env_key} in use is exported at {exported.origin}"
+        if exported is not None
+        else f"no file on the box holds the {env_key} in use"
+    )
     return Sourced(
         {"source": "box_file", "path": unfound_path(deploy_dir), "key": env_key},
-        f"{UNFOUND}: no file on the box holds the {env_key} in use; put it here",
+        f"{UNFOUND}: {why}; put it here",
     )

@@ -25,6 +25,10 @@ from reconciler.report.values import clean
 
 # What an adopted repository holds at its top (facts/: a snapshot's facts an operator copied in).
 REPOSITORY_DIRS = frozenset({"inventory", "group_vars", "facts"})
+# What the files an import writes end with: `.yaml`, but the inventory is copied under its own
+# name (`inventory/mesh.yml` stays `.yml`, and a second `--force` import must replace it).
+SUFFIXES = {"inventory": (".yaml", ".yml")}
+YAML = (".yaml",)
 # The words every group_vars layer an import writes starts with (run.py's header).
 WRITTEN_BY = "Adopted by `reconcile import`"
 
@@ -92,7 +96,7 @@ def _not_written_by_import(output: Path) -> str | None:
         for entry in entries:
             if entry.name not in REPOSITORY_DIRS or not entry.is_dir(follow_symlinks=False):
                 return f"it holds {clean(str(entry.name))}"
-            stray = next(_not_yaml(Path(entry.path)), None)
+            stray = next(_not_yaml(Path(entry.path), SUFFIXES.get(entry.name, YAML)), None)
             if stray is not None:
                 return f"it holds {clean(str(os.path.relpath(stray, output)))}"
         if entries and not _header_says_import(output / "group_vars"):
@@ -102,15 +106,15 @@ def _not_written_by_import(output: Path) -> str | None:
     return None
 
 
-def _not_yaml(directory: Path) -> Iterator[str]:
+def _not_yaml(directory: Path, suffixes: tuple[str, ...] = YAML) -> Iterator[str]:
     """Every entry under `directory` that is neither a directory nor a regular YAML file
-    (symlinks included: what they lead to is not the import's)."""
+    ending in one of `suffixes` (symlinks included: what they lead to is not the import's)."""
     with os.scandir(directory) as it:
         entries = list(it)
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            yield from _not_yaml(Path(entry.path))
-        elif not (entry.is_file(follow_symlinks=False) and entry.name.endswith(".yaml")):
+            yield from _not_yaml(Path(entry.path), suffixes)
+        elif not (entry.is_file(follow_symlinks=False) and entry.name.endswith(suffixes)):
             yield entry.path
 
 

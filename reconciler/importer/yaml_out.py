@@ -4,6 +4,7 @@ comment saying where it was found (`# .env:61`, `# docker inspect`, `# GET /capa
 from __future__ import annotations
 
 import io
+import sys
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -65,7 +66,9 @@ def _map(tree: Tree, top: bool = False) -> CommentedMap:
 
 def dump_layer(tree: Tree, header: str) -> str:
     yaml = YAML()  # round-trip: keeps the comments attached above
-    yaml.width = 4096  # a long .env value stays on its line
+    # A long .env value stays on its line: ruamel folds a plain scalar wider than this at a
+    # blank, and a folded run of blanks reads back one short. No width a value can reach.
+    yaml.width = sys.maxsize
     yaml.indent(mapping=2, sequence=4, offset=2)
     # `KEY: null` (leave it out of .env) said in words: ruamel's default writes nothing.
     yaml.representer.add_representer(

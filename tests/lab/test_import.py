@@ -133,7 +133,9 @@ def test_a_login_shell_key_is_found_while_importing(
     lab: Any, pristine: Any, tmp_path: Path
 ) -> None:
     """Incident #209 on thor: the gateway runs with a key only ~/.bashrc exports. Import adopts
-    it keyed, its reference pointing at that file, and lists the export as found."""
+    it keyed and lists the export as found; its reference is the placeholder, naming the line
+    (a converge reads the rc file's last assignment of the key, which the trace cannot show is
+    the line bash ran: importer/secrets.py), and drift says the placeholder is not there."""
     pristine("thor")
     did = labpkg.incidents.shell_exported_key("thor", "GATEWAY_API_KEY")
     sc.wait_mesh()  # the recreated gateway lists its peers' proxied roles a few beats later
@@ -141,11 +143,15 @@ def test_a_login_shell_key_is_found_while_importing(
     done = reconcile(ROOT, "import", "--output", str(adopted))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "thor: a login shell export" in done.stdout
+    assert f"is exported by the login shell at ~/.bashrc:{did['line']}" in done.stdout
     thor = (adopted / "group_vars" / "thor.yaml").read_text(encoding="utf-8")
-    assert "path: ~/.bashrc, key: GATEWAY_API_KEY}" in thor
-    assert f"~/.bashrc:{did['line']} (login-shell export)" in thor
+    assert "path: ~/.lobes/.secrets.unfound.env, key: GATEWAY_API_KEY}" in thor
+    assert f"exported at ~/.bashrc:{did['line']}; put it here" in thor
     drift = reconcile(adopted, "drift", "--format", "json")
-    entries = drift_entries(drift)["thor"]
+    report = json.loads(drift.stdout)
+    box = next(b for b in report["boxes"] if b["box"] == "thor")
+    assert box["reachable"] and "secrets.unfound.env" in json.dumps(box["errors"]), box
+    entries = {(d["kind"], d["path"]) for d in box["drifts"]}
     assert ("shell-leak", "GATEWAY_API_KEY") in entries
     assert entries <= {
         ("shell-leak", "GATEWAY_API_KEY"),

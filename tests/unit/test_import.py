@@ -242,12 +242,18 @@ def test_incidents_are_found_while_importing(
     )
     fleet = load_fleet(out, "lab")
     assert fleet.boxes["spark"].lanes["primary"].max_model_len == 131072
-    # The key thor's gateway runs with was found in the login shell's file: the reference
-    # points there (a live drift reads it there), and the comment says which line.
+    # The key thor's gateway runs with was found in the login shell's export: a converge
+    # reads the rc file's last assignment of it, which the trace cannot show is the line bash
+    # ran, so the reference is the placeholder and the comment says which line exported it
+    # (test_import_review5_secrets.py).
     source = fleet.boxes["thor"].secrets["gateway_api_key"]
-    assert (source.source, source.path, source.key) == ("box_file", "~/.bashrc", "GATEWAY_API_KEY")
+    assert (source.source, source.path, source.key) == (
+        "box_file",
+        "~/.lobes/.secrets.unfound.env",
+        "GATEWAY_API_KEY",
+    )
     assert comment(layer(out, "thor")["secrets"], "gateway_api_key").startswith(
-        "~/.bashrc:6 (login-shell export)"
+        "placeholder: the GATEWAY_API_KEY in use is exported at ~/.bashrc:6"
     )
     drifts = drift_of(out, snapshot)
     assert {(d.box, d.kind.value, d.path) for d in drifts} >= {
