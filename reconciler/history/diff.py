@@ -58,6 +58,9 @@ class Unseen:
     not compared (an unreachable box's entries are not "cleared"). `changed`: it was covered
     by both runs, and observed otherwise (reachable, then not).
 
+    Or the mesh (box MESH), when a member was not observed in full by both: its findings
+    are not compared (`_mesh_unseen`), and its own line never counts as a change.
+
     Or, with `columns`, a box observed in both whose faults (dockerd down, a gateway probe
     unanswered) left those columns not observed in one of them: only its entries there are
     not compared (`changed`: the columns left differ between the runs)."""
@@ -71,6 +74,8 @@ class Unseen:
 
     @property
     def changed(self) -> bool:
+        if self.box == MESH:  # its members' own lines say whether they changed
+            return False
         return (self.a != self.b and ABSENT not in (self.a, self.b)) or self.faults_changed
 
 
@@ -125,6 +130,10 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
 
     unseen = _unseen(a, b)
     skipped = {u.box for u in unseen if not u.columns}
+    mesh = _mesh_unseen(a, b, skipped)
+    if mesh is not None:  # the mesh's findings are judged over every member: not compared
+        unseen += (mesh,)
+        skipped.add(MESH)
     # A box seen in both whose faults left columns not observed: its entries there neither
     # appeared nor cleared (dockerd down is no lane in sync); its findings and observed
     # values are still compared (the observation says the engine did not answer).
@@ -168,13 +177,8 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
 
 def _unseen(a: Side, b: Side) -> tuple[Unseen, ...]:
     """The boxes not observed in full by both runs, in the runs' order."""
-    boxes = [
-        *(box for side in (a, b) for box in (side.boxes or {})),
-        *(e.box for side in (a, b) for e in side.entries),
-        *(box for side in (a, b) for box in side.observations),
-    ]
     out: list[Unseen] = []
-    for box in dict.fromkeys(x for x in boxes if x != MESH):
+    for box in _covered(a, b):
         seen = (a.observation(box), b.observation(box))
         if seen != (FULL, FULL):
             words = [
@@ -188,6 +192,34 @@ def _unseen(a: Side, b: Side) -> tuple[Unseen, ...]:
         if part is not None:
             out.append(part)
     return tuple(out)
+
+
+def _mesh_unseen(a: Side, b: Side, skipped: set[str]) -> Unseen | None:
+    """The mesh, when a member was not observed in full by both runs (`skipped`) and either
+    run has a finding of the mesh: those are judged over every member (mesh.weakest-link
+    needs the open one seen), so one run's mesh findings say what it could see, and a
+    difference is no change of the mesh. Its observation in a run: partial where a member
+    was not observed in full (or not in the run)."""
+    if not skipped or not any(f.box == MESH for side in (a, b) for f in side.findings):
+        return None
+    boxes = [box for box in _covered(a, b) if box in skipped]
+    state = [
+        FULL if all(side.observation(box) == FULL for box in boxes) else "partial"
+        for side in (a, b)
+    ]
+    missed = ", ".join(boxes)
+    reason = f"{MESH}: {missed} not observed in full in both runs: its findings not compared"
+    return Unseen(MESH, state[0], state[1], reason)
+
+
+def _covered(a: Side, b: Side) -> list[str]:
+    """Every box either run covered, in the runs' order (not the mesh)."""
+    boxes = [
+        *(box for side in (a, b) for box in (side.boxes or {})),
+        *(e.box for side in (a, b) for e in side.entries),
+        *(box for side in (a, b) for box in side.observations),
+    ]
+    return [box for box in dict.fromkeys(boxes) if box != MESH]
 
 
 def _partly(box: str, a: Side, b: Side) -> Unseen | None:
@@ -431,11 +463,14 @@ def _observed(e: EntryRow) -> str:
 
 
 def _summary(diff: RunDiff) -> str:
-    whole = sum(1 for u in diff.not_compared if not u.columns)
-    partly = len(diff.not_compared) - whole
+    unseen_boxes = [u for u in diff.not_compared if u.box != MESH]  # the mesh is no box
+    mesh = len(unseen_boxes) != len(diff.not_compared)
+    whole = sum(1 for u in unseen_boxes if not u.columns)
+    partly = len(unseen_boxes) - whole
     if not diff.changed:
         unseen = [f"{whole} boxes not compared"] if whole else []
         unseen += [f"{partly} boxes compared in part"] if partly else []
+        unseen += [_MESH_UNSEEN] if mesh else []
         return "diff: nothing changed" + (f" ({', '.join(unseen)})" if unseen else "")
     parts = [
         f"{len(diff.appeared)} entries appeared",
@@ -452,7 +487,12 @@ def _summary(diff: RunDiff) -> str:
         parts.append(f"{whole} boxes not compared")
     if partly:
         parts.append(f"{partly} boxes compared in part")
+    if mesh:
+        parts.append(_MESH_UNSEEN)
     return "diff: " + ", ".join(parts)
+
+
+_MESH_UNSEEN = "the mesh's findings not compared"
 
 
 def to_json(diff: RunDiff) -> dict[str, Any]:

@@ -398,5 +398,7 @@ def _record(path: Path, run: Any) -> None:
     try:
         with opened(path) as conn:
             record(conn, run)
-    except (HistoryError, sqlite3.Error, OSError) as exc:
+    # ValueError: a value of the run SQLite cannot bind (text no UTF-8 holds): the run's
+    # report was printed, its exit code stands; the store is as it was.
+    except (HistoryError, sqlite3.Error, OSError, ValueError) as exc:
         print(f"warning: the run was not recorded in the history: {exc}", file=sys.stderr)

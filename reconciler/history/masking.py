@@ -20,8 +20,10 @@ else (the probes' bodies, the controller's probe records, the secret sources, a 
 newer collector adds, a record's other fields) is small and free-form: it is walked with
 `reconcile diff`'s own rule (observed.comparable: a secret name anywhere, at any depth, masks
 what it holds; a list keyed by name masks the items a secret names; a command line's secret
-flags), so nothing a diff masks is kept in clear, and the store keeps the keyed digests
-(`hmac:...`) a diff masks only because they change every run.
+flags; every string, whatever its name, passes `masked_value`: a URL's password, `--api-key
+x`, `Bearer x` inside a probe body's text), so nothing a diff masks is kept in clear, and the
+store keeps the keyed digests (`hmac:...`) a diff masks only because they change every run
+(a `{"secret": ...}` holding anything else is an edit: masked).
 """
 
 from __future__ import annotations
@@ -345,14 +347,19 @@ def _walked(doc: dict[str, Any], depth: int, walkers: Mapping[str, Walker]) -> d
             if out is None:
                 out = dict(doc)
             out[key] = new
-    for key in _FREE_TEXT.intersection(doc):
-        value = doc[key]
-        if key not in secret and isinstance(value, str):
-            new = _kept(key, value)
-            if new is not value:
-                if out is None:
-                    out = dict(doc)
-                out[key] = new
+    # Every other string, as observed.comparable compares it (`masked_value`: a URL's
+    # password, `--api-key x`, `Bearer x` in a probe's body or a record's field), and free
+    # text scrubbed too. Nearly always each was seen plain before: one C call finds that.
+    free = _FREE_TEXT.intersection(doc)
+    texts = compress(doc.values(), map(isinstance, doc.values(), repeat(str)))
+    if free or not _PLAIN_VALUES.issuperset(texts):
+        for key, value in doc.items():
+            if type(value) is str and key not in secret:
+                new = _kept(key, value)
+                if new is not value:
+                    if out is None:
+                        out = dict(doc)
+                    out[key] = new
     return doc if out is None else out
 
 
@@ -388,7 +395,7 @@ def _each_record(walkers: Mapping[str, Walker]) -> Walker:
         if isinstance(value, list):
             return _items(value, lambda item: record(item, depth + 1))
         if hashed(value):
-            return value
+            return _anywhere(value, depth)
         return _each(value, lambda item: record(item, depth + 1))
 
     return walk
@@ -490,7 +497,9 @@ def _anywhere(value: Any, depth: int) -> Any:
     if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             return opaque(value, f"nested past {MAX_DEPTH} levels")
-        return value if hashed(value) else _walked(value, depth, _NONE)
+        if hashed(value):  # the collector's digest kept; anything else in its place masked
+            return value if _digested(value) else {"secret": MASK}
+        return _walked(value, depth, _NONE)
     if isinstance(value, list):
         if depth >= MAX_DEPTH:
             return opaque(value, f"nested past {MAX_DEPTH} levels")
@@ -550,8 +559,11 @@ def _encode(value: Any) -> bytes:
 
 def _digested(value: Any) -> bool:
     """A secret as the collector hashed it: `{"secret": digest}` or a bare keyed digest (a
-    secret source's or an audit line's `digest`)."""
-    return hashed(value) or (isinstance(value, str) and DIGEST.fullmatch(value) is not None)
+    secret source's or an audit line's `digest`). An edited `{"secret": "hf_..."}` is none:
+    the readers check the digests of the parts they know, nothing checks a free-form part's."""
+    if hashed(value):
+        value = value["secret"]
+    return isinstance(value, str) and DIGEST.fullmatch(value) is not None
 
 
 def _environment(env: dict[str, Any]) -> dict[str, Any]:
@@ -646,11 +658,13 @@ def _exports(exports: dict[str, Any]) -> dict[str, Any]:
 
 
 def _kept(field: str, value: Any) -> Any:
-    """A record's metadata field: kept, a free-text one scrubbed (the same text when clean)."""
-    if field in _FREE_TEXT and isinstance(value, str):
-        clean = scrubbed(value)
-        return value if clean == value else clean
-    return value
+    """A string under a name that is no secret's (a record's metadata field, a probe body's
+    value) as observed.comparable compares it: a free-text one scrubbed, any with the secrets
+    inside it masked (`masked_value`); the same string when clean."""
+    if type(value) is not str:
+        return value
+    clean = masked_value(scrubbed(value) if field in _FREE_TEXT else value)
+    return value if clean == value else clean
 
 
 def _as_is(value: Any) -> Any:

@@ -117,7 +117,10 @@ def opened(
     (another application's tables), leaving it as it was."""
     if not create and not path.is_file():
         raise HistoryError(f"history: no store at {path} (no run recorded there yet)")
-    conn = _connect(path, readonly)
+    try:
+        conn = _connect(path, readonly)
+    except sqlite3.OperationalError as exc:  # a new store's file that cannot be created
+        raise _failed(exc, path, readonly) from None
     try:
         try:
             _refuse_newer(conn, path)  # before any pragma or table check changes or judges it
@@ -133,13 +136,7 @@ def opened(
         except sqlite3.ProgrammingError:
             raise  # this code's own mistake, not the store's
         except sqlite3.OperationalError as exc:
-            if not _busy(exc):
-                raise HistoryError(f"history: {path} is not a usable store ({exc})") from None
-            # Contention, not damage: another run held the store past the busy timeout.
-            raise HistoryError(
-                f"history: {path} is busy: another run held it for more than "
-                f"{BUSY_TIMEOUT_S:.0f} s ({exc}); the store is as it was"
-            ) from None
+            raise _failed(exc, path, readonly) from None
         except sqlite3.DatabaseError as exc:
             # Also while in use: a table without the columns this schema has, a page that
             # no longer reads. The store's error, naming it.
@@ -150,18 +147,68 @@ def opened(
         conn.close()
 
 
+def _failed(exc: sqlite3.OperationalError, path: Path, readonly: bool) -> HistoryError:
+    """What SQLite's refusal means for the store, said with its path."""
+    if _read_only_location(exc, path):
+        if readonly:  # a -wal file beside it (_reader)
+            return HistoryError(
+                f"history: {path} is in a read-only location, with a -wal file beside it "
+                f"that SQLite cannot read there ({exc}): copy the store and its -wal file "
+                "to a place you can write, and read the copy"
+            )
+        return HistoryError(f"history: {path} could not be written: a read-only location ({exc})")
+    if _write_failed(exc):  # the disk's fault, not the store's
+        return HistoryError(
+            f"history: {path} could not be written ({exc}, {exc.sqlite_errorname}: a full "
+            "disk or a file size limit?); what it held is unchanged"
+        )
+    if _busy(exc):  # contention, not damage: another run held the store past the timeout
+        return HistoryError(
+            f"history: {path} is busy: another run held it for more than "
+            f"{BUSY_TIMEOUT_S:.0f} s ({exc}); the store is as it was"
+        )
+    return HistoryError(f"history: {path} is not a usable store ({exc})")
+
+
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     """A writer's connection (the file and its directory created 0600/0700 when missing), or
     a reader's: `mode=ro`, which can change nothing in the file (no WAL switch, no table)."""
     old = os.umask(0o077)  # the database and its -wal/-shm files: 0600 from the start
     try:
         if readonly:
-            uri = f"{path.absolute().as_uri()}?mode=ro"
-            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            return _reader(path)
         prepare(path)
         return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     finally:
         os.umask(old)
+
+
+def _reader(path: Path) -> sqlite3.Connection:
+    """A reader's connection. A store in WAL mode is read with its -shm file beside it, which
+    SQLite creates when missing: in a read-only location (a read-only mount, a directory the
+    user cannot write) it cannot, and the store would not read at all. There, with no -wal
+    file, no run is writing it (a writer would have to create its -wal there) and nothing
+    waits in a -wal to be read: the file alone is the store, read as immutable (no -shm, no
+    lock). With a -wal file, the store cannot be read there (`_read_only_location`)."""
+    uri = f"{path.absolute().as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file
+    except sqlite3.Error as exc:
+        if _read_only_location(exc, path) and not os.path.lexists(f"{path}-wal"):
+            conn.close()
+            uri += "&immutable=1"
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        # Any other fault: the store's first query meets it again, and `opened` says it.
+    return conn
+
+
+def _read_only_location(exc: sqlite3.Error, path: Path) -> bool:
+    """SQLite could not open or write a file of the store (the database, its -wal or -shm),
+    and the store's directory cannot be written by this user."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    refused = name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY"))
+    return refused and not os.access(path.absolute().parent, os.W_OK)
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -224,6 +271,24 @@ def _switched_to_wal(conn: sqlite3.Connection) -> str:
             time.sleep(0.05)
 
 
+# SQLite's answers to a write the file system refused: ENOSPC is SQLITE_FULL, any other
+# errno (EFBIG past a file size limit, EDQUOT, EIO) an SQLITE_IOERR of the step that wrote.
+_WRITE_FAILURES = frozenset(
+    {
+        "SQLITE_FULL",
+        "SQLITE_IOERR_WRITE",
+        "SQLITE_IOERR_FSYNC",
+        "SQLITE_IOERR_DIR_FSYNC",
+        "SQLITE_IOERR_TRUNCATE",
+        "SQLITE_IOERR_SHMSIZE",  # growing the -shm file
+    }
+)
+
+
+def _write_failed(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorname", None) in _WRITE_FAILURES
+
+
 def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
@@ -262,8 +327,16 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rolled_back(conn)
             raise
+
+
+def _rolled_back(conn: sqlite3.Connection) -> None:
+    """The failed transaction rolled back, unless SQLite already did (a full disk, an I/O
+    error: it rolls back on its own), when a ROLLBACK would fail and its error ("no
+    transaction is active") would hide the real one."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def _version(conn: sqlite3.Connection) -> int:
@@ -362,7 +435,7 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
         _apply_retention(conn, time.time())
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rolled_back(conn)
         raise
     return rid
 
@@ -455,7 +528,7 @@ def set_retention(
         removed = _apply_retention(conn, time.time())
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rolled_back(conn)
         raise
     return removed
 

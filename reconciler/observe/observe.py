@@ -853,6 +853,16 @@ def snapshot_index(directory: Path) -> dict[str, Any]:
     boxes = index.get("boxes")
     if not isinstance(boxes, list) or not all(_box_file_name(b) for b in boxes):
         raise ValueError(f"{directory}/index.json: boxes is not a list of box names")
+    # The run id names the replay in its reports and its history: text any of them can
+    # write. A lone surrogate (JSON's `\ud800` allows one) is text no UTF-8 holds: the store
+    # could not bind it. Control characters are text: every reader escapes them.
+    run_id = index.get("run_id", "")
+    try:
+        if not isinstance(run_id, str):
+            raise TypeError(run_id)
+        run_id.encode()
+    except (TypeError, UnicodeEncodeError):
+        raise ValueError(f"{directory}/index.json: run_id is not UTF-8 text") from None
     return index
 
 
