@@ -112,9 +112,17 @@ def fingerprint(observed: Observed | None) -> dict[str, Any]:
     if observed is None:
         return {"files": {}, "containers": None}
     files = {name: fact.sha256 for name, fact in observed.files.items()}
-    containers = None
+    containers: dict[str, list[str]] | None = None
     if observed.docker.containers is not None:
-        containers = {c.key: c.id for c in observed.docker.containers if c.id}
+        # Every container of each service, as a set (a sorted list): the box compares them
+        # all (converge.py check_fingerprint). One id per service, the last listed, was a
+        # `docker compose run` copy whenever it sorted after the lane, where the box's own pick
+        # was the lane: every converge of that box was refused as changed.
+        containers = {}
+        for c in observed.docker.containers:
+            if c.id:
+                containers.setdefault(c.key, []).append(c.id)
+        containers = {key: sorted(set(ids)) for key, ids in containers.items()}
     return {"files": files, "containers": containers}
 
 

@@ -200,9 +200,11 @@ def _validate_converge(p, home):
         if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
             raise Failed("fingerprint.files.%s: must be a sha256 or null" % name)
     if fp.get("containers") is not None:
-        for service, cid in _dict("fingerprint.containers", fp["containers"]).items():
+        # {service: [id, ...]}: every container of the service the observation listed
+        for service, ids in _dict("fingerprint.containers", fp["containers"]).items():
             _named("fingerprint.containers", service, SERVICE)
-            _named("fingerprint.containers.%s" % service, cid, CONTAINER_ID)
+            for i, cid in enumerate(_list("fingerprint.containers.%s" % service, ids)):
+                _named("fingerprint.containers.%s[%d]" % (service, i), cid, CONTAINER_ID)
     managed = _dict("managed_env", p.get("managed_env"))
     for key, spec in managed.items():
         _named("managed_env", key, ENV_KEY)
@@ -523,14 +525,22 @@ def temp_name(path):
     return "%s.fleet-tmp-%s" % (path, os.urandom(6).hex())
 
 
-def atomic_write(path, data, mode):
+KEEP = "keep"  # atomic_write's owner by default: the one of the regular file at the path now
+
+
+def atomic_write(path, data, mode, owner=KEEP):
     """Same directory, fsync, rename: a reader sees the old file or the new one, never half.
+    `owner`: the (uid, gid) the new file gets (keep_owner): by default the owner and group of
+    the regular file it replaces (none for a new file, or one replacing a symlink: this
+    user's); a rollback gives the ones its snapshot recorded.
 
     The temporary file is created 0600 and exclusively (O_EXCL|O_NOFOLLOW: a planted file or
     symlink of that name is never written through), gets its final mode only once complete, and
     is removed on any failure: no partial copy of a secrets file stays behind. A symlink at
     `path` is replaced (the rename swaps the directory entry), never written through."""
     directory = os.path.dirname(path) or "."
+    if owner == KEEP:
+        owner = owner_at(path)
     while True:
         tmp = temp_name(path)
         try:
@@ -544,6 +554,7 @@ def atomic_write(path, data, mode):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            keep_owner(fd, path, owner)  # before the mode: a chown clears setuid and setgid
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:
@@ -555,6 +566,44 @@ def atomic_write(path, data, mode):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     fsync_dir(directory)
+
+
+def owner_at(path):
+    """(uid, gid) of the regular file at `path` (never followed), None when there is none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_uid, st.st_gid) if stat.S_ISREG(st.st_mode) else None
+
+
+def keep_owner(fd, path, owner):
+    """The temporary file `fd`, about to replace `path`, given the owner and group (uid, gid)
+    the file had: made by this process it is this user's and group's, and the rename dropped a
+    group the operator had given the file (a monitoring agent of group adm reading the compose
+    file). Where that is not permitted (a user not root gives no file away, nor a group it is
+    not in), the group alone is tried, and what could not be kept is said in a note: the write
+    goes on, its bytes are what matters."""
+    if owner is None:
+        return
+    st = os.fstat(fd)
+    uid = owner[0] if owner[0] != st.st_uid else -1
+    gid = owner[1] if owner[1] != st.st_gid else -1
+    if uid == -1 and gid == -1:
+        return
+    try:
+        os.fchown(fd, uid, gid)
+        return
+    except OSError as exc:
+        why = exc.strerror or "error"
+    if uid != -1 and gid != -1:
+        with contextlib.suppress(OSError):
+            os.fchown(fd, -1, gid)
+            gid = -1
+    lost = " and ".join(
+        "%s %d" % (what, n) for what, n in (("owner uid", uid), ("group gid", gid)) if n != -1
+    )
+    emit("note", message="%s: could not keep its %s (%s)" % (shown(path), lost, why))
 
 
 def atomic_symlink(path, link):
@@ -679,7 +728,7 @@ def too_large(path, limit):
     )
 
 
-def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None, ident=None):
+def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None, ident=None, owner=None):
     """(bytes, mode) of a regular file of at most `limit` bytes: the one way this program reads
     a box file. Anything else is refused by name, never read: a FIFO would block (the open
     waiting for a writer, the read for data) with the lock held; a device like /dev/zero never
@@ -691,7 +740,8 @@ def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None, ident=None):
     snapshot copy, meta.json, the lock) never is (lstat, O_NOFOLLOW). `dir_fd`: `path` is
     relative to that open directory, not resolved from the root again. `ident`: a list, given
     the (st_dev, st_ino) of the file read, from the descriptor that read it (a caller that then
-    renames the path checks it moved that very file, not one swapped in after the read)."""
+    renames the path checks it moved that very file, not one swapped in after the read).
+    `owner`: a list, given the (st_uid, st_gid) of the file read (keep_owner)."""
     via_link = follow and stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
     check_regular(path, os.stat(path, dir_fd=dir_fd, follow_symlinks=follow), limit, via_link)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
@@ -702,6 +752,8 @@ def read_regular(path, limit=READ_LIMIT, follow=False, dir_fd=None, ident=None):
         data = read_at_most(fd, limit + 1)
         if ident is not None:
             ident.append((st.st_dev, st.st_ino))
+        if owner is not None:
+            owner.append((st.st_uid, st.st_gid))
     finally:
         os.close(fd)
     if len(data) > limit:  # it grew since the fstat: still refused, never held whole
@@ -897,8 +949,13 @@ class Lock:
 
 
 # -- containers ----------------------------------------------------------------------------------
-def containers(box):
-    """{service: inspect} of the compose project's containers."""
+SERVICE_LABEL = "com.docker.compose.service"
+ONEOFF_LABEL = "com.docker.compose.oneoff"  # "True" on a `docker compose run` container
+
+
+def project_containers(box):
+    """[inspect] of every container of the compose project, `docker compose run` ones too, in
+    the order `docker ps` lists them (newest first)."""
     out = box.must(
         [
             "docker",
@@ -912,13 +969,55 @@ def containers(box):
     )
     ids = out.split()
     if not ids:
-        return {}
+        return []
+    found = json.loads(box.must(["docker", "inspect"] + ids, "docker inspect"))
+    return [c for c in found if isinstance(c, dict)]
+
+
+def labels_of(inspect):
+    return (inspect.get("Config") or {}).get("Labels") or {}
+
+
+def name_of(inspect):
+    return str(inspect.get("Name") or "").lstrip("/")
+
+
+def containers(box):
+    """{service: inspect} of the compose project: each service's own container, the one every
+    step of a converge and a rollback watches, recreates, records and compares.
+
+    Never a `docker compose run` container (label oneoff=True, `lobes-<service>-run-<hex>`):
+    an operator's one-off left behind, exited, keeps the service's labels; taken for the lane,
+    its state failed a healthy lane's boot ("stopped while booting") and the rollback after.
+    Of several others (a `--scale` replica, a copy made by hand), the one the drift comparison
+    reads as the service's (reconciler/compare/containers.py service_containers, _rank):
+    compose's numbered replica, lowest number, else the first by name; whatever order `docker
+    ps` lists them in (newest first: the oldest came last and was kept). Its `container_name`
+    rank is not needed here: such a service has one container of its own (compose refuses to
+    scale it)."""
+    groups = {}  # type: dict
+    for c in project_containers(box):
+        labels = labels_of(c)
+        service = labels.get(SERVICE_LABEL)
+        if service and str(labels.get(ONEOFF_LABEL, "")).lower() != "true":
+            groups.setdefault(service, []).append(c)
     found = {}
-    for c in json.loads(box.must(["docker", "inspect"] + ids, "docker inspect")):
-        service = ((c.get("Config") or {}).get("Labels") or {}).get("com.docker.compose.service")
-        if service:
-            found[service] = c
+    for service, group in groups.items():
+        ranked = sorted((service_rank(name_of(c), service), i) for i, c in enumerate(group))
+        found[service] = group[ranked[0][1]]  # equal ranks: the first `docker ps` listed
     return found
+
+
+def service_rank(name, service):
+    """compare/containers.py `_rank` without the render's container_name: (1, n, name) for
+    compose's replica n (`<project>-<service>-<n>`, v1 `_`), else (2, 0, name)."""
+    for sep in "-_":
+        mark = sep + service + sep
+        at = name.rfind(mark)
+        number = name[at + len(mark) :] if at > 0 else ""
+        if number.isascii() and number.isdigit() and len(number) <= 6:
+            return (1, int(number), name)
+    return (2, 0, name)
 
 
 def label_hash(inspect):
@@ -1498,7 +1597,8 @@ def write_env(box, keys, desired):
 
 
 def write_managed(box, name, data, mode):
-    """Write a managed file of the deployment.
+    """Write a managed file of the deployment, with the owner and group the file had
+    (atomic_write).
 
     A managed path that is a symlink is REPLACED by a regular file with the new bytes; its
     target is left exactly as it was. Apply writes only inside the deployment directory, never
@@ -1621,9 +1721,12 @@ def take_snapshot(box, meta):
     tmp = os.path.join(root, "." + sid + ".partial")
     os.mkdir(tmp, 0o700)
     try:
-        files = {}  # type: dict
+        files, owners = {}, {}  # type: dict, dict
         for name in box.managed_files():
-            files[name] = snapshot_file(box.path(name), os.path.join(tmp, name))
+            entry = snapshot_file(box.path(name), os.path.join(tmp, name))
+            if entry is not None and "owner" in entry:
+                owners[name] = entry.pop("owner")
+            files[name] = entry
         found = containers(box)
         # The running config of every service: a rollback proves it restored these exactly.
         atomic_write(os.path.join(tmp, "containers.json"), json.dumps(found).encode(), 0o600)
@@ -1632,10 +1735,9 @@ def take_snapshot(box, meta):
             id=sid,
             taken_at=now_iso(),
             files=files,
-            containers={
-                s: {"id": c.get("Id", "")[:12], "config_hash": label_hash(c)}
-                for s, c in found.items()
-            },
+            # {name: [uid, gid]} of each regular file: a rollback gives them back (keep_owner)
+            owners=owners,
+            containers={s: container_record(c) for s, c in found.items()},
             status="running",
         )
         write_meta(tmp, meta)
@@ -1677,7 +1779,8 @@ def snapshot_file(src, copy):
         link = state[0]
         try:
             # One read gives the copy and its digest, so the digest is of what was copied.
-            data, mode = read_regular(src, follow=link is not None)
+            owner = []  # type: list
+            data, mode = read_regular(src, follow=link is not None, owner=owner)
         except (OSError, Failed):
             if link_text(src) == link and os.path.lexists(src):
                 raise  # still what it looked like: the reader's refusal stands
@@ -1688,6 +1791,7 @@ def snapshot_file(src, copy):
         raise Failed("%s kept changing while it was snapshotted; run again" % shown(src))
     entry = {"sha256": hashlib.sha256(data).hexdigest(), "mode": mode}
     if link is None:
+        entry["owner"] = list(owner[0])  # take_snapshot moves it to the snapshot's `owners`
         atomic_write(copy, data, 0o600)
     else:
         entry["symlink"] = link
@@ -1913,6 +2017,22 @@ def snapshot_files(meta, sid):
     return files
 
 
+def _is_id(value):
+    return _is_int(value) and 0 <= value < 0xFFFFFFFF
+
+
+def owners_of(meta):
+    """{name: (uid, gid)} a snapshot recorded for its regular files (take_snapshot); an entry
+    that is not two ids, or a snapshot that recorded none (an older converge's), gives none:
+    that file comes back as this user's, as every rollback made it before."""
+    owners = meta.get("owners")
+    return {
+        name: (pair[0], pair[1])
+        for name, pair in (owners.items() if isinstance(owners, dict) else ())
+        if isinstance(pair, list) and len(pair) == 2 and all(_is_id(n) for n in pair)
+    }
+
+
 def _link_text(link):
     """A symlink's text as a snapshot records it ("" when the file was no symlink)."""
     return isinstance(link, str) and len(link) <= 4096 and "\0" not in link
@@ -2081,25 +2201,87 @@ def wait_healthy(box, service, timeout):
         time.sleep(1.0)
 
 
-def recreate(box, service, lane, announced=False):
+# How a rollback brings a service back (restore_mode): booted and waited for healthy, booted
+# and not waited for, or created and not started.
+WAIT, START, CREATE = "wait", "start", "create"
+
+
+def recreate(box, service, lane, announced=False, restore=None):
     """One service: stop it (its memory comes back first), gate, recreate scrubbed, wait.
-    `announced`: its start event was emitted already (recreate_recorded)."""
+    `announced`: its start event was emitted already (recreate_recorded). `restore`: a
+    rollback's (restore_mode), None for a converge's.
+
+    A rollback's memory gate never refuses: the payload's util is the desired state's (the
+    failed converge's new one, the controller's now), not the one of the files the rollback
+    restored, which the lane ran with at the snapshot. Refused on it, a converge that failed
+    the gate for a larger util failed its rollback the same way, left the lane stopped, and
+    every rollback after it too. The page cache is still dropped when short (memory_gate)."""
     if not announced:
         emit("step", step="recreate", subject=service, status="start")
+    start = restore != CREATE
     if lane is not None:
         # `docker stop` of this one container, not `compose stop`, which would also stop the
         # services that depend on it (the gateway, the worker) and leave them down.
         running = containers(box).get(service)
         if running is not None and (running.get("State") or {}).get("Running"):
             box.run(["docker", "stop", running["Id"]], timeout=300)
-        memory_gate(box, service, float(lane["util"]))
+        if start:
+            try:
+                memory_gate(box, service, float(lane["util"]))  # drops the cache when short
+            except Failed as exc:
+                if restore is None:
+                    raise
+                emit(
+                    "note",
+                    message="%s; the rollback boots it all the same: that util is the "
+                    "desired state's, not the one of the files it restored, which the lane ran "
+                    "with at the snapshot" % reason_of(exc, box.secrets),
+                )
+    # Not running at the snapshot: created from the restored files, not started (compose's
+    # `up --no-start` recreates a running container and leaves the new one created).
+    how = ["-d"] if start else ["--no-start"]
     box.must(
-        ["docker", "compose", "up", "-d", "--no-deps", "--force-recreate", service],
+        ["docker", "compose", "up"] + how + ["--no-deps", "--force-recreate", service],
         "docker compose up %s" % service,
         timeout=600,
     )
-    wait_healthy(box, service, int((lane or box.p["gateway"])["timeout_s"]))
+    if restore in (None, WAIT):
+        wait_healthy(box, service, int((lane or box.p["gateway"])["timeout_s"]))
     emit("step", step="recreate", subject=service, status="done")
+
+
+def container_record(inspect):
+    """What a snapshot keeps of a service's container: its id and config hash (a rollback
+    proves it restored the config), and its state (restore_mode)."""
+    state = inspect.get("State") or {}
+    return {
+        "id": str(inspect.get("Id", ""))[:12],
+        "config_hash": label_hash(inspect),
+        "status": state.get("Status"),
+        "health": (state.get("Health") or {}).get("Status"),
+        "restarts": inspect.get("RestartCount", 0),
+    }
+
+
+def restore_mode(record):
+    """How a rollback brings back a service as the snapshot had it, by its container's state
+    then: WAIT (up and healthy, or booting: booted and waited for healthy, as a converge
+    does); START (running but unhealthy, or crash-looping: more than 2 restarts and not
+    healthy: booted, not waited for, as it was); CREATE (not running: exited, created, dead,
+    paused, restarting: created from the restored files, not started). A snapshot that
+    recorded no state (an older converge's): WAIT, as every rollback did.
+
+    Why: a lane the operator had stopped was left running by the rollback, and one that was
+    crashing failed the rollback (the box then refused every converge as half restored)."""
+    if not isinstance(record, dict) or "status" not in record:
+        return WAIT
+    if record.get("status") != "running":
+        return CREATE
+    health = record.get("health")
+    crashing = _is_int(record.get("restarts")) and record["restarts"] > 2 and health != "healthy"
+    if health == "unhealthy" or crashing:
+        return START
+    return WAIT
 
 
 REQUEST_S = 3.0  # one gateway request, start to end
@@ -2285,11 +2467,19 @@ def check_fingerprint(box):
         n for n, sha in sorted((fp.get("files") or {}).items()) if sha256_file(box.path(n)) != sha
     ]
     if fp.get("containers") is not None:
-        now = {s: c.get("Id", "")[:12] for s, c in containers(box).items()}
+        # Every container of each service, one-offs and replicas too, as a set: the
+        # observation lists them all (keyed as the collector's Container.key: the service,
+        # else the container's name), and one picked per service on each side was another
+        # container whenever a `docker compose run` copy sorted after the lane there.
+        now = {}  # type: dict
+        for c in project_containers(box):
+            key = labels_of(c).get(SERVICE_LABEL) or name_of(c)
+            now.setdefault(key, set()).add(str(c.get("Id", ""))[:12])
+        seen = {s: set(ids) for s, ids in fp["containers"].items()}
         moved += [
             "container " + s
-            for s in sorted(set(now) | set(fp["containers"]))
-            if now.get(s) != fp["containers"].get(s)
+            for s in sorted(set(now) | set(seen))
+            if now.get(s, set()) != seen.get(s, set())
         ]
     if moved:
         raise Failed(
@@ -2564,6 +2754,7 @@ def restore_snapshot_files(box, sid, chain=None, first_change=None):
     meta = chain[0][1]
     src = snapshot_path(box, sid)
     files = snapshot_files(meta, sid)
+    owners = owners_of(meta)
     copies = {}
     for name, info in sorted(files.items()):
         target = box.path(name)
@@ -2581,7 +2772,7 @@ def restore_snapshot_files(box, sid, chain=None, first_change=None):
                 "(truncated or altered); nothing was restored" % (sid, name)
             )
         mode = 0o600 if name == ".env" else info["mode"]  # a rollback never widens .env
-        copies[name] = (data, mode)
+        copies[name] = (data, mode, owners.get(name))
     created = created_since(files, chain)
     for name in created:
         target = box.path(name)
@@ -2818,22 +3009,24 @@ def restore_file(target, info, copy):
             return False
         atomic_symlink(target, link)
         return True
-    data, mode = copy
-    if holds(target, data, mode):
+    data, mode, owner = copy
+    if holds(target, data, mode, owner):
         return False
-    atomic_write(target, data, mode)
+    atomic_write(target, data, mode, owner)
     return True
 
 
-def holds(path, data, mode):
-    """True when `path` is a regular file (not a symlink) with these bytes and this mode;
-    anything the reader refuses (a FIFO, a device, a file over the limit) does not, and is
-    replaced: read through the one reader, a rollback never hangs on what is there now."""
+def holds(path, data, mode, owner=None):
+    """True when `path` is a regular file (not a symlink) with these bytes and this mode (and
+    `owner`, when given); anything the reader refuses (a FIFO, a device, a file over the
+    limit) does not, and is replaced: read through the one reader, a rollback never hangs on
+    what is there now."""
+    have_owner = []  # type: list
     try:
-        have, have_mode = read_regular(path)
+        have, have_mode = read_regular(path, owner=have_owner)
     except (OSError, Failed):
         return False
-    return have_mode == mode and have == data
+    return have_mode == mode and have == data and owner in (None, have_owner[0])
 
 
 def service_names(value):
@@ -2903,17 +3096,37 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
         recreated = [s for s in order if s in before]  # one with no container before: none now
+        # Each as the snapshot had it (restore_mode): a lane stopped then is created, not
+        # started; one crashing then is started, not waited for.
+        modes = {s: restore_mode(before[s]) for s in recreated}
         for service in recreated:
-            recreate(box, service, lanes.get(service))
+            if modes[service] != WAIT:
+                emit(
+                    "note",
+                    message="%s: %s, as at snapshot %s (%s)"
+                    % (
+                        service,
+                        "created, not started" if modes[service] == CREATE else "not waited for",
+                        sid,
+                        state_text(before[service]),
+                    ),
+                )
+            recreate(box, service, lanes.get(service), False, modes[service])
         started = start_stopped(box, before, chain)
         now = containers(box)
-        # Unequal: a container whose config differs from the snapshot's, and one that is there
-        # now but was not then, or was then but is not now (removed by the converge).
+        # Unequal: a container whose config differs from the snapshot's, one running now that
+        # was not then or the other way round (a snapshot that recorded the state), and one
+        # that is there now but was not then, or was then but is not now (removed by the
+        # converge).
         unequal = sorted(
             {
                 s
                 for s, c in before.items()
-                if s in now and label_hash(now[s]) != (c or {}).get("config_hash")
+                if s in now
+                and (
+                    label_hash(now[s]) != (c or {}).get("config_hash")
+                    or not same_running(c, now[s])
+                )
             }
             | (set(before) ^ set(now))
         )
@@ -2925,6 +3138,8 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
             "kept": kept,
             "removed_containers": gone,
             "recreated": recreated,
+            "not_started": [s for s in recreated if modes[s] == CREATE],
+            "not_waited": [s for s in recreated if modes[s] == START],
             "started": started,
             "config_equal": not unequal,
             "unequal": unequal,
@@ -2966,6 +3181,24 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         redo_by_rollback(box, sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
+
+
+def state_text(record):
+    """A snapshot's record of a container's state, for a note: `exited`, `running/unhealthy`."""
+    record = record if isinstance(record, dict) else {}
+    text = "%s/%s" % (record.get("status"), record.get("health") or "-")
+    restarts = record.get("restarts")
+    return scrub(text + (", %d restarts" % restarts if _is_int(restarts) and restarts else ""))
+
+
+def same_running(record, inspect):
+    """The container `inspect` runs, or not, as the snapshot's `record` says its container
+    did; True when the snapshot recorded no state (an older converge's)."""
+    if not isinstance(record, dict) or "status" not in record:
+        return True
+    return (record.get("status") == "running") == (
+        (inspect.get("State") or {}).get("Status") == "running"
+    )
 
 
 # What a converge undone and then redone is again (`undone_from`); anything else: applied.
@@ -3109,7 +3342,34 @@ def start_stopped(box, before, chain):
 
 
 def mark_good(box, sid):
-    """After the controller verified zero drift: keep this chain as the known-good copy."""
+    """After the controller verified zero drift: keep this chain as the known-good copy.
+
+    Only for the box's newest snapshot (`sid`, or the newest when none is named) while it is
+    `applied`, checked under the lock before anything is written: between the converge and
+    its mark-good the lock is free, and another run may have rolled the converge back (then
+    its files are the old ones again and known-good would vouch for them as verified) or
+    converged over it. Refused, nothing changed, the controller keeps the converge verified
+    but not marked good (engine.py _mark_good says so)."""
+    ids = list_snapshots(box)
+    newest = ids[-1] if ids else None
+    sid = sid or newest
+    if sid is None:
+        raise Failed("no snapshot on this box: nothing to mark good")
+    try:
+        status = read_meta(box, sid).get("status")
+    except (OSError, ValueError) as exc:
+        raise Failed(
+            "snapshot %s cannot be read (%s); nothing was changed"
+            % (sid, reason_of(exc, box.secrets))
+        ) from None
+    if sid != newest:
+        raise Failed(
+            "snapshot %s is not the newest (%s was taken after it); nothing was changed"
+            % (sid, newest)
+        )
+    if status != "applied":
+        shown_status = scrub(status) if isinstance(status, str) else "unknown"
+        raise Failed("snapshot %s is %s, not applied; nothing was changed" % (sid, shown_status))
     root = private_dir(known_good_dir(box))
     manifest = {}
     for name in box.p["compose_files"]:
@@ -3119,10 +3379,8 @@ def mark_good(box, sid):
             atomic_write(os.path.join(root, name), data, 0o600)
             manifest[name] = hashlib.sha256(data).hexdigest()
     write_meta(root, {"snapshot": sid, "files": manifest, "at": now_iso()})
-    removed, kept = [], []  # type: list, list
-    if sid:
-        set_status(box, sid, "verified")
-        removed, kept = remove_strays(box, sid)
+    set_status(box, sid, "verified")
+    removed, kept = remove_strays(box, sid)
     return {"ok": True, "known_good": manifest, "strays_removed": removed, "strays_kept": kept}
 
 
