@@ -9,10 +9,14 @@ reuses one connection, and nothing differs between what `reconcile` observes and
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyinfra.api.command import QuoteString, StringCommand
+from pyinfra.api.output import echo
 from pyinfra.api.util import get_file_io
 from pyinfra.connectors.base import BaseConnector, DataMeta
 from pyinfra.connectors.util import (
@@ -108,16 +112,31 @@ class OpenSSHConnector(BaseConnector):
         print_input: bool = False,
         **arguments: Any,
     ) -> bool:
+        """The file's bytes, exactly, written to `remote_filename` by `cat >` on ssh's stdin:
+        no scp/sftp subsystem needed on the box. The bytes go as they are (run_bounded sends
+        bytes unchanged; text would go through pyinfra's write_stdin, which adds a newline and
+        needs UTF-8): a `files.put` whose bytes differ never matches its checksum and uploads
+        again on every run. `cat` runs as the sudo/su user itself (make_unix_command_for_host
+        wraps it, stdin passes through), so pyinfra's ssh detour through a temporary file, for
+        SFTP that can only write as the login user, is not needed (`remote_temp_filename`
+        unused); like that detour's `cp`, writing in place keeps an existing file's owner and
+        mode. A failure raises OSError, as pyinfra's docker connector does; pyinfra logs it
+        and fails the operation."""
         with get_file_io(filename_or_io) as file_io:
             data = file_io.read()
-        text = data.decode() if isinstance(data, bytes) else data
-        # `cat >` through the same channel: no scp/sftp subsystem needed on the box.
+        if isinstance(data, str):  # a text-mode file object: its UTF-8, as paramiko's putfo
+            data = data.encode()
         ok, output = self.run_shell_command(
-            StringCommand("cat", ">", QuoteString(remote_filename)), _stdin=text, **arguments
+            StringCommand("cat", ">", QuoteString(remote_filename)),
+            print_output=print_output,
+            print_input=print_input,
+            **{**arguments, "_stdin": data},
         )
         if not ok:
-            raise OSError(_last_line(output, "the command failed"))
-        return ok
+            raise OSError(_last_line(output, "the upload failed"))
+        if print_output:
+            echo(f"{self.host.print_prefix}file uploaded: {remote_filename}", err=True)
+        return True
 
     def get_file(
         self,
@@ -128,14 +147,30 @@ class OpenSSHConnector(BaseConnector):
         print_input: bool = False,
         **arguments: Any,
     ) -> bool:
+        """`remote_filename`'s bytes, exactly, into `filename_or_io`. The box sends them as
+        base64 (coreutils): run_bounded hands back stdout as decoded lines, which cannot give
+        back bytes that are not UTF-8 nor say whether the file ended in a newline; base64 text
+        survives that whole, and stays within its output bound (a file up to ~6 MiB). Run as
+        the sudo/su user itself, like put_file. Its lines are not printed (`print_output`
+        would show the encoded file); a failure raises OSError."""
         ok, output = self.run_shell_command(
-            StringCommand("cat", QuoteString(remote_filename)), **arguments
+            # `<`: the shell opens the file, so a name starting with `-` is never an option.
+            StringCommand("base64", "<", QuoteString(remote_filename)),
+            print_output=False,
+            print_input=print_input,
+            **arguments,
         )
         if not ok:
-            raise OSError(_last_line(output, "the command failed"))
+            raise OSError(_last_line(output, "the download failed"))
+        try:
+            data = base64.b64decode("".join(output.stdout_lines), validate=True)
+        except binascii.Error:  # something else on stdout (a login script's words)
+            raise OSError(f"{remote_filename}: the box's answer is not base64") from None
         with get_file_io(filename_or_io, "wb") as file_io:
-            file_io.write(output.stdout.encode() + b"\n")
-        return ok
+            file_io.write(data.decode() if isinstance(file_io, io.TextIOBase) else data)
+        if print_output:
+            echo(f"{self.host.print_prefix}file downloaded: {remote_filename}", err=True)
+        return True
 
 
 def _last_line(output: CommandOutput, otherwise: str) -> str:
