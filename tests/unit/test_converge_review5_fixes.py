@@ -287,7 +287,11 @@ def test_a_lane_running_then_and_stopped_now_is_unequal(
         ({"Status": "running"}, 0, "wait"),
         ({"Status": "running", "Health": {"Status": "unhealthy"}}, 0, "start"),
         ({"Status": "running", "Health": {"Status": "starting"}}, 7, "start"),
-        ({"Status": "restarting", "Health": {"Status": "starting"}}, 7, "create"),
+        # A crash loop (`restart: unless-stopped`) is `restarting` most of the time: it ran,
+        # and Docker's State.Running says so; created, it would never be restarted again.
+        ({"Status": "restarting", "Health": {"Status": "starting"}}, 7, "start"),
+        ({"Status": "restarting", "Running": True}, 1, "start"),
+        ({"Status": "paused", "Running": True}, 0, "start"),
         ({"Status": "exited"}, 0, "create"),
         ({"Status": "created"}, 0, "create"),
     ],

@@ -154,3 +154,58 @@ def test_an_unknown_kind_of_interrupted_run_is_a_malformed_answer() -> None:
     answer = converge_result({"ok": False, "failed": "refused", "interrupted": found})
     assert answer.interrupted is None and answer.failed is not None
     assert "malformed" in answer.failed and "interrupted" in answer.failed
+
+
+class _Killed(BaseException):
+    """SIGKILL: nothing of the program runs after it."""
+
+
+def _kill(*_args: Any, **_kwargs: Any) -> Any:
+    raise _Killed
+
+
+def test_a_killed_converge_stays_refused_after_its_rollback_failed_before_any_change(
+    deploy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converge wrote `.env` and was killed; the rollback to its snapshot then found a
+    damaged copy and changed nothing: the box is still half converged."""
+    Engine(monkeypatch, converge, deploy)
+    before = (
+        {p.name for p in (deploy / ".fleet" / "snapshots").glob("*")}
+        if (deploy / ".fleet" / "snapshots").exists()
+        else set()
+    )
+    with monkeypatch.context() as m, pytest.raises(_Killed):
+        m.setattr(converge, "pull", _kill)
+        run_events(converge, converge_payload(managed_env={"FOO": "2"}))
+    (sid,) = {p.name for p in (deploy / ".fleet" / "snapshots").glob("*")} - before
+    (deploy / ".fleet" / "snapshots" / sid / ".env").write_text("damaged\n")
+    failed = result(converge_payload("rollback", snapshot=sid))
+    assert failed["ok"] is False and "nothing was restored" in failed["failed"]
+    refused = result(converge_payload(managed_env={"FOO": "3"}))
+    assert refused["ok"] is False and refused["interrupted"]["snapshot"] == sid
+    assert refused["interrupted"]["kind"] == "converge"
+    assert (deploy / ".env").read_text() == "FOO=2\n"
+
+
+def test_the_rerun_of_a_converges_failed_rollback_recreates_only_what_it_touched(
+    deploy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converge failed before recreating anything; its rollback restored the files, then
+    failed. Run again as the refusal says, it must not restart the healthy lane the converge
+    never touched (a GPU lane's model reload takes minutes)."""
+    eng = Engine(monkeypatch, converge, deploy)
+    worker = eng.c["vllm-worker"]["Id"]
+    with monkeypatch.context() as m:
+        m.setattr(converge, "pull", _engine_gone)
+        m.setattr(converge, "remove_containers", _engine_gone)
+        failed = result(converge_payload(managed_env={"FOO": "2"}, services=["vllm-worker"]))
+    assert failed["ok"] is False and failed["rollback"]["ok"] is False
+    assert (deploy / ".env").read_text() == "FOO=1\n"  # the files were restored
+    assert result(converge_payload(managed_env={"FOO": "3"}))["interrupted"]["kind"] == (
+        "failed-rollback"
+    )
+    again = result(converge_payload("rollback", snapshot=failed["snapshot"]))
+    assert again["ok"] is True and again["recreated"] == [], again
+    assert eng.c["vllm-worker"]["Id"] == worker
+    assert result(converge_payload(managed_env={"FOO": "3"}))["ok"] is True

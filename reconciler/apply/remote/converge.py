@@ -2257,6 +2257,7 @@ def container_record(inspect):
     return {
         "id": str(inspect.get("Id", ""))[:12],
         "config_hash": label_hash(inspect),
+        "running": runs(inspect),
         "status": state.get("Status"),
         "health": (state.get("Health") or {}).get("Status"),
         "restarts": inspect.get("RestartCount", 0),
@@ -2266,22 +2267,40 @@ def container_record(inspect):
 def restore_mode(record):
     """How a rollback brings back a service as the snapshot had it, by its container's state
     then: WAIT (up and healthy, or booting: booted and waited for healthy, as a converge
-    does); START (running but unhealthy, or crash-looping: more than 2 restarts and not
-    healthy: booted, not waited for, as it was); CREATE (not running: exited, created, dead,
-    paused, restarting: created from the restored files, not started). A snapshot that
-    recorded no state (an older converge's): WAIT, as every rollback did.
+    does); START (running but unhealthy, or crash-looping: restarting, or more than 2
+    restarts and not healthy; paused: booted, not waited for, as it was); CREATE (not
+    running: exited, created, dead: created from the restored files, not started). A
+    snapshot that recorded no state (an older converge's): WAIT, as every rollback did.
 
     Why: a lane the operator had stopped was left running by the rollback, and one that was
     crashing failed the rollback (the box then refused every converge as half restored)."""
     if not isinstance(record, dict) or "status" not in record:
         return WAIT
-    if record.get("status") != "running":
+    if not was_running(record):
         return CREATE
     health = record.get("health")
     crashing = _is_int(record.get("restarts")) and record["restarts"] > 2 and health != "healthy"
-    if health == "unhealthy" or crashing:
-        return START
+    if record.get("status") != "running" or health == "unhealthy" or crashing:
+        return START  # restarting (a crash loop seen between two runs), paused, unhealthy
     return WAIT
+
+
+# Docker's own `State.Running` is true while a container restarts or is paused: a lane in a
+# crash loop (`restart: unless-stopped`) is `restarting` most of the time, `running` between.
+_RUNNING_STATES = ("running", "restarting", "paused")
+
+
+def runs(inspect):
+    """Whether a container runs as Docker says it (State.Running: restarting and paused too)."""
+    state = inspect.get("State") or {}
+    running = state.get("Running")
+    return running if isinstance(running, bool) else state.get("Status") in _RUNNING_STATES
+
+
+def was_running(record):
+    """Whether the snapshot's container ran (`running`; a record without it, by its status)."""
+    running = record.get("running")
+    return running if isinstance(running, bool) else record.get("status") in _RUNNING_STATES
 
 
 REQUEST_S = 3.0  # one gateway request, start to end
@@ -2511,7 +2530,7 @@ def converge(box, lock):
     sweep_temp_files(box)
     for old, meta in left:
         # Accepted: converged over. Its snapshot stays (a rollback to it undoes both).
-        what = "converge" if meta.get("status") == "running" else "rollback to it"
+        what = "rollback to it" if half_restored(meta) else "converge"
         set_status(box, old, "interrupted", reason="converged over (--accept-interrupted)")
         emit(
             "note",
@@ -2628,7 +2647,9 @@ def interrupted_converges(box):
         status = meta.get("status")
         if status in APPLIED:
             past_applied = True
-        elif half_restored(meta) or (status == "running" and not past_applied):
+        elif half_restored(meta) or (status_before(meta) == "running" and not past_applied):
+            # `status_before`: a killed converge whose rollback then failed before its first
+            # change (a damaged copy) is still a half converged box.
             out.insert(0, (sid, meta))
     return out
 
@@ -3157,9 +3178,12 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
                 "refused until this rollback is run again and completes, or is given "
                 "--accept-interrupted" % sid,
             )
+        # A converge's own (`created` given): what it recreated, so that the rollback run
+        # again recreates that and what the files change, never every planned lane.
+        mine = {"touched": list(touched or [])} if created is not None else {}
         record_status(
             box, sid, ROLLBACK_FAILED, reason=reason, rollback=result, half_restored=half,
-            rollback_from=was,
+            rollback_from=was, **mine
         )  # fmt: skip
     else:
         # The rollback is done: a status that cannot be written is a warning, not a failure.
@@ -3196,9 +3220,7 @@ def same_running(record, inspect):
     did; True when the snapshot recorded no state (an older converge's)."""
     if not isinstance(record, dict) or "status" not in record:
         return True
-    return (record.get("status") == "running") == (
-        (inspect.get("State") or {}).get("Status") == "running"
-    )
+    return was_running(record) == runs(inspect)
 
 
 # What a converge undone and then redone is again (`undone_from`); anything else: applied.
@@ -3472,11 +3494,13 @@ def run_action(box, payload):
             meta = read_meta(box, sid)
         except (OSError, ValueError, Failed):
             meta = {}  # rollback() records why it cannot use this snapshot
+        # What the converge recreated, recorded when it ended (applied, or its own rollback
+        # failed), even none: the rollback recreates that and what the restored files render
+        # differently. Not recorded (killed, an older converge): every service it planned.
+        touched = meta.get("touched")
+        services = touched if isinstance(touched, list) else meta.get("services")
         return rollback(
-            box,
-            sid,
-            service_names(meta.get("touched")) or service_names(meta.get("services")),
-            reason=payload.get("reason") or "operator rollback",
+            box, sid, service_names(services), reason=payload.get("reason") or "operator rollback"
         )
     finally:
         lock.release()
