@@ -536,6 +536,9 @@ class Run:
         self.errors = []
         self.file_errors = {}  # type: dict  # a box file as shown -> why it could not be read
         self.timeout = float(payload.get("timeout_s", 10))
+        # The names of the project's containers on the host network, as `containers` found
+        # them (the audit's `host_network`, without asking the engine again); None: not found.
+        self.host_network = None  # type: list | None
         self._once = {}  # type: dict
         self._lock = _thread.allocate_lock()
 
@@ -854,6 +857,7 @@ class Run:
 # not found raises FileNotFoundError with subprocess's text. Where this process cannot hold
 # on to its own directory, subprocess itself runs the command.
 _SPAWNING = _thread.allocate_lock()
+_LIVE = set()  # type: set  # the children this process started and has not reaped (_SPAWNING)
 # What a child may print: a login profile printing a gigabyte was held whole. compose's render
 # of a lab box is ~200 KB and `docker inspect` of its containers ~100 KB; `bash -x` traces a
 # login (bash-completion, conda, nvm) in a few MB. Past its limit the child is killed and the
@@ -883,6 +887,8 @@ def spawned(argv, env, cwd, timeout, stdin_text=None, limits=(OUTPUT_LIMIT, TRAC
     try:
         with _SPAWNING:
             pid = _spawn_in(cwd, program, argv, environ, actions)
+            if pid:
+                _LIVE.add(pid)
     finally:
         _close(out_w, err_w, in_r)  # the child's ends
         if not pid:  # not started (an error, or subprocess is to run it)
@@ -899,6 +905,7 @@ def spawned(argv, env, cwd, timeout, stdin_text=None, limits=(OUTPUT_LIMIT, TRAC
     try:
         return _output(pid, argv[0], (out_r, err_r), limits, deadline)
     finally:
+        _LIVE.discard(pid)  # reaped (or killed and reaped) by now
         os.close(out_r)
         os.close(err_r)
 
@@ -982,10 +989,12 @@ def _subprocess_run(argv, env, cwd, timeout, stdin_text, limits):
     import subprocess
 
     pipe = subprocess.PIPE
-    proc = subprocess.Popen(
-        argv, stdin=None if stdin_text is None else pipe, stdout=pipe, stderr=pipe, env=env,
-        cwd=cwd, bufsize=0, start_new_session=True,
-    )  # fmt: skip
+    with _SPAWNING:
+        proc = subprocess.Popen(
+            argv, stdin=None if stdin_text is None else pipe, stdout=pipe, stderr=pipe, env=env,
+            cwd=cwd, bufsize=0, start_new_session=True,
+        )  # fmt: skip
+        _LIVE.add(proc.pid)
     deadline = time.monotonic() + timeout
     code = -9  # what the child is if reading it fails: killed (_output killed and reaped it)
     try:
@@ -999,6 +1008,7 @@ def _subprocess_run(argv, env, cwd, timeout, stdin_text, limits):
         code, out, err = _output(proc.pid, argv[0], fds, limits, deadline)
         return code, out, err
     finally:
+        _LIVE.discard(proc.pid)
         proc.returncode = code  # reaped here: subprocess must not wait for it again
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
@@ -1059,6 +1069,110 @@ def _kill(pid):
         os.waitpid(pid, 0)
     except OSError:
         pass
+
+
+# -- what a child leaves running -------------------------------------------------------------------
+# A login profile's daemon (`eval "$(ssh-agent -s)"`) leaves the child's process group (setsid,
+# a double fork): killing the group missed it, and each drift left one more ssh-agent on the
+# box. While the traced login shell runs, this process is a child subreaper: what the shell
+# leaves behind is reparented here instead of to init, and is ended once the shell has exited.
+PR_SET_CHILD_SUBREAPER = 36
+_PRCTL = []  # type: list  # libc's prctl, looked up once (ctypes is imported only for it)
+ADOPTED_GRACE_S = 0.5  # a SIGTERM's time to clean up (ssh-agent removes its socket), then SIGKILL
+
+
+def subreaper(on):
+    """prctl(PR_SET_CHILD_SUBREAPER, on); False where it cannot be set (no ctypes, no prctl:
+    not Linux), and then nothing left behind is collected, as before."""
+    try:
+        if not _PRCTL:
+            import ctypes
+
+            _PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
+        return _PRCTL[0](PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError, TypeError):
+        return False
+
+
+def children():
+    """The pids whose parent is this process (any of its threads): each thread's
+    /proc/self/task/TID/children, else every /proc/PID/stat's parent."""
+    found = set()  # type: set
+    me = os.getpid()
+    if _proc_read("/proc/self/task/%d/children" % me) is not None:  # else a kernel without it
+        try:
+            tasks = os.listdir("/proc/self/task")
+        except OSError:
+            tasks = []
+        for tid in tasks:
+            data = _proc_read("/proc/self/task/%s/children" % tid)  # None: a thread just ended
+            found.update(int(pid) for pid in (data or b"").split())
+        return found
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        data = _proc_read("/proc/%s/stat" % name)
+        # pid (comm) state ppid ...: comm may hold anything, a `)` too; the last one ends it
+        fields = data[data.rfind(b")") + 2 :].split(None, 2) if data else []
+        if len(fields) > 1 and fields[1] == b"%d" % me:
+            found.add(int(name))
+    return found
+
+
+def _proc_read(path):
+    """The bytes of a /proc file (through the one reader), None if it cannot be read."""
+    try:
+        return read_file(path, SMALL_FILE_LIMIT)[0]
+    except OSError:
+        return None
+
+
+def end_adopted(before):
+    """End every child of this process that it did not start (reparented here, a subreaper,
+    when its own parent exited) and that was not its child already (`before`): SIGTERM, a
+    moment to exit, then SIGKILL; each reaped. What an ended one leaves comes here in turn,
+    and is ended too. The number ended."""
+    from _signal import SIGKILL, SIGTERM
+
+    ended = 0
+    for _ in range(8):  # a daemon's daemon's daemon: deeper is not met
+        with _SPAWNING:  # no child of this process is started meanwhile, unlisted in _LIVE
+            left = children() - before - _LIVE
+        if not left:
+            break
+        ended += len(left)
+        for pid in left:
+            _signal(pid, SIGTERM)
+        deadline = time.monotonic() + ADOPTED_GRACE_S
+        while left and time.monotonic() < deadline:
+            left = set(pid for pid in left if not _reaped(pid))
+            if left:
+                time.sleep(0.01)
+        for pid in left:
+            _signal(pid, SIGKILL)
+            try:  # noqa: SIM105 - contextlib is not imported for this
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+    return ended
+
+
+def _signal(pid, sig):
+    try:  # noqa: SIM105 - contextlib is not imported for this
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _reaped(pid):
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except OSError:  # not a child any more (reaped): gone
+        return True
 
 
 def _text_encoding():
@@ -2645,7 +2759,7 @@ def render(run, project, env):
         run, project, env, ["config", "--format", "json"], _reader(parsed, dict)
     )
     if code != 0:
-        return {"error": _last_line(err, run) or "docker compose config exited %d" % code}
+        return {"error": compose_error(err, run) or "docker compose config exited %d" % code}
     if not parsed:
         try:
             _reader(parsed, dict)(out)
@@ -2691,7 +2805,7 @@ def variables(run, project, env):
         _reader(parsed, (dict, list)),
     )
     if code != 0:
-        return {"error": _last_line(err, run)}
+        return {"error": compose_error(err, run) or "docker compose config exited %d" % code}
     try:
         if not parsed:
             _reader(parsed, (dict, list))(out)
@@ -2703,6 +2817,46 @@ def variables(run, project, env):
 def _last_line(text, run=None):
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return scrub_text(lines[-1], is_secret=run and run.is_secret) if lines else ""
+
+
+# What compose quotes in its errors is the files' own text: a `.env` or `env_file` it refuses
+# (`line 2: unterminated quoted value "Hunter2...`, `unexpected character "$" in variable name
+# "MY$TOKEN=hf_..."`, `Invalid template: "${...`) quotes the value itself, which no mask can
+# know for a secret (its name is lost with the line). So a line is cut at the first quote it
+# holds: what stays says which file, which line and what is wrong.
+QUOTED_HIDDEN = "(text quoted by compose not shown)"
+_INTERPOLATION = "invalid interpolation format for "
+
+
+def compose_error(text, run=None):
+    """The line of compose's stderr `text` that says why it failed (its last), cut at the first
+    quote (`"`, `'` or a backquote) it holds. compose's `invalid interpolation format for
+    FIELD.` goes on with a hint and then the template itself, unquoted and possibly on several
+    lines: only its first line is shown. A line that begins with a quote (`'services[g].
+    mem_limit' invalid size: '...'`) keeps the line before it (`decoding failed due to the
+    following error(s):`) as what is wrong."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    for line in lines:
+        if _INTERPOLATION in line:
+            shown = _before_quote(line)
+            shown = line if shown is None else shown
+            return scrub_text(shown + " " + QUOTED_HIDDEN, is_secret=run and run.is_secret)
+    if not lines:
+        return ""
+    shown = _before_quote(lines[-1])
+    if shown is None:
+        return scrub_text(lines[-1], is_secret=run and run.is_secret)
+    if not shown and len(lines) > 1:
+        shown = _before_quote(lines[-2])
+        shown = lines[-2].rstrip(" \t:") if shown is None else shown
+    return scrub_text((shown + " " + QUOTED_HIDDEN).strip(), is_secret=run and run.is_secret)
+
+
+def _before_quote(line):
+    """`line` up to its first quote, its blanks and a colon at the end left out; None when it
+    holds no quote."""
+    cut = [at for at in (line.find('"'), line.find("'"), line.find("`")) if at >= 0]
+    return line[: min(cut)].rstrip(" \t:") if cut else None
 
 
 # -- login shell ------------------------------------------------------------------------------
@@ -2757,6 +2911,23 @@ def _assigned_at(text, start):
 # What the login shell prints just before `env -0`: a profile's banner comes before it on the
 # same stdout (and a `.bash_logout`'s words after), and only what follows it is the environment.
 ENV_MARK = "fleet-reconciler-env"
+# No ENV_MARK: the profile replaced the shell (`exec zsh`) or ended it (`exit`) before the traced
+# command ran, and what the shell exports was never seen. Read as "no exports" that was a
+# false clean for the very incident the trace is for (a profile arming a key).
+NEVER_RAN = "the login shell never ran the traced command (it exec'd another program or exited)"
+TRACE_PS4 = "+" + TRACE_SEP + "${BASH_SOURCE}" + TRACE_SEP + "${LINENO}" + TRACE_SEP
+# As root, bash (>= 4.4) takes no PS4 from its environment: its trace then said no file:line
+# for any export. So root's login is run as bash runs one, the profiles sourced in its order
+# (/etc/profile, then the first of ~/.bash_profile, ~/.bash_login, ~/.profile) by an
+# interactive shell that reads no startup file itself, with PS4 set inside it before `set -x`
+# (only `shopt login_shell` stays off, and ~/.bash_logout is not run).
+ROOT_LOGIN = (
+    "PS4='" + TRACE_PS4 + "'; set -x; "
+    "if [ -r /etc/profile ]; then . /etc/profile; fi; "
+    "if [ -r ~/.bash_profile ]; then . ~/.bash_profile; "
+    "elif [ -r ~/.bash_login ]; then . ~/.bash_login; "
+    "elif [ -r ~/.profile ]; then . ~/.profile; fi; "
+)
 
 
 def env_entries(out):
@@ -2784,14 +2955,25 @@ def login_shell(run):
         "LOGNAME": os.environ.get("LOGNAME", ""),
         "SHELL": "/bin/bash",
         "TERM": "dumb",
-        "PS4": "+" + TRACE_SEP + "${BASH_SOURCE}" + TRACE_SEP + "${LINENO}" + TRACE_SEP,
+        "PS4": TRACE_PS4,
     }
-    code, out, err = run.run(
-        ["bash", "-l", "-i", "-x", "-c", "printf '\\0%s\\0' " + ENV_MARK + "; env -0"],
-        env=base, timeout=run.timeout, stdin_text="",
-    )  # fmt: skip
+    command = "printf '\\0%s\\0' " + ENV_MARK + "; env -0"
+    if os.geteuid() == 0:
+        argv = ["bash", "--noprofile", "--norc", "-i", "-c", ROOT_LOGIN + command]
+    else:
+        argv = ["bash", "-l", "-i", "-x", "-c", command]
+    reaping = subreaper(True)  # what the profile leaves running comes back here, to be ended
+    before = children() if reaping else set()
+    try:
+        code, out, err = run.run(argv, env=base, timeout=run.timeout, stdin_text="")
+    finally:
+        if reaping:
+            end_adopted(before)
+            subreaper(False)
     if code != 0 and not out:
         return {"error": _last_line(err, run) or "bash exited %d" % code}, {}
+    if "\0%s\0" % ENV_MARK not in out:
+        return {"error": NEVER_RAN}, {}
     env = env_entries(out)
     origins = {}
     for line in err.splitlines():
@@ -3285,12 +3467,26 @@ def cli_inspect(run):
     return inspected, images
 
 
+def engine_hung(run):
+    """What a request to an engine that took the connection and then never answered says."""
+    return (
+        "docker engine did not answer within %g s: it takes connections but does not answer"
+        " (hung); the docker CLI was not tried, it would wait on the same engine" % run.timeout
+    )
+
+
+def _timed_out(exc):
+    return isinstance(exc, (TimeoutError, sockets.timeout))
+
+
 def containers(run):
     try:
         raw = engine_inspect(run)
     except (OSError, ValueError, HTTPException) as exc:
         if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
             return {"error": "docker engine not reachable: %s" % _reason(exc)}
+        if _timed_out(exc):  # the engine is there but hung: the CLI would wait as long again
+            return {"error": engine_hung(run)}
         raw = None  # anything odd: let the CLI try, it knows more about contexts than we do
     if raw is None:
         raw = cli_inspect(run)
@@ -3298,10 +3494,13 @@ def containers(run):
             return raw
     inspected, raw_images = raw
     found = []
+    host_network = []
     for c in inspected:
         cfg, state, host = c.get("Config") or {}, c.get("State") or {}, c.get("HostConfig") or {}
         labels = cfg.get("Labels") or {}
         nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
+        if host.get("NetworkMode") == "host" or "host" in nets:  # `docker ps --filter network=host`
+            host_network.append((c.get("Name") or "").lstrip("/"))
         entrypoint, command = run.mask_command(cfg.get("Entrypoint"), cfg.get("Cmd"))
         found.append(
             {
@@ -3332,6 +3531,7 @@ def containers(run):
             "repo_tags": img.get("RepoTags") or [],
             "env": run.mask_env_list((img.get("Config") or {}).get("Env")),
         }
+    run.host_network = sorted(host_network)
     return {"containers": sorted(found, key=lambda c: c["name"]), "images": images}
 
 
@@ -3530,14 +3730,19 @@ def lane_probes(run, found):
 _AUDIT_HEADERS = ("X-Lobes-Mesh-Member", "X-Lobes-Proxied-By", "X-Lobes-Route-Reason")
 
 
-def audit_section(run, secret_values):
+def audit_section(run, secret_values, docker=None):
+    """`docker()`: the run's `containers` result (waiting for it): the engine is not asked
+    again what it already answered, nor again when it did not answer (a hung engine cost
+    the audit its 20 s three times over, past the controller's time for the box)."""
     spec = run.p["audit"]
     keys, active = audit_envfile_keys(run, spec.get("env_keys") or [])
+    probes = audit_probes(run, spec, secret_values, active)
+    found = docker() if docker is not None else None
     section = {
         "envfile_keys": keys,
-        "probes": audit_probes(run, spec, secret_values, active),
-        "host_network": audit_host_network(run),
-        "running": _running_or_error(run),
+        "probes": probes,
+        "host_network": audit_host_network(run, found),
+        "running": _running_or_error(run, found),
     }
     problem = run.file_errors.get(".env")
     if problem:  # its keys read as "no-file": the audit's own warning says why
@@ -3678,8 +3883,13 @@ def _keyed_get(run, url, candidates, timeout):
     return {"status": None, "skipped": "no key in the desired source or .env"}
 
 
-def audit_host_network(run):
-    """Containers of the project on the host network: every port they open is on the box."""
+def audit_host_network(run, found=None):
+    """Containers of the project on the host network: every port they open is on the box.
+    `found`: the run's `containers` result, whose listing (or error) is used when it has one."""
+    if isinstance(found, dict) and found.get("error"):
+        return {"error": found["error"]}
+    if isinstance(found, dict) and run.host_network is not None:
+        return {"containers": list(run.host_network)}
     code, out, err = run.run(
         [
             "docker",
@@ -3702,16 +3912,21 @@ def audit_host_network(run):
 RUNNING_LIMIT = 500  # containers listed for the audit; more is said, never silently cut
 
 
-def audit_running(run):
+def audit_running(run, found=None):
     """Every running container on the box, of any compose project or none (no label filter: a
     `docker run -p 0.0.0.0:18001:8000 vllm ...` beside the project is reachable as well): its
     name, image, compose project, whether it is on the host network, and the ports it publishes
-    ("8000/tcp" -> [{HostIp, HostPort}], as bound now). Never its environment or command."""
+    ("8000/tcp" -> [{HostIp, HostPort}], as bound now). Never its environment or command.
+    `found`: the run's `containers` result: the engine it could not ask is not asked again."""
+    if isinstance(found, dict) and found.get("error"):
+        return {"error": found["error"]}
     try:
         listed = _engine_running(run)
     except (OSError, ValueError, HTTPException) as exc:
         if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
             return {"error": "docker engine not reachable: %s" % _reason(exc)}
+        if _timed_out(exc):
+            return {"error": engine_hung(run)}
         listed = None  # anything odd: let the CLI try, as containers() does
     if listed is None:
         listed = _cli_running(run)
@@ -3744,9 +3959,9 @@ def audit_running(run):
     return section
 
 
-def _running_or_error(run):
+def _running_or_error(run, found=None):
     try:
-        return audit_running(run)
+        return audit_running(run, found)
     except Exception as exc:  # this part failing must not lose the audit's others
         return {"error": exception_text(exc, run.is_secret)}
 
@@ -3946,7 +4161,12 @@ def collect(payload, sent=None):
         doc["secret_sources"], secret_values = {}, {}
         doc["secret_sources_error"] = exception_text(exc, run.is_secret)
     if payload.get("audit"):
-        threads.append(task("audit", audit_section, run, secret_values))
+
+        def docker():  # the audit's view of the engine is `containers`' (asked once a run)
+            threads[0].join()
+            return results.get("containers")
+
+        threads.append(task("audit", audit_section, run, secret_values, docker))
     # A render starts from the box's own .env: one that is there but cannot be read (a FIFO,
     # a directory, not UTF-8) would be rendered as if it were empty. Not rendered, said why.
     unread = run.file_errors.get(".env")
@@ -3963,11 +4183,14 @@ def collect(payload, sent=None):
             desired_text = desired_envfile(run, current_text, secret_values)
             project = Shadow(run, workspace, desired_text)
             scrubbed = run.scrubbed_env()
+            # compose's `--variables` reads that .env too, and its refusal quotes the text it
+            # refused (a secret's value): not asked either.
             if unread:
                 results["render"] = {"error": "not rendered: file .env: %s" % unread}
+                results["variables"] = {"error": "not read: file .env: %s" % unread}
             else:
                 threads.append(task("render", render, run, project, scrubbed))
-            threads.append(task("variables", variables, run, project, scrubbed))
+                threads.append(task("variables", variables, run, project, scrubbed))
             # A snapshot replayed against another desired state (an import adopting this
             # box's own .env) needs compose's render of the .env on the box too, and each
             # render's basis. Asked for by `drift --save-snapshot` only, and the second render
@@ -3981,16 +4204,21 @@ def collect(payload, sent=None):
                     threads.append(task("render_current", render, run, own, scrubbed))
         for thread in threads[:3]:
             thread.join()
-        login, login_env = results.get("login", ({"error": "no result"}, {}))
-        if isinstance(login, dict) and "error" in login and not login_env:
-            doc["login_shell"] = login
-        else:
-            doc["login_shell"] = login
+        traced = results.get("login", ({"error": "no result"}, {}))
+        # login_shell's pair, or the task's own {"error": ...} when it raised
+        login, login_env = traced if isinstance(traced, tuple) else (traced, {})
+        doc["login_shell"] = login
         if doc["deploy_dir_exists"] and login_env and not unread:
             # Compose under the operator's shell: the same files and .env, the shell's variables.
             threads.append(task("render_login", render, run, project, login_env))
             if own is not None:
                 threads.append(task("render_login_current", render, run, own, login_env))
+        elif doc["deploy_dir_exists"] and not unread and login.get("error"):
+            # No shell's variables to render with: said why, never an empty render's silence.
+            why = {"error": "not rendered: login shell: %s" % login["error"]}
+            results["render_login"] = why
+            if own is not None:
+                results["render_login_current"] = dict(why)
         for thread in threads:
             thread.join()
     finally:
