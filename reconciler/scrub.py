@@ -116,9 +116,12 @@ _SECRET_ITEM = _FLAG_NAME + _ITEM
 _LONG_WORD = r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_-]*)"
 _ANY_FLAG = _OPEN + _LONG_WORD + _CLOSE + _FLAG_VALUE
 _ANY_ITEM = r"(?<![\w-])" + _LONG_WORD + _ITEM
-# A URL's password (`scheme://user:password@host`), up to the authority's last `@` as URL
-# parsers read it (`/`, `?`, `#` end the authority): the user name stays, it says whose.
-_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]+@"
+# A URL's password (`scheme://user:password@host`), from the user info's first `:` up to the
+# authority's last `@` as URL parsers read it (`/`, `?`, `#` end the authority; the user may
+# hold an `@`: `me@corp.com:pw@proxy`): the user name stays, it says whose. The scheme starts
+# only where a run of scheme characters does (`\b` let every `a` of a box's `a.a.a…` start
+# one, each scanned to the end: quadratic).
+_USERINFO = r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:]*):[^\s/?#]+@"
 # What the reports themselves say of a secret (`GATEWAY_API_KEY: set (digest …)`, `: empty`):
 # words, never a value, so there is nothing to mask.
 _STATE_WORDS = frozenset({"set", "empty", "absent", "unset", "missing", "commented", MASK})

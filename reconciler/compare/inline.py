@@ -44,8 +44,12 @@ _CREDENTIAL = re.compile(r"(?i)(?<![a-z0-9])(?:bearer\s+\S|authorization[\"']?\s
 _SECRET_PLACE = r"""(?>"[^"]*+"|'[^']*+'|(?<=")[^"]++(?=")|(?<=')[^']++(?=')|[^\s,;)}'"]++)"""
 # A URL's password (the collector's `_url_passwords`): after `scheme://user:`, up to the
 # authority's last `@` (an `@` is taken only while another follows before the authority ends).
-_URL_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:'\"]*:\Z")
-_URL_PASSWORD = r"""(?:[^\s/?#'"@]|@(?=[^\s/?#'"@]*+@))++"""
+# The scheme only where a run of scheme characters starts (the lookbehind): searched without
+# it, every position of a long run was a start scanned to its end (a box's 64 KB value of
+# letters made `fits` quadratic: minutes). The user may hold `@` (`me@corp.com:pw@proxy`:
+# the user info ends at the authority's last `@`), and the password a quote (RFC 3986).
+_URL_USER = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:'\"]*:\Z")
+_URL_PASSWORD = r"""(?:[^\s/?#@]|@(?=[^\s/?#@]*+@))++"""
 _MOST_SECRETS = 8  # per value: a mask with more is from no desired state (it is not compared)
 # Clear values are made opaque with a key of this process: equal values stay equal within one
 # report (changed/unchanged reads right), and nothing can be matched across runs.

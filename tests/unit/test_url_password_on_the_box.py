@@ -20,13 +20,23 @@ from tests.unit.conftest import load_box_program
 
 collector = load_box_program("box_collector_url_password", "reconciler/observe/remote/collector.py")
 PW = "hunter2-c6-77"
+HASHED = '{"secret": "hmac:'
 URLS = {
     "proxy": f"http://svc-lobes:{PW}@proxy.corp:3128",
     "mirror-path": f"https://deploy:{PW}@hf-mirror.corp/models?x=1",
     "at-in-password": f"https://deploy:{PW}@x@mirror.corp",  # parsers end it at the last @
     "quoted-in-a-script": f"sh -c 'curl -x \"http://u:{PW}@p:3128\" http://h/'",
     "two": f"http://a:{PW}@h1 http://b:{PW}@h2/x",
+    "user-with-at": f"http://me@corp.example:{PW}@proxy.corp:3128",  # urlsplit's password
+    "quote-in-password": f"http://svc:{PW}'C@proxy.corp:3128",  # RFC 3986 allows it
 }
+# A URL that is the value of a secret-named assignment: hashed whole, as before URLs were read
+# (one digest; two side by side fit no desired value: a drift that stayed).
+ASSIGNED = [
+    f"env DB_SECRET_URL=http://svc:{PW}@db:5432 app",
+    f'{{"proxy_password": "http://svc:{PW}@proxy"}}',
+    f"X_TOKEN: 'http://u:{PW}@h'",
+]
 KEPT = [
     "http://user@host:8000",  # no password
     "http://host:8000/v1",  # a port, no user info
@@ -90,4 +100,23 @@ def test_a_hostile_mask_of_a_url_is_judged_quickly() -> None:
     masked = ("http://u:" + digest + "@") * 8
     started = time.monotonic()
     assert not fits(masked, "http://u:" + "@" * 20000 + " ")
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("text", ASSIGNED)
+def test_a_url_assigned_to_a_secret_name_is_hashed_whole_and_fits(text: str) -> None:
+    masked = _run().mask_words(text)
+    assert PW not in masked and masked.count(HASHED) == 1, masked
+    assert fits(masked, text)
+    assert PW not in mask_credentials(text) and PW not in str(_words(text))
+
+
+def test_a_long_run_before_a_hashed_url_is_judged_quickly() -> None:
+    """A box chooses `envfile_desired`: a 64 KB run of scheme characters before its digest
+    made the URL test of `fits` try every start (minutes over one replay), and `a.a.a…` did
+    the same to the reports' URL mask."""
+    digest = json.dumps({"secret": "hmac:" + "0" * 64})
+    started = time.monotonic()
+    assert not fits("a" * 65000 + digest + "@x", "x")
+    assert mask_credentials("a." * 32500 + "://x@") == "a." * 32500 + "://x@"
     assert time.monotonic() - started < 1.0

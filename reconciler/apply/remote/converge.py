@@ -307,7 +307,7 @@ _FLAG_NAME = (
 )
 _SECRET_FLAG = re.compile(_FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)")
 _SECRET_ITEM = re.compile(_FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3")
-_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@")
+_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:]*):[^\s/?#]+@")
 # What a message says of a secret rather than its value (`--token set`): nothing to mask.
 _STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
 

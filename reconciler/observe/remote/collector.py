@@ -179,7 +179,7 @@ _FLAG_NAME = (
 _SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 _ANY_FLAG = r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 _SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
-_USERINFO = r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*):[^\s/?#]*@"
+_USERINFO = r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:]*):[^\s/?#]+@"
 _STATE_WORDS = frozenset(("set", "empty", "absent", "unset", "missing", "commented", "***"))
 # url-safe/hex runs, and standard base64 (with + and /) that mixes cases, so paths stay.
 _RUN = (
@@ -809,7 +809,14 @@ class Run:
                             found.append(span)
                     at = lower.find(marker, end)
         if "://" in word:
-            found.extend(_url_passwords(word))
+            # A URL that is the value of an assignment to a secret name (`DB_SECRET_URL=http://
+            # u:PW@db`) is hashed whole by `mask_assignments`: its password alone as well made
+            # two digests side by side, a mask no desired value fits (a drift that stays).
+            found.extend(
+                (start, stop)
+                for scheme, start, stop in _url_passwords(word)
+                if not self._secret_value_at(word, scheme)
+            )
         found.sort()
         spans = []  # type: list
         for start, stop in found:
@@ -817,6 +824,34 @@ class Run:
                 continue  # `Authorization: Bearer x` is found twice
             spans.append((start, stop))
         return spans
+
+    def _secret_value_at(self, word, at):
+        """Whether the value starting at `at` in `word` (after its opening quote, if any) is
+        assigned to a secret name, as `mask_assignments` reads an assignment: `NAME=value`,
+        `NAME: value` with an upper-case NAME, or a quoted key given quoted text."""
+        i = at - 1 if at > 0 and word[at - 1] in "'\"" else at
+        while i > 0 and word[i - 1].isspace():
+            i -= 1
+        if i == 0 or word[i - 1] not in "=:":
+            return False
+        sep, end = word[i - 1], i - 1
+        while end > 0 and word[end - 1].isspace():
+            end -= 1
+        closing = ""
+        if end > 0 and word[end - 1] in "'\"":
+            end -= 1
+            closing = word[end]
+        start = end
+        while start > 0 and word[start - 1] in _NAME:
+            start -= 1
+        name = word[start:end]
+        if not name or name[0] not in _FIRST or (start > 0 and word[start - 1] in _NAME):
+            return False
+        if sep == ":" and name.upper() != name:
+            keyed = closing and start > 0 and word[start - 1] == closing and i != at
+            if not keyed:
+                return False  # `label: http://...` is prose
+        return self.is_secret(name)
 
     def mask_command(self, entrypoint, command):
         """(entrypoint, command), masked as the ONE line Docker runs: a secret flag ending the
@@ -1225,11 +1260,13 @@ _SCHEME = _NAME - {"_"} | frozenset("+.-")
 
 
 def _url_passwords(word):
-    """(start, stop) of each URL's password in `word` (`HTTPS_PROXY=http://svc:PW@proxy:3128`,
-    `HF_ENDPOINT=https://deploy:PW@mirror`): from the `:` after the user name to the
-    authority's last `@`, where URL parsers end the user info (the reports' `_USERINFO` reads
-    it so). The user name stays: it says whose. The authority ends at `/`, `?`, `#`, a blank
-    or a quote."""
+    """(scheme, start, stop) of each URL's password in `word` (`HTTPS_PROXY=http://svc:PW@proxy:
+    3128`, `HF_ENDPOINT=https://deploy:PW@mirror`), `scheme` where the URL starts: from the
+    user info's first `:` to the authority's last `@`, where URL parsers end the user info
+    (`me@corp.com:PW@proxy`: the user may hold an `@`; the reports' `_USERINFO` reads it so).
+    The user name stays: it says whose. The authority ends at `/`, `?`, `#` or a blank, and at
+    a quote only when the URL opened inside that quote (`sh -c 'curl "http://u:PW@p" x'`):
+    a password may hold a quote (RFC 3986), and cut there it would leave the box in clear."""
     spans = []
     size = len(word)
     at = word.find("://")
@@ -1237,14 +1274,15 @@ def _url_passwords(word):
         scheme = at
         while scheme > 0 and word[scheme - 1] in _SCHEME:
             scheme -= 1
+        opener = word[scheme - 1] if scheme > 0 and word[scheme - 1] in "'\"" else ""
         begin = end = at + 3
-        while end < size and not word[end].isspace() and word[end] not in "/?#'\"":
+        while end < size and not word[end].isspace() and word[end] not in "/?#" + opener:
             end += 1
-        authority = word[begin:end]
-        last, colon = authority.rfind("@"), authority.find(":")
+        last = word.rfind("@", begin, end)
+        colon = word.find(":", begin, last) if last > 0 else -1
         named = scheme < at and word[scheme] in _LETTERS  # `scheme://`, as the reports read it
-        if named and colon >= 0 and colon + 1 < last and "@" not in authority[:colon]:
-            spans.append((begin + colon + 1, begin + last))
+        if named and colon >= 0 and colon + 1 < last:
+            spans.append((scheme, colon + 1, last))
         at = word.find("://", max(end, at + 3))
     return spans
 
