@@ -87,6 +87,35 @@ def test_a_line_without_quotes_is_shown_whole(stderr: str) -> None:
     assert collector.compose_error(stderr) == stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        'service "gateway" depends on undefined service "vllm": invalid compose project',
+        "services.g additional properties 'imagee' not allowed",
+        "services.g.deploy.resources.reservations.devices.0 missing property 'capabilities'",
+        'yaml: unmarshal errors: mapping key "image" already defined at line 5',
+        'service "g" refers to undefined network mesh: invalid compose project',
+    ],
+)
+def test_the_names_compose_quotes_stay_they_say_what_to_fix(line: str) -> None:
+    """The operator's own service, network and property names, quoted by compose: cut at the
+    first quote they read `service (text quoted by compose not shown)`."""
+    assert collector.compose_error(line + "\n") == line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'service "x y" has a value "sk-abc-123"',  # no plain name: cut
+        'secret "HF_TOKEN=hf_abc123" not found',
+        'service "gateway" environment value "sk-abc-123" is invalid',  # a value, not a name
+    ],
+)
+def test_anything_else_quoted_is_still_cut(line: str) -> None:
+    said = collector.compose_error(line + "\n")
+    assert "sk-abc" not in said and "hf_abc" not in said and said.endswith(HIDDEN)
+
+
 # -- through the real compose ---------------------------------------------------------------------
 COMPOSE = "services:\n  gateway:\n    image: busybox\n    environment:\n      K: ${K:-x}\n"
 

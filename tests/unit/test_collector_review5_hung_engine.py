@@ -162,3 +162,21 @@ def test_the_audit_takes_the_host_network_from_the_containers_found(
     assert doc["audit"]["host_network"] == {"containers": ["lobes-gateway-1"]}
     assert not [argv for argv in ran if argv[:2] == ["docker", "ps"]]
     assert sum(1 for path in asked if "label" in path) == 1  # the project's, listed once
+
+
+def test_the_audit_asks_for_itself_when_the_listing_failed_but_the_engine_answers(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project container gone between the list and its inspect (a `compose run --rm` copy
+    that ended) fails the project's listing, not the engine: every running container is
+    still listed for the exposure check (a stray `docker run -p 0.0.0.0:18001`)."""
+    stray = {"name": "stray-vllm", "ports": {"8000/tcp": [{"HostIp": "0.0.0.0", "HostPort": "1"}]}}
+    monkeypatch.setattr(collector, "_engine_running", lambda run: [stray])
+    run = collector.Run(_payload())
+    listed = collector.audit_running(run, {"error": "Error: No such object: b2"})
+    assert [c["name"] for c in listed["containers"]] == ["stray-vllm"]
+    run.engine_down = "docker engine not reachable: refused"
+    assert collector.audit_running(run, {"error": run.engine_down}) == {"error": run.engine_down}
+    assert collector.audit_host_network(run, {"error": run.engine_down}) == {
+        "error": run.engine_down
+    }

@@ -155,3 +155,14 @@ def test_each_export_says_the_file_and_line_that_set_it(
         (home / name).write_text(text)
     result, _ = collector.login_shell(_run())
     assert result["exports"]["WHO"] == {"value": "me", "source": source}
+
+
+def test_a_profile_that_asks_whether_it_is_a_login_shell_is_answered_yes(home: Path) -> None:
+    """Root's login is emulated (PS4 above): `shopt -q login_shell` in a profile must still
+    hold there, as in `bash -l`, or the exports it guards were lost."""
+    (home / ".bash_profile").write_text(
+        "shopt -q login_shell && export MODEL_DIR=/models\nexport A=1\n"
+    )
+    result, _ = collector.login_shell(_run())
+    assert result["exports"]["MODEL_DIR"] == {"value": "/models", "source": "~/.bash_profile:1"}
+    assert result["exports"]["A"]["value"] == "1"

@@ -29,6 +29,10 @@ URLS = {
     "two": f"http://a:{PW}@h1 http://b:{PW}@h2/x",
     "user-with-at": f"http://me@corp.example:{PW}@proxy.corp:3128",  # urlsplit's password
     "quote-in-password": f"http://svc:{PW}'C@proxy.corp:3128",  # RFC 3986 allows it
+    # URLs without a path, one after another (kombu's sentinel brokers, proxy lists): the
+    # first one's authority ran to the next one's `/`, and the next one went unread.
+    "sentinels": f"sentinel://:{PW}@s1:26379;sentinel://:{PW}@s2:26379",
+    "proxy-list": f"http://svc:{PW}@proxy:3128,http://b:{PW}@p2",
 }
 # A URL that is the value of a secret-named assignment: hashed whole, as before URLs were read
 # (one digest; two side by side fit no desired value: a drift that stayed).

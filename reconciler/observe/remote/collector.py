@@ -539,6 +539,10 @@ class Run:
         # The names of the project's containers on the host network, as `containers` found
         # them (the audit's `host_network`, without asking the engine again); None: not found.
         self.host_network = None  # type: list | None
+        # Why the engine could not be asked (refused, missing, hung): set by `containers`, so
+        # the audit does not ask it again. Any other failure of the project's listing (a
+        # container gone between list and inspect) leaves the audit to ask for itself.
+        self.engine_down = None  # type: str | None
         self._once = {}  # type: dict
         self._lock = _thread.allocate_lock()
 
@@ -1283,7 +1287,9 @@ def _url_passwords(word):
         named = scheme < at and word[scheme] in _LETTERS  # `scheme://`, as the reports read it
         if named and colon >= 0 and colon + 1 < last:
             spans.append((scheme, colon + 1, last))
-        at = word.find("://", max(end, at + 3))
+        # From just after this `://`: an authority without a path ran on to the next URL's
+        # `/` (`sentinel://:pw@s1;sentinel://:pw@s2`), and searching from there skipped it.
+        at = word.find("://", at + 3)
     return spans
 
 
@@ -2890,11 +2896,32 @@ def compose_error(text, run=None):
     return scrub_text((shown + " " + QUOTED_HIDDEN).strip(), is_secret=run and run.is_secret)
 
 
+# compose quotes the operator's own names after these words (`service "gateway" depends on
+# undefined service "vllm"`, `additional properties 'imagee' not allowed`, `mapping key "image"
+# already defined`): a quoted plain name after one of them is kept, it says what to fix.
+_NAMED_BY = (
+    "service ", "services ", "network ", "volume ", "config ", "secret ", "profile ",
+    "property ", "properties ", "mapping key ",
+)  # fmt: skip
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
 def _before_quote(line):
-    """`line` up to its first quote, its blanks and a colon at the end left out; None when it
-    holds no quote."""
-    cut = [at for at in (line.find('"'), line.find("'"), line.find("`")) if at >= 0]
-    return line[: min(cut)].rstrip(" \t:") if cut else None
+    """`line` up to its first quote that holds no name compose quotes (`_NAMED_BY`), its
+    blanks and a colon at the end left out; None when there is no such quote (the whole line
+    is shown)."""
+    at = 0
+    while True:
+        cut = [i for i in (line.find('"', at), line.find("'", at), line.find("`", at)) if i >= 0]
+        if not cut:
+            return None
+        start = min(cut)
+        close = line.find(line[start], start + 1)
+        name = line[start + 1 : close] if close > 0 else ""
+        plain = 0 < len(name) <= 64 and name[0].isalnum() and _NAME_CHARS.issuperset(name)
+        if not (plain and line[:start].lower().endswith(_NAMED_BY)):
+            return line[:start].rstrip(" \t:")
+        at = close + 1
 
 
 # -- login shell ------------------------------------------------------------------------------
@@ -2957,8 +2984,8 @@ TRACE_PS4 = "+" + TRACE_SEP + "${BASH_SOURCE}" + TRACE_SEP + "${LINENO}" + TRACE
 # As root, bash (>= 4.4) takes no PS4 from its environment: its trace then said no file:line
 # for any export. So root's login is run as bash runs one, the profiles sourced in its order
 # (/etc/profile, then the first of ~/.bash_profile, ~/.bash_login, ~/.profile) by an
-# interactive shell that reads no startup file itself, with PS4 set inside it before `set -x`
-# (only `shopt login_shell` stays off, and ~/.bash_logout is not run).
+# interactive login shell that reads no startup file itself (`--login --noprofile`: `shopt -q
+# login_shell` in a profile still holds, `logout` works), with PS4 set inside it before `set -x`.
 ROOT_LOGIN = (
     "PS4='" + TRACE_PS4 + "'; set -x; "
     "if [ -r /etc/profile ]; then . /etc/profile; fi; "
@@ -2997,7 +3024,7 @@ def login_shell(run):
     }
     command = "printf '\\0%s\\0' " + ENV_MARK + "; env -0"
     if os.geteuid() == 0:
-        argv = ["bash", "--noprofile", "--norc", "-i", "-c", ROOT_LOGIN + command]
+        argv = ["bash", "--login", "--noprofile", "--norc", "-i", "-c", ROOT_LOGIN + command]
     else:
         argv = ["bash", "-l", "-i", "-x", "-c", command]
     reaping = subreaper(True)  # what the profile leaves running comes back here, to be ended
@@ -3522,9 +3549,11 @@ def containers(run):
         raw = engine_inspect(run)
     except (OSError, ValueError, HTTPException) as exc:
         if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
-            return {"error": "docker engine not reachable: %s" % _reason(exc)}
+            run.engine_down = "docker engine not reachable: %s" % _reason(exc)
+            return {"error": run.engine_down}
         if _timed_out(exc):  # the engine is there but hung: the CLI would wait as long again
-            return {"error": engine_hung(run)}
+            run.engine_down = engine_hung(run)
+            return {"error": run.engine_down}
         raw = None  # anything odd: let the CLI try, it knows more about contexts than we do
     if raw is None:
         raw = cli_inspect(run)
@@ -3923,10 +3952,11 @@ def _keyed_get(run, url, candidates, timeout):
 
 def audit_host_network(run, found=None):
     """Containers of the project on the host network: every port they open is on the box.
-    `found`: the run's `containers` result, whose listing (or error) is used when it has one."""
-    if isinstance(found, dict) and found.get("error"):
-        return {"error": found["error"]}
-    if isinstance(found, dict) and run.host_network is not None:
+    `found`: the run's `containers` result, whose listing is used when it has one; an engine
+    it found down or hung is not asked again (`run.engine_down`)."""
+    if run.engine_down is not None:
+        return {"error": run.engine_down}
+    if isinstance(found, dict) and not found.get("error") and run.host_network is not None:
         return {"containers": list(run.host_network)}
     code, out, err = run.run(
         [
@@ -3955,9 +3985,11 @@ def audit_running(run, found=None):
     `docker run -p 0.0.0.0:18001:8000 vllm ...` beside the project is reachable as well): its
     name, image, compose project, whether it is on the host network, and the ports it publishes
     ("8000/tcp" -> [{HostIp, HostPort}], as bound now). Never its environment or command.
-    `found`: the run's `containers` result: the engine it could not ask is not asked again."""
-    if isinstance(found, dict) and found.get("error"):
-        return {"error": found["error"]}
+    `found`: the run's `containers` result, awaited: an engine it found down or hung is not
+    asked again (`run.engine_down`); another failure of the project's listing is not the
+    engine's, and every running container is still listed."""
+    if run.engine_down is not None:
+        return {"error": run.engine_down}
     try:
         listed = _engine_running(run)
     except (OSError, ValueError, HTTPException) as exc:
