@@ -262,6 +262,9 @@ class BoxEvidence:
     fault: Fault | None = None  # why the box is not audited (typed; also errors[0])
     # Why `.env`'s key lines are unknown (its lines then read "unknown"); None: they were read.
     envfile_unread: str | None = None
+    # Why the login shell's exports are unknown (its trace failed: a profile that exec'd
+    # another shell, a timeout); None: traced. Shown as such, never as "no exports".
+    shell_unread: str | None = None
     # Not audited, but its gateway answered the controller: `mesh_side` (and the posture it
     # shows), `mesh_detect`, `proxied` and `proofs` are the mesh side's; nothing else was seen.
     partial: bool = False
@@ -408,6 +411,7 @@ def box_evidence(
         gateway_status=gateway.status if gateway else None,
         carried=carried,
         shell=shell,
+        shell_unread=scrub_text(doc.login_shell.error) if doc.login_shell.error else None,
         loopback=_side(
             doc.gateway.health,
             doc.gateway.capabilities,

@@ -177,11 +177,12 @@ def key_cells(row: BoxEvidence, rows: list[BoxEvidence]) -> list[Text | str]:
         "\n".join(_env(line) for line in row.envfile.values() if line.state != "absent")
         or "no keys",
         "\n".join(
-            _carried(c)
+            _carried(c, row.shell_unread is not None)
             for c in row.carried.values()
             if c.digest or c.origin != "none" or c.name == "GATEWAY_API_KEY"
         ),
-        "\n".join(f"{LABEL.get(s.name, s.name)} {_export(s)}" for s in row.shell) or "-",
+        "\n".join(f"{LABEL.get(s.name, s.name)} {_export(s)}" for s in row.shell)
+        or ("not traced" if row.shell_unread is not None else "-"),
         _keys(row, rows),
     ]
 
@@ -208,7 +209,7 @@ def _env(line: EnvLine) -> str:
     return f"{label} {line.state}{at}"
 
 
-def _carried(c: Carried) -> str:
+def _carried(c: Carried, shell_untraced: bool = False) -> str:
     label = LABEL.get(c.name, c.name)
     value = phrases.short(c.digest) if c.digest else "empty"
     said = clean(c.where) if c.where else ""  # the box's own words (a login file's name)
@@ -216,7 +217,8 @@ def _carried(c: Carried) -> str:
         "env": said or ".env",
         "shell": said or "login shell",
         "env+shell": f"{said} + shell",
-        "unexplained": "not .env (stale?)",
+        # Not .env's: stale, or the login shell's when its trace failed (it may give it).
+        "unexplained": "not .env (shell not traced)" if shell_untraced else "not .env (stale?)",
         "unknown": ".env unread",
     }.get(c.origin, "")
     return f"{label} {value} {where}".rstrip()

@@ -193,11 +193,14 @@ def _key_origin(row: BoxEvidence) -> Iterator[Finding]:
             )
         else:
             shown = "empty" if carried.digest is None else f"set ({phrases.digest(carried.digest)})"
+            # A login shell whose trace failed may be where it came from: not said as known.
+            shell = " (the login shell was not traced: it may give it)" if row.shell_unread else ""
             yield Finding(
                 "key.stale",
                 severity,
                 f"the gateway runs with {name} {shown}, but .env has it {line}: it was started "
-                "before .env changed, or with another environment; recreate it (scrubbed)",
+                f"before .env changed, or with another environment{shell}; recreate it "
+                "(scrubbed)",
             )
     if row.envfile_unread is not None:
         return  # .env's lines are unknown: what it declares cannot be said
