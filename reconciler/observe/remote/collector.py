@@ -675,33 +675,11 @@ class Run:
             if sep < 0:
                 break
             at = sep + 1
-            end = sep
-            while end > done and word[end - 1].isspace():
-                end -= 1
-            closing = ""
-            if end > done and word[end - 1] in "\"'":
-                end -= 1
-                closing = word[end]
-            start = end
-            while start > done and word[start - 1] in _NAME:
-                start -= 1
-            name = word[start:end]
             begin = sep + 1
             while begin < size and word[begin].isspace():
                 begin += 1
             quote = word[begin : begin + 1]
-            # A mapping's key in quotes, of any case, given quoted text (`{"api_key": "x"}` in
-            # `--hf-overrides`): a key, where a bare lower-case word before a colon is a label
-            # of prose. Given a list or a number it holds no secret (`"classifier_from_token":
-            # ["no", "yes"]` of a reranker's overrides).
-            keyed = closing and start > 0 and word[start - 1] == closing and quote in ("'", '"')
-            if (
-                not name
-                or name[0] not in _FIRST
-                or (start > 0 and word[start - 1] in _NAME)  # inside a longer word
-                or (sep == colon and name.upper() != name and not keyed)  # `label: x` is prose
-                or not self.is_secret(name)
-            ):
+            if not self._secret_name_before(word, sep, done, quote in ("'", '"')):
                 continue
             close = word.find(quote, begin + 1) if quote in ("'", '"') else -1
             if close > 0:
@@ -831,30 +809,38 @@ class Run:
 
     def _secret_value_at(self, word, at):
         """Whether the value starting at `at` in `word` (after its opening quote, if any) is
-        assigned to a secret name, as `mask_assignments` reads an assignment: `NAME=value`,
-        `NAME: value` with an upper-case NAME, or a quoted key given quoted text."""
+        assigned to a secret name, as `mask_assignments` reads an assignment."""
         i = at - 1 if at > 0 and word[at - 1] in "'\"" else at
         while i > 0 and word[i - 1].isspace():
             i -= 1
         if i == 0 or word[i - 1] not in "=:":
             return False
-        sep, end = word[i - 1], i - 1
-        while end > 0 and word[end - 1].isspace():
+        return self._secret_name_before(word, i - 1, 0, i != at)
+
+    def _secret_name_before(self, word, sep, floor, quoted):
+        """Whether `word[sep]` (`=` or `:`) ends an assignment to a secret name: the name before
+        it (blanks and a closing quote between; nothing before `floor`), not inside a longer
+        word. Before a colon only an upper-case NAME, or a mapping's key in quotes of any case
+        given quoted text (`quoted`: the value opens with a quote; `{"api_key": "x"}` in
+        `--hf-overrides`): a bare lower-case word before a colon is a label of prose, and a
+        key given a list or a number holds no secret (`"classifier_from_token": ["no",
+        "yes"]` of a reranker's overrides)."""
+        end = sep
+        while end > floor and word[end - 1].isspace():
             end -= 1
         closing = ""
-        if end > 0 and word[end - 1] in "'\"":
+        if end > floor and word[end - 1] in "\"'":
             end -= 1
             closing = word[end]
         start = end
-        while start > 0 and word[start - 1] in _NAME:
+        while start > floor and word[start - 1] in _NAME:
             start -= 1
         name = word[start:end]
         if not name or name[0] not in _FIRST or (start > 0 and word[start - 1] in _NAME):
-            return False
-        if sep == ":" and name.upper() != name:
-            keyed = closing and start > 0 and word[start - 1] == closing and i != at
-            if not keyed:
-                return False  # `label: http://...` is prose
+            return False  # no name, or one inside a longer word
+        keyed = closing and start > 0 and word[start - 1] == closing and quoted
+        if word[sep] == ":" and name.upper() != name and not keyed:
+            return False  # `label: x` is prose
         return self.is_secret(name)
 
     def mask_command(self, entrypoint, command):
