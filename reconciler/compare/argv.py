@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from typing import Any
 
 from reconciler.compare.drift import Value
@@ -105,6 +104,8 @@ def _positionals(want: Argv, got: Argv) -> Iterator[ArgvDiff]:
     a, b = [_key(t) for _, t in want_at], [_key(t) for _, t in got_at]
     if a == b:
         return
+    from difflib import SequenceMatcher  # here: most lanes match, and difflib costs ~2 ms
+
     matcher = SequenceMatcher(None, a, b, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":

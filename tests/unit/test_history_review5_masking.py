@@ -9,6 +9,7 @@ collector's own digests stay as they are (a replay compares them)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,24 @@ def test_a_clear_value_in_the_collectors_hashed_form_is_masked_in_a_free_form_pa
         "auth": {"secret": "***"},
         "ok": {"secret": DIGEST},
     }
+
+
+def test_the_store_masks_alike_with_or_without_msgspec_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """masking._encode keys the clean parts it remembers by msgspec's JSON once a run has
+    msgspec loaded (a large replay), else by json's (a live drift no longer imports msgspec for
+    it): the parts masked are the same either way, and each way still masks a secret in a part
+    whose JSON it remembered clean from another box."""
+    doc = _thor(tmp_path)
+    clean = json.loads(json.dumps(doc))
+    clean["collected"]["gateway"]["capabilities"]["body"]["cortex"]["hosted_by"] = "http://mesh"
+    import msgspec.json  # noqa: F401  (loaded: the first way)
+
+    masking._forget_judged()
+    with_msgspec = [masking.stored(clean), masking.stored(doc)]
+    monkeypatch.delitem(sys.modules, "msgspec.json")
+    masking._forget_judged()
+    with_json = [masking.stored(clean), masking.stored(doc)]
+    assert with_json == with_msgspec
+    assert CANARY not in json.dumps(with_json[1]) and CANARY in json.dumps(doc)
