@@ -82,6 +82,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_drift(args: argparse.Namespace) -> int:
+    import shutil
     from pathlib import Path
 
     from reconciler.history.hooks import finish_drift, prepare
@@ -137,7 +138,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             early.cancel()  # no-op for collectors already finished
     on_terminal = args.output is None and sys.stdout.isatty()
     color = on_terminal and args.format == "text"
-    width = _terminal_columns() if on_terminal else 100
+    width = shutil.get_terminal_size().columns if on_terminal else 100
     if not isinstance(run, DriftRun):  # a large replay's JSON, its parts made by its workers
         from reconciler.report.json_parts import render_json_parts
 
@@ -159,13 +160,6 @@ def _cmd_drift(args: argparse.Namespace) -> int:
         sys.stdout.writelines(pieces)
     # Metrics, history: after it (a report kept as its parts brought its boxes' shares).
     return finish_drift(outs, args, run, code, None if isinstance(run, DriftRun) else pieces)
-
-
-def _terminal_columns() -> int:
-    # Only on a terminal: shutil imports bz2 and lzma (~2 ms of every repeated drift's start).
-    import shutil
-
-    return shutil.get_terminal_size().columns
 
 
 def snapshot_dirs(args: argparse.Namespace) -> dict[str, Path | None]:
