@@ -260,6 +260,15 @@ def run_import(args: argparse.Namespace) -> int:
         print(f"error: unknown box {unknown[0]!r} (boxes: {', '.join(inv.boxes)})", file=sys.stderr)
         return EXIT_ERROR
     boxes = wanted or list(inv.boxes)
+    if not snapshot:
+        from reconciler.observe.fanout import settings_problem
+
+        # import has no --timeout or --max-parallel: a bad value can only be the environment's,
+        # and is named so, before any box is contacted (as drift and audit name it).
+        problem = settings_problem()
+        if problem:
+            print(f"error: {clean(problem)}", file=sys.stderr)
+            return EXIT_ERROR
     try:
         if snapshot:
             obs = observing.from_snapshot(Path(snapshot), boxes)

@@ -213,6 +213,30 @@ def ssh_config_path(path: str, tokens: str = "") -> str:
     return '"' + path.replace("%", "%%") + tokens + '"'
 
 
+# Nothing but the command's own session goes to a box, whatever the user's ssh config says
+# (`Host *` with `ForwardAgent yes` is common): a box is not trusted (README, Boundaries), and a
+# forwarded agent would let whoever controls one log in to every other box with the operator's
+# keys while a session is open; a RemoteForward would open a controller port to it, a
+# LocalCommand run on the controller, a forced TTY mangle the answer, a RemoteCommand refuse
+# the command. Options OpenSSH has had for years (7.6+), so an older controller still runs.
+CLOSED_CHANNELS = (
+    "-o",
+    "ForwardAgent=no",
+    "-o",
+    "ForwardX11=no",
+    "-o",
+    "ClearAllForwardings=yes",
+    "-o",
+    "Tunnel=no",
+    "-o",
+    "PermitLocalCommand=no",
+    "-o",
+    "RequestTTY=no",
+    "-o",
+    "RemoteCommand=none",
+)
+
+
 def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> list[str]:
     """`ssh -l USER -p PORT [options] -- HOST COMMAND`: the user is an option's argument and the
     host comes after `--`, so neither can ever be read as an option."""
@@ -247,6 +271,7 @@ def ssh_argv(target: Target, remote_command: str, connect_timeout: int = 5) -> l
         *sharing,
         "-o",
         "LogLevel=ERROR",
+        *CLOSED_CHANNELS,
         *trust_options(target),
         "--",
         target.hostname,
@@ -768,11 +793,54 @@ def _greeting(sock: Any, where: str, timeout: float) -> str | None:
     return None
 
 
-def new_connections_refused(target: Target) -> str | None:
+def new_connections_refused(target: Target, config: Path | None = None) -> str | None:
     """MASTER_ONLY with the reason, when a master to `target` is up and the box does not take a
     new connection; None otherwise (without a master the command's own connection is new, and
-    whether it succeeds says all)."""
+    whether it succeeds says all). `config`: an ssh config file read instead of the user's."""
     if not master_running(target):
         return None
     why = greets(target.hostname, int(target.port))
+    if why is not None:
+        # The user's ssh config may take the box another way (a ProxyJump or ProxyCommand, a
+        # HostName or Port given to the inventory's address): then the address refusing says
+        # nothing of the box. Asked only after a refusal: a box reached directly (the usual
+        # case, every repeated run) pays no `ssh -G` process.
+        route = configured_route(target, config)
+        if route == PROXIED:
+            return None  # only a whole new connection could tell: not made on every run
+        if route is not None and route != (target.hostname, int(target.port)):
+            why = greets(*route)
     return None if why is None else f"{MASTER_ONLY} ({scrub_text(why)})"
+
+
+PROXIED = ("proxied", 0)  # configured_route: through a proxy, no address to greet
+
+
+def configured_route(target: Target, config: Path | None = None) -> tuple[str, int] | None:
+    """Where ssh's configuration sends a connection to `target` (`ssh -G`, the argv ssh_argv
+    makes): (host, port), PROXIED when through a ProxyJump or ProxyCommand, None when ssh could
+    not say (its answer is then no reason to doubt the inventory's address)."""
+    argv = ssh_argv(target, "true")
+    extra = ["-F", str(config)] if config is not None else []
+    try:
+        out = subprocess.run(
+            [argv[0], "-G", *extra, *argv[1:]],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=CHECK_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    resolved: dict[str, str] = {}
+    for line in out.stdout.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        resolved.setdefault(key, value)
+    if any(resolved.get(key, "none") != "none" for key in ("proxyjump", "proxycommand")):
+        return PROXIED
+    port = resolved.get("port", "")
+    if not resolved.get("hostname") or not port.isdigit():
+        return None
+    return resolved["hostname"], int(port)

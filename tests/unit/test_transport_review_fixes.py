@@ -346,3 +346,34 @@ def test_the_pyinfra_connector_pins_the_same_way(monkeypatch: pytest.MonkeyPatch
     connector.connect()
     assert "GlobalKnownHostsFile=/dev/null" in ran[0]
     assert "KnownHostsCommand=none" in ran[0]
+
+
+def test_no_forwarding_a_user_config_asks_for_reaches_a_box(tmp_path: Path) -> None:
+    """What this OpenSSH makes of the argv (`ssh -G`) under a user config that forwards the
+    agent, X11 and ports, forces a TTY, runs a local command and sets a remote command: none
+    of it is left (a box could otherwise use the operator's agent to log in elsewhere)."""
+    config = tmp_path / "config"
+    config.write_text(
+        "Host *\n  ForwardAgent yes\n  ForwardX11 yes\n  RemoteForward 9999 127.0.0.1:22\n"
+        "  LocalForward 8888 127.0.0.1:22\n  DynamicForward 7777\n  RequestTTY force\n"
+        "  PermitLocalCommand yes\n  LocalCommand touch /tmp/x\n  RemoteCommand id\n"
+        "  Tunnel yes\n"
+    )
+    target = Target("thor", "10.0.0.11", "lobes", 22, None, str(tmp_path / "known_hosts"))
+    argv = ssh_argv(target, "true")
+    out = subprocess.run(
+        ["ssh", "-G", "-F", str(config), *argv[1:]],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout
+    resolved = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert resolved["forwardagent"] == "no"
+    assert resolved["forwardx11"] == "no"
+    assert resolved["clearallforwardings"] == "yes"
+    assert not {"remoteforward", "localforward", "dynamicforward"} & set(resolved)
+    assert resolved["requesttty"] == "false"
+    assert resolved["permitlocalcommand"] == "no"
+    assert resolved["tunnel"] == "false"
+    assert "remotecommand" not in resolved
