@@ -539,7 +539,10 @@ def _apply_retention(conn: sqlite3.Connection, now: float) -> int:
     if keep_days > 0:
         cutoff = now - keep_days * 86400
         removed += conn.execute("DELETE FROM runs WHERE started < ?", (cutoff,)).rowcount
-    if keep_runs > 0:
+    # Counted first (from the index on `started`, ~0.1 ms): the NOT IN below walks every
+    # run's row, reports included (~1.3 ms a recorded run), and a store is nearly always
+    # under its count.
+    if keep_runs > 0 and conn.execute("SELECT count(*) FROM runs").fetchone()[0] > keep_runs:
         removed += conn.execute(
             "DELETE FROM runs WHERE id NOT IN (SELECT id FROM runs ORDER BY id DESC LIMIT ?)",
             (keep_runs,),

@@ -210,6 +210,24 @@ def test_retention_by_count_and_by_age(tmp_path: Path, capsys: pytest.CaptureFix
         assert store.retention(conn) == (2, store.DEFAULT_KEEP_DAYS, store.DEFAULT_KEEP_MB)
 
 
+def test_retention_by_count_keeps_exactly_that_many_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At the count the store keeps nothing is removed; one run past it removes the oldest
+    (the count is read before the runs are: _apply_retention)."""
+    db = tmp_path / "h.sqlite3"
+    drift_replay(capsys, db)
+    code, _, _ = reconcile(capsys, "history", "--history", str(db), "--keep", "3")
+    assert code == 0
+    for _ in range(2):
+        drift_replay(capsys, db)
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [1, 2, 3]
+    drift_replay(capsys, db)
+    with store.opened(db, create=False) as conn:
+        assert [r.id for r in store.runs(conn)] == [2, 3, 4]
+
+
 def test_retention_by_size_keeps_the_newest_runs_within_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
