@@ -36,7 +36,7 @@ def render_markdown(report: DriftReport) -> str:
     grouped = causes(report)
     s = summarize(report, causes=len(grouped))
     lines = [
-        f"# Drift report: {text(report.inventory)}, run {code(report.run_id)}, "
+        f"# Drift report: {text(report.inventory)}, run {code(report.run_id, cell=False)}, "
         f"{text(report.generated_at)}",
         "",
         f"Exit code {s.exit_code}: {EXIT_MEANING.get(s.exit_code, 'unknown')}.",
@@ -71,13 +71,15 @@ def text(value: str) -> str:
     return _PROSE_SPECIALS.sub(r"\\\1", clean(value))
 
 
-def code(value: str) -> str:
+def code(value: str, *, cell: bool = True) -> str:
     """A code span that survives any content, inside a table cell too.
 
-    GFM splits table cells on `|` even inside code spans, hence `\\|`; the fence is one backtick
+    GFM splits table cells on `|` even inside code spans, hence `\\|` in a cell (the table
+    takes the backslash away); anywhere else (`cell=False`: a heading, a list, a paragraph) a
+    code span shows its backslashes, so `a|b` is left as it is there. The fence is one backtick
     longer than any run of backticks in the value.
     """
-    body = clean(value).replace("|", "\\|")
+    body = clean(value).replace("|", "\\|") if cell else clean(value)
     # Most values have no backtick: no regex pass over a 30 KB value (a 1,000-box mesh's seeds)
     longest = max((len(run) for run in re.findall(r"`+", body)), default=0) if "`" in body else 0
     fence = "`" * (longest + 1)
@@ -105,7 +107,7 @@ def _summary_row(box: BoxResult) -> list[str]:
 
 def _cause_title(cause: Cause) -> str:
     return (
-        f"### {code(cause.id)}: {plural(cause.entries, 'difference')} on "
+        f"### {code(cause.id, cell=False)}: {plural(cause.entries, 'difference')} on "
         f"{text(', '.join(cause.boxes))}"
     )
 
@@ -124,12 +126,14 @@ def _box_section(box: BoxResult, grouped: tuple[Cause, ...]) -> list[str]:
     if box.partial is not None:
         blocks.append([f"Partial: {text(free_json(box.partial))}"])
     if box.errors:
-        blocks.append([f"- error: {code(free_json(e))}" for e in box.errors])
+        blocks.append([f"- error: {code(free_json(e), cell=False)}" for e in box.errors])
     if box.facts:
-        facts = ", ".join(code(f"{k}={display(v)}") for k, v in sorted(box.facts.items()))
+        facts = ", ".join(
+            code(f"{k}={display(v)}", cell=False) for k, v in sorted(box.facts.items())
+        )
         blocks.append([f"Facts: {facts}"])
     if box.drifts:
-        ids = ", ".join(code(c.id) for c in grouped if box.box in c.boxes)
+        ids = ", ".join(code(c.id, cell=False) for c in grouped if box.box in c.boxes)
         count = sum(1 for c in grouped if box.box in c.boxes)
         blocks.append([f"{plural(len(box.drifts), 'difference')}, {plural(count, 'cause')}: {ids}"])
     lines: list[str] = []
