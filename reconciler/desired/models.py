@@ -65,8 +65,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True)
 
 
-Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_\-]*$")]
-EnvKey = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+# The lengths are the box program's own limits (apply/remote/converge.py SECRET_NAME, ENV_KEY,
+# SERVICE): a longer name passed validation and `apply --dry`, then the box refused the payload.
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_\-]*$", max_length=128)]
+EnvKey = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=256)]
 
 
 def _not_index(name: str) -> str:
@@ -191,11 +193,26 @@ class DeploymentSpec(Strict):
     )
 
 
+def _not_the_gateway(service: str) -> str:
+    # The gateway is lobes' own service in the same compose project: a lane named so was
+    # planned as a lane (memory-gated, recreated twice) and the real lane it replaced removed.
+    if service == roles.GATEWAY_SERVICE:
+        raise ValueError(f"a lane cannot be the {service!r} service: it is the gateway's")
+    return service
+
+
+LaneService = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9\-]*$", max_length=128),
+    AfterValidator(_not_the_gateway),
+]
+
+
 class LaneSpec(Strict):
     """One vLLM lane (a compose service) this box must run."""
 
     role: Role
-    service: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9\-]*$")] | None = None
+    service: LaneService | None = None
     image: ImageChoice = Field(description="a name from `images:` or a repo@sha256 reference")
     model: ModelId | None = None
     served_name: ModelId | None = None

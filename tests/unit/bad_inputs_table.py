@@ -5,6 +5,28 @@ these problems, sorted by location; generated once, then read and checked by han
 
 BAD_INPUTS = [
     (
+        "lane_named_gateway",
+        "group_vars/thor.yaml",
+        "    role: worker\n",
+        "    role: worker\n    service: gateway\n",
+        [
+            "group_vars/thor.yaml:9:5: lanes.worker.service: a lane cannot be the 'gateway' service: it is the gateway's"
+        ],
+    ),
+    (
+        "env_key_longer_than_the_box_takes",
+        "group_vars/thor.yaml",
+        "  VLLM_GDN_DECODE_KERNEL: triton",
+        "  VLLM_GDN_DECODE_KERNEL: triton\n  K" + "X" * 256 + ": '1'",
+        [
+            "group_vars/thor.yaml:6:3: env.K"
+            + "X" * 256
+            + ": string should have at most 256 characters (got 'K"
+            + "X" * 256
+            + "')"
+        ],
+    ),
+    (
         "tag_not_digest",
         "group_vars/thor.yaml",
         "    image: vllm\n    profile",
