@@ -15,12 +15,14 @@ through here:
   a URL's password (`http://user:pw@host`) becomes `***`, long random-looking runs (keys,
   tokens) become `***`, control characters go and the text is cut to one short line.
 
-A flag is judged two ways: by its last word (`--hf-token`, `--client-secret`: `_FLAG_NAME`),
-and, as the collector judges a flag (`Run.secret_flag`: `--db-cred` -> `DB_CRED`), by the
-floor's and the fleet's own `secret_patterns` (`named_flag`). The second matters once a fleet
-names its own secrets: the collector hashes `--db-cred x` on the box, but a snapshot saved
-before the pattern was added, or edited, holds `x` in clear, and every last guard (the
-reports' mask, the history store's, this scrub) must mask it as the box would have.
+A flag is judged by one rule (`secret_flag`), the collector's too (`Run.secret_flag`): by its
+last word (`--token`, `--hf-token`, `--client-secret`: `credential_flag`, `_FLAG_WORD` in a
+text), or by the floor's and the fleet's own `secret_patterns` read as the collector reads a
+flag (`--db-cred` -> `DB_CRED`: `named_flag`); never one of vLLM's own flags that only read
+like one (`PLAIN_FLAGS`: `--allow-credentials` is a switch). The box hashes such a flag's value,
+but a snapshot saved by an older collector, before a pattern was added, or edited, holds it in
+clear, and every last guard (the reports' mask, the history store's, this scrub) must mask it
+as the box would have.
 
 The box programs (observe/remote/collector.py, apply/remote/converge.py) cannot import this
 module (they are shipped alone, stdlib only); each carries a short copy of `scrub_text`, kept in
@@ -92,12 +94,22 @@ _ASSIGNMENTS = (
     r"[\"']([A-Za-z_][A-Za-z0-9_]*)([\"']\s*:\s*)(?=[\"'])",
 )
 _VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
-# A command-line flag whose last word names a credential (`--hf-token`, `--hf_token`,
-# `--token`, `--client-secret`, `--db-password`), then its value: after `=` or blanks (quoted, or
-# up to the next blank), or the next item of a printed argument list (`'--token', 'x'`). Only
-# the last word: `--max-num-batched-tokens` and `--tokenizer` hold no secret, and `--api-key`
-# is cut above.
-_FLAG_WORD = r"(?P<flag>--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
+# The last words of a flag that names a credential (`--hf-token`, `--hf_token`, `--token`,
+# `--client-secret`, `--db-password`, `--key`). Only the last word: `--max-num-batched-tokens`,
+# `--tokenizer`, `--ssl-keyfile` hold no secret. The collector hashes these flags' values on the
+# box and carries a copy (tests/unit/test_secret_boundaries.py keeps the copies equal).
+CREDENTIAL_WORDS = ("token", "secret", "password", "passwd", "credentials", "credential", "key")
+# vLLM's own flags that read like a credential's and hold none, whatever the rule above or the
+# floor says (`*_CREDENTIALS` names `--allow-credentials`, `*_TOKEN` the count
+# `--max-prompt-adapter-token` of vLLM < 0.10): the word after the switch is no secret (it is
+# the model, `vllm serve --allow-credentials org/model`). The collector carries a copy.
+PLAIN_FLAGS = frozenset(
+    ("--allow-credentials", "--no-allow-credentials", "--max-prompt-adapter-token")
+)
+# A command-line flag named so, then its value: after `=` or blanks (quoted, or up to the next
+# blank), or the next item of a printed argument list (`'--token', 'x'`). `--api-key` is cut
+# above.
+_FLAG_WORD = r"(?P<flag>--?(?:[A-Za-z0-9]+[-_])*(?i:" + "|".join(CREDENTIAL_WORDS) + "))"
 _FLAG_NAME = r"(?<![\w-])" + _FLAG_WORD
 # A flag may be a shell word of its own in quotes (`sh -c 'vllm "--api-key" "x"'`,
 # `'--hf-token' 'x'`): the quote just before it (`open`) may close it after its name, then
@@ -204,10 +216,10 @@ def mask_credentials(text: str) -> str:
     rest as it is (the collector hashes the same values inside a command's word), and a URL's
     password (`https://user:***@host`)."""
     if "-" in text:
-        text = re.sub(_SECRET_FLAG, _mask_flag, text)
-        text = re.sub(_SECRET_ITEM, _mask_item, text)
-        # A flag the box judges a secret's holds `-x` too (the collector hashes it: only `--`
-        # is the next flag); `--token -v` (a last word only this list names) stays two flags.
+        text = re.sub(_SECRET_FLAG, _mask_word_flag, text)
+        text = re.sub(_SECRET_ITEM, _unless_plain(_mask_item), text)
+        # A flag the patterns name holds `-x` too (the collector hashes it: only `--` is the
+        # next flag); `--token -v` (a flag only its last word names) stays two flags there.
         text = _mask_named_flags(text, _mask_value)
     lower = text.lower()
     if "bearer" in lower or "authorization" in lower or "api-key" in lower:
@@ -235,11 +247,41 @@ def flag_values(words: tuple[object, ...]) -> list[int]:
     ]
 
 
+def secret_flag(flag: str) -> bool:
+    """Whether this flag carries a secret: the one rule every guard masks by and the collector
+    hashes by (`Run.secret_flag`, for a long flag): its last word names a credential
+    (`credential_flag`: `--token`, `--key`, `--hf-token`), or the floor's or the fleet's
+    patterns name it (`named_flag`: `--db-cred` under `*_CRED`), and it is none of vLLM's
+    flags that only read like one (`PLAIN_FLAGS`)."""
+    return credential_flag(flag) or named_flag(flag)
+
+
+def credential_flag(flag: str) -> bool:
+    """Whether this flag's last word names a credential (`--token`, `--hf_token`, `-key`,
+    `--client-secret`), as `_FLAG_WORD` reads a flag in a text: words of ASCII letters and
+    digits joined by `-` or `_`. Read without re, in the same code as the collector's copy
+    (`credential_flag` there, for a long flag), so the box and the guards judge a flag alike.
+    None of `PLAIN_FLAGS`."""
+    if flag[:2] == "--":
+        name = flag[2:]
+    elif flag[:1] == "-":
+        name = flag[1:]
+    else:
+        return False
+    words = name.replace("_", "-").split("-")
+    return (
+        words[-1].lower() in CREDENTIAL_WORDS
+        and all(w and w.isascii() and w.isalnum() for w in words)
+        and flag not in PLAIN_FLAGS
+    )
+
+
 def named_flag(flag: str) -> bool:
     """Whether the floor's or the fleet's secret patterns name this long flag, read as the
     collector reads one (`Run.secret_flag`: `--db-cred` -> `DB_CRED`, `--hf_token` ->
-    `HF_TOKEN`): the flags whose values the box hashed, whatever their last word."""
-    return flag[:2] == "--" and len(flag) > 2 and _named_flag(flag)
+    `HF_TOKEN`), none of `PLAIN_FLAGS`: a flag whose value the box hashed whatever it starts
+    with (`--hf-token -x` holds `-x`), whatever its last word."""
+    return flag[:2] == "--" and len(flag) > 2 and flag not in PLAIN_FLAGS and _named_flag(flag)
 
 
 # Remembered (bounded: a box chooses its flags), forgotten when the fleet's patterns change:
@@ -280,15 +322,34 @@ def _mask_named(mask: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]
 
 
 def _a_value(word: object, flag: str) -> bool:
-    """Whether `word`, after `flag`, is a secret's value to mask: after a flag the box judges a
-    secret's (`named_flag`), any word but the next flag (`--`), as the collector reads one
-    (`--hf-token -x` holds `-x`); after a flag only its last word names (`--token`, which the
-    box does not hash), a `-` ends it too (`--token -v`). `--api-key ***`: masked already."""
+    """Whether `word`, after `flag`, is a secret's value to mask (`secret_flag`), as the
+    collector reads it: after a flag the patterns name (`named_flag`), any word but the next
+    flag (`--`: `--hf-token -x` holds `-x`); after a flag only its last word names (`--token`),
+    a `-` ends it too (`--token -v` is two flags, on the box as well). `--api-key ***`: masked
+    already."""
     if type(word) is not str or word in _STATE_WORDS:
         return False
     if word[:1] == "-":
         return word[:2] != "--" and named_flag(flag)
-    return bool(re.fullmatch(_FLAG_NAME, flag)) or named_flag(flag)
+    return secret_flag(flag)
+
+
+def _unless_plain(mask: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    """`mask`, but for a flag of `PLAIN_FLAGS` (`--allow-credentials model`): kept."""
+
+    def masked(match: re.Match[str]) -> str:
+        return match.group(0) if match.group("flag") in PLAIN_FLAGS else mask(match)
+
+    return masked
+
+
+def _mask_word_flag(match: re.Match[str]) -> str:
+    """A flag's value inside a command's word (`mask_credentials`), as the collector hashes it
+    there: after `=` whatever it starts with (`--token=-x`), after blanks as `_mask_flag` reads
+    it; a flag of `PLAIN_FLAGS` keeps its next word."""
+    if match.group("flag") in PLAIN_FLAGS:
+        return match.group(0)
+    return _mask_value(match) if match.group("sep") == "=" else _mask_flag(match)
 
 
 def _mask_credential(match: re.Match[str]) -> str:

@@ -89,19 +89,34 @@ class Drift:
         return (self.box, self.kind.value, self.subject, self.path)
 
 
-# What compare/inline.py makes of a clear value that may carry a secret inline (a desired
-# one the answer has no mask of, an older collector's line): a digest keyed by this process,
-# never the box's (keyed by the run's key, which the controller does not hold).
+# Digests of a clear value made by this process, each kind with a key of its own, never the
+# box's (keyed by the run's key, which the controller does not hold):
+# - what compare/inline.py makes of a clear value that may carry a secret inline (a desired one
+#   the answer has no mask of, an older collector's line);
 LOCAL_DIGEST = "clear:"
+# - what the reports' guard (report/values.py `guarded`) makes of a clear value under a secret
+#   name or flag (a snapshot saved by an older collector, or edited).
+GUARD_DIGEST = "guard:"
+_DIGEST_KINDS = (LOCAL_DIGEST, GUARD_DIGEST)
+
+
+def digest_kind(digest: str) -> str:
+    """Who keyed a digest: LOCAL_DIGEST, GUARD_DIGEST, or "" for the box (the run's key)."""
+    for kind in _DIGEST_KINDS:
+        if digest.startswith(kind):
+            return kind
+    return ""
 
 
 def comparable(desired: object, observed: object) -> bool:
-    """Whether two values' digests say whether a secret changed: not when one is this
-    process's digest of a clear value and the other a secret otherwise hashed (the box's):
-    those differ whatever the secrets are, so neither "changed" nor "unchanged" is known."""
+    """Whether two values' digests say whether a secret changed: only when the same key made
+    both (`digest_kind`). This process's digest of a clear value against a secret otherwise
+    hashed (the box's, or this process's under its other key) differs whatever the secrets
+    are, so neither "changed" nor "unchanged" is known. A secret against a value that is none
+    (absent, plain) is comparable: it changed."""
     if not (isinstance(desired, SecretValue) and isinstance(observed, SecretValue)):
         return True
-    return desired.digest.startswith(LOCAL_DIGEST) == observed.digest.startswith(LOCAL_DIGEST)
+    return digest_kind(desired.digest) == digest_kind(observed.digest)
 
 
 class Part(StrEnum):

@@ -24,9 +24,8 @@ import re
 from collections.abc import Sequence
 
 from reconciler.compare.drift import LOCAL_DIGEST
-from reconciler.desired.secret_names import is_fleet_secret_name
 from reconciler.observe.document import EnvValue, Observed, SecretValue
-from reconciler.scrub import mask_assignments, mask_userinfo
+from reconciler.scrub import mask_assignments, mask_userinfo, secret_flag
 
 # The collector's inline form of a hashed secret, exactly as its json_dumps writes it.
 _MARK = '{"secret": "hmac:'
@@ -105,8 +104,10 @@ def may_carry_secret(text: str) -> bool:
 
 
 def _secret_flag(name: str) -> bool:
-    """The collector's `secret_flag`: `--api-key`, or a flag whose name is a secret name."""
-    return name == "api-key" or is_fleet_secret_name(name.replace("-", "_").upper())
+    """The collector's `secret_flag` (scrub.secret_flag, the one rule): a flag whose last word
+    names a credential (`--token`, `--api-key`) or whose name a secret pattern names, never one
+    of vLLM's that only reads like one (`--allow-credentials`)."""
+    return secret_flag("--" + name)
 
 
 def concealed(value: EnvValue | None) -> EnvValue | None:

@@ -185,22 +185,20 @@ def _secret_flag(token: str) -> bool:
 
 def _masked_argv(tokens: list[Any]) -> list[Any]:
     out: list[Any] | None = None
-    masking = False
+    masking: str | None = None  # the secret flag whose value the next token may be
     for i, token in enumerate(tokens):
         new = token
-        if masking and isinstance(token, str) and token[:2] != "--":
-            # The flag's value, whatever it starts with but the next flag's `--` (`--api-key
-            # -x` holds `-x`), as the collector's `mask_argv` reads it on the box.
-            new, masking = MASK, False
+        if masking is not None and isinstance(token, str) and _flag_value(token, masking):
+            new, masking = MASK, None
         else:
-            masking = False
+            masking = None
             if isinstance(token, str) and token[:1] == "-" and len(token) > 1:
                 flag, equals, word = token.partition("=")
                 if secret_name(flag):
                     if equals and word and word != MASK:
                         new = f"{flag}={MASK}"
                     elif not equals:
-                        masking = True
+                        masking = flag
             if new is token and isinstance(token, str) and _may_carry(token):
                 # `HF_TOKEN=x`, `bash -c 'export GATEWAY_API_KEY=x; vllm ... --api-key y'`
                 new = _assigned(token)
@@ -209,6 +207,18 @@ def _masked_argv(tokens: list[Any]) -> list[Any]:
         if out is not None:
             out.append(new)
     return tokens if out is None else out
+
+
+def _flag_value(token: str, flag: str) -> bool:
+    """Whether `token`, after the secret flag `flag`, is its value, as the collector's
+    `mask_argv` reads it on the box: any token but the next flag's `--` after a flag the
+    patterns name (`--api-key -x` holds `-x`: scrub.named_flag), and one that does not start
+    with `-` after a flag only its last word names (`--token -v` is two flags)."""
+    from reconciler.scrub import named_flag
+
+    if token[:2] == "--":
+        return False
+    return token[:1] != "-" or named_flag(flag)
 
 
 def _may_carry(word: str) -> bool:

@@ -21,9 +21,24 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from reconciler.compare.drift import BoxResult, Drift, DriftReport, SecretValue, Value, comparable
+from reconciler.compare.drift import (
+    GUARD_DIGEST,
+    BoxResult,
+    Drift,
+    DriftReport,
+    SecretValue,
+    Value,
+    comparable,
+)
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
-from reconciler.scrub import flag_values, mask_assignments, mask_credentials, scrub_text
+from reconciler.scrub import (
+    PLAIN_FLAGS,
+    flag_values,
+    mask_assignments,
+    mask_credentials,
+    scrub_text,
+    secret_flag,
+)
 
 MASK = "***"
 FREE_TEXT_LIMIT = 1000  # a finding's message may be long; an error is cut sooner by its maker
@@ -99,10 +114,16 @@ def _guarded_facts(facts: dict[str, Any]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=4096)
 def secret_path(path: str) -> bool:
     """Whether a value under this path is a secret: "HF_TOKEN", "env.HF_TOKEN", "--hf-token",
-    the variable or flag it belongs to."""
+    "--token", the variable or flag it belongs to. A flag by the rule the collector hashes by
+    (scrub.secret_flag: its last word names a credential, `--token`, `--key`, or the patterns
+    name it, `--db-cred` under `*_CRED`; never `--allow-credentials`, a switch): the value of
+    `--token x` in a container's command is a drift under `--token`."""
     last = path.rsplit(".", 1)[-1]
-    name = last.lstrip("-").replace("-", "_").upper() if last[:1] == "-" else last
-    return is_fleet_secret_name(name)
+    if last[:1] != "-":
+        return is_fleet_secret_name(last)
+    if last in PLAIN_FLAGS:
+        return False
+    return secret_flag(last) or is_fleet_secret_name(last.lstrip("-").replace("-", "_").upper())
 
 
 when_patterns_change(secret_path.cache_clear)
@@ -121,7 +142,7 @@ def _masked(value: Value) -> Value:
     # a digest, it is masked here as a whole.
     if isinstance(value, str) and value and not _WIRE_DIGEST.fullmatch(value):
         return SecretValue(
-            "guard:" + hmac.new(_GUARD_KEY, value.encode(), hashlib.sha256).hexdigest()
+            GUARD_DIGEST + hmac.new(_GUARD_KEY, value.encode(), hashlib.sha256).hexdigest()
         )
     if isinstance(value, tuple | list):
         masked = tuple(_masked(v) for v in value)

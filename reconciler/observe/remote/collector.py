@@ -171,11 +171,16 @@ _ASSIGNMENTS = (
     r"[\"']([A-Za-z_][A-Za-z0-9_]*)([\"']\s*:\s*)(?=[\"'])",
 )
 _VALUE = r"\"[^\"]*\"|'[^']*'|[^\s,;)}]+"
+# The last words of a flag that names a credential (`--token`, `--hf-token`, `--key`,
+# `--client-secret`), and vLLM's flags that only read like one (`--allow-credentials`, a switch):
+# the same as reconciler/scrub.py's CREDENTIAL_WORDS and PLAIN_FLAGS (`credential_flag`).
+CREDENTIAL_WORDS = ("token", "secret", "password", "passwd", "credentials", "credential", "key")
+PLAIN_FLAGS = frozenset(
+    ("--allow-credentials", "--no-allow-credentials", "--max-prompt-adapter-token")
+)
 # A flag whose last word names a credential (`--hf-token x`, `--password=x`, `'--token', 'x'`
 # in a printed list), and a URL's password (`http://user:pw@host`).
-_FLAG_NAME = (
-    r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|credentials?|key))"
-)
+_FLAG_NAME = r"(?<![\w-])(--?(?:[A-Za-z0-9]+[-_])*(?i:" + "|".join(CREDENTIAL_WORDS) + "))"
 _SECRET_FLAG = _FLAG_NAME + r"(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 _ANY_FLAG = r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 _SECRET_ITEM = _FLAG_NAME + r"([\"']\s*,\s*)([\"'])(.*?)\3"
@@ -253,6 +258,20 @@ _FLOOR = _any_of(FLOOR)
 
 def floor_secret(name):
     return bool(_FLOOR(name.upper()))
+
+
+def credential_flag(flag):
+    """Whether this long flag's last word names a credential (`--token`, `--hf_token`,
+    `--client-secret`): words of ASCII letters and digits joined by `-` or `_`, none of
+    PLAIN_FLAGS. The same code as reconciler/scrub.py's `credential_flag`."""
+    if flag[:2] != "--":
+        return False
+    words = flag[2:].replace("_", "-").split("-")
+    return (
+        words[-1].lower() in CREDENTIAL_WORDS
+        and all(w and w.isascii() and w.isalnum() for w in words)
+        and flag not in PLAIN_FLAGS
+    )
 
 
 def _cut_masked(text, bound, known):
@@ -632,28 +651,44 @@ class Run:
         }
 
     def secret_flag(self, flag):
-        """`--api-key`, `--hf-token`, `--db-password`: a flag named like a secret carries one."""
-        if not flag.startswith("--"):
+        """`--api-key`, `--hf-token`, `--db-password`, `--token`, `--key`: a flag named like a
+        secret carries one. The rule of reconciler/scrub.py's `secret_flag` (the reports' guard
+        and the history store mask by it): the patterns name it (`named_flag`), or its last word
+        names a credential (`credential_flag`); never one of PLAIN_FLAGS."""
+        return self.named_flag(flag) or credential_flag(flag)
+
+    def named_flag(self, flag):
+        """A long flag the run's patterns or the floor name (`--db-cred` -> `DB_CRED`): its
+        value is any word but the next flag (`--hf-token -x` holds `-x`), where a flag only its
+        last word names ends at a single `-` too (`--token -v` is two flags)."""
+        if not flag.startswith("--") or flag in PLAIN_FLAGS:
             return False
         return flag == "--api-key" or self.is_secret(flag[2:].replace("-", "_").upper())
+
+    def _flag_value(self, flag, word):
+        """Whether `word`, after the secret flag `flag`, is its value (`named_flag`)."""
+        if word.startswith("--"):
+            return False
+        return not word.startswith("-") or self.named_flag(flag)
 
     def mask_argv(self, argv):
         """`--api-key=X` / `--api-key X` (and every flag named like a secret) carry secrets in
         argv too, and so does any word that assigns a secret name (`mask_assignments`)."""
         out = []  # type: list
-        hide_next = False
+        hide_next = None  # the secret flag whose value the next word may be
         for arg in argv or []:
-            if hide_next and isinstance(arg, str) and not arg.startswith("--"):
+            if hide_next and isinstance(arg, str) and self._flag_value(hide_next, arg):
                 out.append({"secret": self.digest(arg)})
-                hide_next = False
+                hide_next = None
                 continue
-            hide_next = False
+            hide_next = None
             flag, eq, value = arg.partition("=") if isinstance(arg, str) else ("", "", "")
             if eq and self.secret_flag(flag):
                 out.append(flag + "=" + json_dumps({"secret": self.digest(value)}))
             else:
                 out.append(self.mask_words(arg) if isinstance(arg, str) else arg)
-                hide_next = isinstance(arg, str) and self.secret_flag(arg)
+                if isinstance(arg, str) and self.secret_flag(arg):
+                    hide_next = arg
         return out
 
     def mask_assignments(self, word):
@@ -702,9 +737,9 @@ class Run:
     def mask_words(self, word):
         """`word` with every secret it carries hashed inline, in `mask_assignments`' form:
         an assignment to a secret name, the value of a flag named like a secret
-        (`sh -c "vllm serve m --api-key sk-..."`, `--hf-token=x`, `"--api-key" "x"`, `--hf-token
-        -x`: only `--` is the next flag; judged as `secret_flag` judges a flag of its own) and a
-        credential after `Bearer ` or `Authorization: `
+        (`sh -c "vllm serve m --api-key sk-..."`, `--hf-token=x`, `"--api-key" "x"`, `--token
+        x`, `--hf-token -x`: judged and read as `secret_flag` and `mask_argv` judge and read a
+        flag of its own) and a credential after `Bearer ` or `Authorization: `
         (`curl -H 'Authorization: Bearer x'`). Read without importing re."""
         may = "--" in word or "://" in word or _may_credential(word)
         spans = self._inline_secrets(word) if may else ()
@@ -746,7 +781,7 @@ class Run:
                 elif word[end : end + 1].isspace():
                     while begin < size and word[begin].isspace():
                         begin += 1
-                    if word.startswith("--", begin):
+                    if not self._flag_value(flag, word[begin : begin + 2]):
                         begin = -1  # the next flag: this one is bare
                 else:
                     begin = -1
@@ -3575,6 +3610,10 @@ def containers(run):
                 "ports": host.get("PortBindings") or {},
                 "runtime": host.get("Runtime"),
                 "ips": sorted(n.get("IPAddress") for n in nets.values() if n.get("IPAddress")),
+                # A `docker compose run` container: compose labels it oneoff "True" (its
+                # service's own "False"); it keeps the service's label, yet is never the
+                # service's container (compare/containers.py, converge.py `containers`).
+                "oneoff": str(labels.get("com.docker.compose.oneoff", "")).lower() == "true",
             }
         )
     images = {}
