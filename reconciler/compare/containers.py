@@ -59,11 +59,19 @@ def service_containers(doc: Observed) -> dict[str, list[Container]]:
     """Each service's containers (a container compose did not make: under its own name), the
     one compared as the service's first: the one named as the render's `container_name`, else
     compose's numbered replica (`<project>-<service>-<n>`, lowest n), else the first by name.
-    The others (a `docker compose run` copy, a `--scale` replica) are reported on their own.
-    compare_containers and the contract's lane windows (gateway.py) read the same one."""
+    The others (a `--scale` replica, a copy made by hand) are reported on their own.
+    compare_containers and the contract's lane windows (gateway.py) read the same one.
+
+    Never a `docker compose run` container (Container.oneoff): it keeps its service's label,
+    yet it runs what the operator gave `run` (bash, a benchmark), and a converge never takes
+    it for the service (converge.py `containers`). Taken as the service's, the only one left
+    behind made a missing lane look present (or its argv all wrong), and one of a service the
+    desired state does not know was planned for a removal the box then skipped, failing the
+    verification on every apply. compare_containers reports each on its own (`_oneoff`)."""
     groups: dict[str, list[Container]] = {}
     for found in doc.containers:
-        groups.setdefault(found.key, []).append(found)
+        if not found.oneoff:
+            groups.setdefault(found.key, []).append(found)
     rendered = doc.render.services or {}
     for service, group in groups.items():
         if len(group) > 1:
@@ -131,10 +139,29 @@ def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
             for c in group:
                 yield from _ports(exp, service, c)
                 yield _extra(exp, service, c, "state.stray", _STRAY)
+    for c in doc.containers:
+        if c.oneoff:
+            yield from _oneoff(exp, c)
 
 
 _STRAY = "a container of the project the desired state does not know"
 _DUPLICATE = "another container of this service (a `docker compose run` copy or a scaled replica)"
+
+
+def _oneoff(exp: BoxExpectation, c: Container) -> Iterator[Drift]:
+    """A `docker compose run` container, of a desired service or not: report-only, with what it
+    publishes. Never removed by a converge (converge.py `containers` skips it, so a `remove`
+    of its service would be skipped and the verification fail), nor recreated: it is the
+    operator's, running or left behind, and a person removes it."""
+    action = rule("state.duplicate").action
+    yield from _ports(exp, c.key, c, action)
+    how = "docker rm -f" if c.status in ("running", "restarting", "paused") else "docker rm"
+    note = (
+        "a `docker compose run` container (label com.docker.compose.oneoff=True), never the "
+        f"service's own; a converge leaves it: once done with it, remove it by hand "
+        f"(`{how} {c.name}`)"
+    )
+    yield _extra(exp, c.key, c, "state.duplicate", note)
 
 
 def _extra(exp: BoxExpectation, service: str, c: Container, name: str, note: str) -> Drift:
@@ -151,6 +178,9 @@ def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
     r = rule("state.status")
     status, health = c.status, c.health
     if status == "running" and health in (None, "healthy"):
+        return
+    if status == "running" and health == "starting":
+        yield _booting(exp, service, c)
         return
     observed = status if status != "running" else f"running ({health})"
     action = Action.START if status in ("exited", "created", "dead") else _action(r, service)
@@ -171,6 +201,27 @@ def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
         action,
         source=c.name,
         note=note,
+    )
+
+
+def _booting(exp: BoxExpectation, service: str, c: Container) -> Drift:
+    """A container whose health check has not passed yet (`starting`): a lane loading its
+    model (a start period of up to ~780 s), the gateway waiting for its lanes. Report-only: a
+    recreate would start the load over, and every drift run during a boot would plan one.
+    One that never passes is marked unhealthy by docker (its start period over, its retries
+    failed), and that is recreated."""
+    restarts = f"restarted {c.restart_count} times; " if c.restart_count > 0 else ""
+    return Drift(
+        exp.name,
+        rule("state.status").kind,
+        _subject(service),
+        "status",
+        "running (healthy)",
+        "running (starting)",
+        Action.REPORT,
+        source=c.name,
+        note=f"{restarts}booting: its health check has not passed yet; not recreated (that "
+        "would start it over); one that never passes turns unhealthy, and that is recreated",
     )
 
 
@@ -286,7 +337,7 @@ def _ports(
     The gateway publishes exactly `gateway.bind:gateway.port`; a lane publishes nothing."""
     r = rule("container.ports")
     want: dict[str, list[str]] = {}
-    if service == GATEWAY:
+    if service == GATEWAY and not c.oneoff:  # a one-off of the gateway publishes nothing either
         want["8000/tcp"] = [f"{_ip(exp.gateway.bind)}:{exp.gateway.port}"]
     got: dict[str, list[str]] = {}
     for key, bindings in c.ports.items():
@@ -297,6 +348,8 @@ def _ports(
         if w == g:
             continue
         note = "lanes are reached only through the gateway" if service != GATEWAY else None
+        if c.oneoff:
+            note = "published by a `docker compose run` container (--service-ports, -p)"
         yield Drift(
             exp.name,
             r.kind,

@@ -691,6 +691,10 @@ class Container:
     config_files: str | None = None
     started_at: str | None = None
     runtime: str | None = None
+    # A `docker compose run` container (label com.docker.compose.oneoff=True): never its
+    # service's container. False also where not recorded (a snapshot of an earlier collector),
+    # so such a snapshot compares as it always did.
+    oneoff: bool = False
 
     @property
     def key(self) -> str:
@@ -1246,6 +1250,7 @@ def _container(r: _Reader, raw: Any, path: str) -> Container:
         config_files=_opt_text(get("config_files", False), f"{path}.config_files"),
         started_at=_opt_text(get("started_at", False), f"{path}.started_at"),
         runtime=_opt_text(get("runtime", False), f"{path}.runtime"),
+        oneoff=_bool(_or(get("oneoff", False), False), f"{path}.oneoff"),
     )
 
 

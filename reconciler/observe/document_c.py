@@ -115,6 +115,7 @@ class _Container(Struct, forbid_unknown_fields=True, gc=False):
     config_files: Text | None = None
     started_at: Text | None = None
     runtime: Text | None = None
+    oneoff: bool | None = None
 
 
 class _Image(Struct, forbid_unknown_fields=True, gc=False):
@@ -361,6 +362,7 @@ def _container(c: _Container) -> Container:
         config_files=c.config_files,
         started_at=c.started_at,
         runtime=c.runtime,
+        oneoff=c.oneoff is True,
     )
 
 
