@@ -20,6 +20,8 @@ An entry is a *symptom* of another entry of the same box when that one provably 
 
 - a container's `env` VAR: the login shell's export of VAR when the container carries the
   shell's value (equal digests or values), else the `.env` entry of VAR;
+- an `image`: its service's dead image knob, when a compose file renders another image than
+  the desired one (a pull and recreate would bring that one back); else as an `argv` flag:
 - an `argv` flag or an `image`: the `.env` entry whose (desired, observed) pair is the same,
   of a key that lane reads (its role's `<PREFIX>_` knobs; its role's image variable);
 - a `compose-file` dead knob, or a desired service the render lacks: the compose file its
@@ -76,6 +78,8 @@ _EXPLAIN_BY_VALUE = (Kind.ENVFILE, Kind.ARGV, Kind.COMPOSE_FILE)
 _ROLE_OF_SERVICE = {service: role for role, service in roles.SERVICE.items()}
 # The `.env` key the running gateway's /health version follows (it is built from it).
 _VERSION_KEYS = frozenset({"MODEL_GEAR_VERSION"})
+# The path of a dead image knob's `compose-file` entry (compare/composefiles.py makes them).
+IMAGE_KNOB = "image"
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ class _Index:
         self.shell: dict[str, int] = {}
         self.files: dict[str, int] = {}
         self.gateway_env: dict[str, int] = {}
+        self.image_knobs: dict[str, int] = {}  # service subject -> its dead image knob
         self.pairs: dict[tuple[str, str], list[int]] = {}  # (desired, observed) -> entries
         for i, d in enumerate(drifts):
             if d.kind is Kind.ENVFILE and d.subject == "file:.env":
@@ -184,6 +189,8 @@ class _Index:
                 self.shell.setdefault(d.path, i)
             elif d.kind is Kind.COMPOSE_FILE and d.subject.startswith("file:"):
                 self.files.setdefault(d.subject.removeprefix("file:"), i)
+            elif d.kind is Kind.COMPOSE_FILE and d.path == IMAGE_KNOB:
+                self.image_knobs.setdefault(d.subject, i)
             elif d.kind is Kind.ENV and d.subject == "gateway":
                 self.gateway_env.setdefault(d.path, i)
             if d.kind in _EXPLAIN_BY_VALUE:
@@ -201,6 +208,10 @@ class _Index:
             if shell is not None and _carries(d, self.drifts[shell]):
                 return shell
             return self.envfile.get(d.path)
+        if kind is Kind.IMAGE and d.subject in self.image_knobs:
+            # Whatever the container runs, a recreate runs the image the files render: the
+            # files are put back first (plan.py), then the pull and recreate converge.
+            return self.image_knobs[d.subject]
         if kind in (Kind.ARGV, Kind.IMAGE):
             return self._by_value(i, d, reverse=False, kinds=(Kind.ENVFILE,))
         if kind is Kind.COMPOSE_FILE and not d.subject.startswith("file:"):

@@ -3,20 +3,26 @@
 Two signals: a file of the `-f` chain is missing or its digest differs from the one the
 desired state pins (a hand edit), and, stronger, a managed `.env` knob the rendered command
 does not honour — a flag hard-coded in a compose file makes the knob dead (seed 000, lobes'
-dspark-speculation lesson), which only a render from the desired `.env` can show. A desired
-service that render lacks altogether (a file dropped it, a profile left it out) is an entry
-too, never a silent skip: nothing of its command or environment could be compared.
+dspark-speculation lesson), which only a render from the desired `.env` can show. The image
+variables are knobs too: a service whose render names another image than the desired one (an
+override's hard-coded `image:`, a `build:` without one) runs that image whatever `.env` pins,
+so pulling and recreating never converges; the file is the fault. A desired service that
+render lacks altogether (a file dropped it, a profile left it out) is an entry too, never a
+silent skip: nothing of its command or environment could be compared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+from reconciler.compare.causes import IMAGE_KNOB  # causes.py links `image` entries to it
+from reconciler.compare.containers import normal_ref
 from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.compare.drift import Action, Drift, SecretValue
 from reconciler.compare.inline import fits_argv, hashed_inline, shown_flag
 from reconciler.compare.rules import rule
 from reconciler.compare.values import flags_of, knob_tokens, same, value
+from reconciler.desired import roles
 from reconciler.observe.document import EnvValue, Observed
 
 
@@ -64,13 +70,17 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
         return  # the render failed: a box error, reported by the caller
     r = rule("compose.dead-knob")
     where = ", ".join(changed) if changed else " / ".join(exp.compose_files)
-    if GATEWAY not in rendered:
+    gateway = rendered.get(GATEWAY)
+    if gateway is None:
         yield _not_rendered(exp, GATEWAY, changed, where)
+    else:
+        yield from _dead_image(exp, GATEWAY, gateway.image, where)
     for service, lane in sorted(exp.lanes.items()):
         spec = rendered.get(service)
         if spec is None:
             yield _not_rendered(exp, service, changed, where)
             continue
+        yield from _dead_image(exp, service, spec.image, where)
         flags = flags_of(spec.command)
         for key in sorted(lane.knobs):
             carries = key in lane.knob_secrets
@@ -109,6 +119,47 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
                     source=where,
                     note=note,
                 )
+
+
+def _dead_image(
+    exp: BoxExpectation, service: str, rendered: str | None, where: str
+) -> Iterator[Drift]:
+    """The render of the desired `.env` names another image than the desired one (compared as
+    the container comparison compares them, containers.py `normal_ref`), or none (a `build:`
+    alone: compose runs `<project>-<service>`): the `.env`'s image variable is dead, and a
+    pull and recreate would bring back the same image (the converge's verification fails)."""
+    want = exp.gateway_image if service == GATEWAY else exp.lanes[service].image
+    if rendered is not None and (rendered == want or normal_ref(rendered) == normal_ref(want)):
+        return
+    r = rule("compose.dead-knob")
+    yield Drift(
+        exp.name,
+        r.kind,
+        "gateway" if service == GATEWAY else f"lane:{service}",
+        IMAGE_KNOB,
+        want,
+        rendered,
+        r.action,
+        source=where,
+        note=f".env {_image_variable(exp, service)} is dead: the compose files render "
+        + ("another image" if rendered is not None else "no image (a build: section)"),
+    )
+
+
+# lobes' fallback for a lane whose own image variable is left out of `.env` (desired/envfile.py
+# NIGHTLY; not imported from there: that module loads the pydantic models, which a comparison
+# never needs).
+_NIGHTLY = "VLLM_NIGHTLY_IMAGE"
+
+
+def _image_variable(exp: BoxExpectation, service: str) -> str:
+    """The `.env` variable the desired state writes the service's image to: the gateway's, the
+    lane's role's, or lobes' fallback for a role whose own variable is left out."""
+    if service == GATEWAY:
+        return roles.GATEWAY_IMAGE_VARIABLE
+    var = roles.IMAGE_VARIABLE.get(exp.lanes[service].role, _NIGHTLY)
+    written = any(e.key == var and isinstance(e.value, str) for e in exp.env)
+    return var if written else _NIGHTLY
 
 
 def _hashed(observed: EnvValue | bool | None) -> bool:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
+from reconciler.compare.containers import service_containers
 from reconciler.compare.context import BoxExpectation, secret_of
-from reconciler.compare.drift import BoxError, Drift, Part
+from reconciler.compare.drift import Action, BoxError, Drift, Part
 from reconciler.compare.inline import desired_value, hashed_inline, may_carry_secret, shown
 from reconciler.compare.rules import rule
-from reconciler.observe.document import EnvLine, Observed
+from reconciler.compare.values import flags_of
+from reconciler.observe.document import Container, EnvLine, Observed, Service
 from reconciler.scrub import scrub_text
 
 GIB_KIB = 1024 * 1024
@@ -39,6 +42,7 @@ def compare_envfile(
         )
         return
     observed = doc.envfile_by_key() if observed is None else observed
+    readers: list[Service] | None = None  # the services that read .env whole: asked once, if ever
     for entry in exp.env:
         found = observed.get(entry.key)
         seen = found.value if found else None
@@ -58,29 +62,45 @@ def compare_envfile(
             want = desired_value(doc, entry.key, entry.value)
         else:
             want = entry.value
-        if seen != want and not (want == "" and seen is None and not _empty_is_off(entry.key)):
-            note = f"from {entry.origin}" if want is not None else f"{entry.origin}: null"
-            shown_want, shown_seen = want, seen
-            if _may_hold_secret(want) or _may_hold_secret(seen):
-                # A drift never carries a secret in clear (a desired one, or a line of a
-                # snapshot saved before the box hashed inline secrets): shown as `***`.
-                if hashed_inline(seen) and not hashed_inline(want) and _may_hold_secret(want):
-                    # The answer has no mask of this desired value (a snapshot taken against
-                    # another one): its secret cannot be compared, which the reader is told.
-                    note += "; the box hashed the secret in this line, and this observation "
-                    note += "has no digest of the desired value's to compare it with"
-                shown_want, shown_seen = shown(want, seen)
-            yield Drift(
-                exp.name,
-                env_rule.kind,
-                "file:.env",
-                entry.key,
-                shown_want,
-                shown_seen,
-                env_rule.action,
-                source=f".env:{found.line}" if found else "absent",
-                note=note,
-            )
+        if seen == want:
+            continue
+        read_whole = False
+        if want == "" and seen is None and not _empty_is_off(entry.key):
+            # `KEY=` and no line interpolate alike (`${KEY:-}`), but a service that reads the
+            # file through `env_file:` gets KEY="" from one and no KEY from the other, unless
+            # something it reads after the file (its `environment:`, a later env_file such as
+            # lobes' `.secrets.env`) sets KEY: then its render shows that value.
+            if readers is None:
+                services = _rendered(doc) or {}
+                kept = _kept_keys(exp, observed)
+                readers = [services[s] for s in env_file_readers(services, kept)]
+            if not any(r.environment.get(entry.key, "") == "" for r in readers):
+                continue
+            read_whole = True
+        note = f"from {entry.origin}" if want is not None else f"{entry.origin}: null"
+        if read_whole:
+            note += f"; read through env_file, `{entry.key}=` sets it empty, no line not at all"
+        shown_want, shown_seen = want, seen
+        if _may_hold_secret(want) or _may_hold_secret(seen):
+            # A drift never carries a secret in clear (a desired one, or a line of a
+            # snapshot saved before the box hashed inline secrets): shown as `***`.
+            if hashed_inline(seen) and not hashed_inline(want) and _may_hold_secret(want):
+                # The answer has no mask of this desired value (a snapshot taken against
+                # another one): its secret cannot be compared, which the reader is told.
+                note += "; the box hashed the secret in this line, and this observation "
+                note += "has no digest of the desired value's to compare it with"
+            shown_want, shown_seen = shown(want, seen)
+        yield Drift(
+            exp.name,
+            env_rule.kind,
+            "file:.env",
+            entry.key,
+            shown_want,
+            shown_seen,
+            env_rule.action,
+            source=f".env:{found.line}" if found else "absent",
+            note=note,
+        )
     fact = doc.files.get(".env")
     mode = fact.mode if fact else None
     if mode and mode != "0o600":
@@ -94,6 +114,32 @@ def compare_envfile(
             mode_rule.action,
             note=".env holds secrets: owner-only",
         )
+
+
+def env_file_readers(services: Mapping[str, Service] | None, keys: AbstractSet[str]) -> list[str]:
+    """The services that read the `.env` whole, through `env_file:`: their rendered environment
+    holds every key of `keys` (assignments of the `.env` their render was made from). compose's
+    render names no `env_file:`, it puts the file's every line in the environment (lobes' lanes:
+    ~100 keys; its gateway sets its own `environment:` and lacks many). None without a key to
+    tell them by, or without a render: empty."""
+    if not services or not keys:
+        return []
+    return sorted(name for name, spec in services.items() if spec.environment.keys() >= keys)
+
+
+def _rendered(doc: Observed) -> Mapping[str, Service] | None:
+    """A render's services, to tell the env_file readers by: the desired `.env`'s, else (a
+    snapshot that holds none: render_basis.for_desired) the box's own, which has the same."""
+    if doc.render.services is None and doc.render_current is not None:
+        return doc.render_current.services
+    return doc.render.services
+
+
+def _kept_keys(exp: BoxExpectation, observed: Mapping[str, EnvLine]) -> AbstractSet[str]:
+    """The box's `.env` keys the desired `.env` keeps too (all but those pinned null): every
+    render of either file, the box's own or the desired one, carries them through env_file."""
+    dropped = {e.key for e in exp.env if e.value is None}
+    return observed.keys() - dropped
 
 
 def _may_hold_secret(value: object) -> bool:
@@ -150,24 +196,96 @@ def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
     return errors
 
 
-def compare_host(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+# Drift actions after which a converge boots the lane they name (plan.py `_collect`).
+_BOOTS = frozenset({Action.RECREATE, Action.PULL_RECREATE, Action.START, Action.RESTORE_FILE})
+
+
+def compare_host(
+    exp: BoxExpectation, doc: Observed, drifts: Iterable[Drift] | None = None
+) -> Iterator[Drift]:
+    """Whether MemAvailable covers each lane boot a converge would make (its gate, converge.py
+    `memory_gate`: util x MemTotal + the floor), one lane at a time in the plan's order. A lane
+    that would boot is one not running (missing, exited), or one that `drifts` (the box's other
+    drifts) recreates; `drifts` None (not known): every running lane too, as if each were
+    recreated, but one still booting (health `starting`).
+    A converge stops a running lane before it boots it again, so a lane running healthy gives
+    back what it holds (its running `--gpu-memory-utilization` x MemTotal: vLLM takes that
+    share at boot and keeps it) and a lane left as it runs asks for nothing: a converged box is
+    in sync, however little of a unified memory its lanes leave free. Each lane booted before
+    another takes its share from what that one finds.
+    The incident (lobes.md #5): a lane that cannot boot because memory is short."""
     total, available = doc.meminfo.total_kib, doc.meminfo.available_kib
     if not total or available is None or not exp.lanes:
         return
-    biggest = max(exp.lanes.values(), key=lambda lane: lane.gpu_memory_utilization)
-    floor = exp.mem_floor_gib
-    need_kib = int(biggest.gpu_memory_utilization * total + floor * GIB_KIB)
-    if available < need_kib:
-        host_rule = rule("host.memory")
-        yield Drift(
-            exp.name,
-            host_rule.kind,
-            "host",
-            "MemAvailable",
-            f">= {need_kib / GIB_KIB:.1f} GiB",
-            f"{available / GIB_KIB:.1f} GiB",
-            host_rule.action,
-            source="/proc/meminfo",
-            note=f"booting {biggest.service} needs {biggest.gpu_memory_utilization:g} x MemTotal "
-            f"+ {floor:g} GiB",
-        )
+    if doc.docker.containers is None or (not doc.containers and doc.docker.error is not None):
+        # What runs is not known (a box error says why): nothing is known to hold memory, nor
+        # to boot.
+        return
+    running = service_containers(doc)
+    recreated = None if drifts is None else _booted_by(drifts)
+    floor_kib = exp.mem_floor_gib * GIB_KIB
+    taken = 0.0  # KiB the lanes booted before this one take beyond what they gave back
+    worst: tuple[float, str, float, float, float] | None = None
+    for service, lane in exp.lanes.items():
+        group = running.get(service)
+        c = group[0] if group else None
+        if c is not None and c.status == "running":
+            if recreated is not None and service not in recreated:
+                continue  # left as it runs: what it holds is already out of MemAvailable
+            if recreated is None and c.health == "starting":
+                continue  # booting as it was seen: what it still takes, MemAvailable cannot say
+        # What a running lane holds, given back by its stop: known only of a healthy one.
+        held = _held_share(c) if c is not None and _runs_healthy(c) else 0.0
+        util = lane.gpu_memory_utilization
+        need_kib = util * total + floor_kib - held * total + taken
+        if worst is None or need_kib - available > worst[0]:
+            worst = (need_kib - available, service, util, held, taken)
+        taken += (util - held) * total
+    if worst is None or worst[0] <= 0:
+        return
+    short, service, util, held, before = worst
+    need_kib = available + short
+    note = f"booting {service} needs {util:g} x MemTotal + {exp.mem_floor_gib:g} GiB"
+    if held:
+        note += f"; it runs holding {held:g} x MemTotal, which stopping it frees first"
+    if before > 0:
+        note += f"; lanes booted before it take {before / GIB_KIB:.1f} GiB of what is free"
+    host_rule = rule("host.memory")
+    yield Drift(
+        exp.name,
+        host_rule.kind,
+        "host",
+        "MemAvailable",
+        f">= {need_kib / GIB_KIB:.1f} GiB",
+        f"{available / GIB_KIB:.1f} GiB",
+        host_rule.action,
+        source="/proc/meminfo",
+        note=note,
+    )
+
+
+def _booted_by(drifts: Iterable[Drift]) -> set[str]:
+    """The lanes a converge of these drifts (re)boots: each one a lane drift's action boots."""
+    return {
+        d.subject.removeprefix("lane:")
+        for d in drifts
+        if d.action in _BOOTS and d.subject.startswith("lane:")
+    }
+
+
+def _runs_healthy(c: Container) -> bool:
+    return c.status == "running" and c.health in (None, "healthy")
+
+
+def _held_share(c: Container) -> float:
+    """The share of MemTotal a running lane holds: the `--gpu-memory-utilization` it runs with
+    (the last one, as vLLM's argparse reads it); 0 where its command line does not say (a
+    secret's digest, no flag, not a number in 0-1): nothing is given back that is not known."""
+    said = flags_of((*(c.entrypoint or ()), *(c.cmd or ()))).get("--gpu-memory-utilization")
+    if not said or not isinstance(said[-1], str):
+        return 0.0
+    try:
+        share = float(said[-1])
+    except ValueError:
+        return 0.0
+    return share if 0.0 < share <= 1.0 else 0.0

@@ -9,8 +9,9 @@ that very `.env`. Each render of such a run records its basis: the sha256 of the
 assignments as the answer's `envfile` shows them (secrets as the run's keyed digests), which
 the controller computes here from `envfile` and the managed keys alone. The render whose
 basis is the desired `.env`'s is read, else the box's own where the desired `.env` reads
-alike (`reads_alike`); otherwise (and in an answer without bases) the desired render, as
-before. Pure: no I/O.
+alike (`reads_alike`); otherwise none: the snapshot holds no render of this `.env`, and what
+reads one is not compared (`for_desired`). An answer without bases (every live drift, an older
+snapshot) is read as before. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import fnmatch
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 from reconciler.compare import inline
-from reconciler.compare.envfile import EMPTY_IS_OFF
+from reconciler.compare.envfile import EMPTY_IS_OFF, env_file_readers
 from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.observe.document import EnvValue, Observed, Render, SecretValue
 
@@ -80,26 +82,43 @@ def renders_of(doc: Observed, basis: str | None) -> tuple[Render, Render | None]
     return None
 
 
+# Said as the render's fault (a box error, compare/box.py), as a snapshot without a section is.
+NO_RENDER = (
+    "not in this snapshot: no compose render of this desired .env (saved against another "
+    "desired state): the services' command lines, environments, runtimes and rendered images "
+    "(dead knobs) not compared; a live drift renders it"
+)
+
+
 def for_desired(doc: Observed, env: Iterable[EnvEntry]) -> Observed:
     """`doc` with the renders of the desired state's `.env` in `render` and `render_login`.
-    An answer with one render (every live drift: the collector renders the box's own `.env`
-    only for a snapshot, and only where it differs) is returned as it is, at no cost."""
-    if doc.render_current is None:
+    An answer without bases (every live drift: the collector records them only for a snapshot,
+    whose render a live run always makes from the desired `.env`; a snapshot saved before
+    renders had one) is returned as it is, at no cost. A snapshot none of whose renders has
+    the desired `.env`'s basis (replayed against a desired state changed since, even where it
+    holds one render) gets none, and the fault NO_RENDER: a render of another `.env` would
+    report its values as drift (a stale dead knob) and miss what the desired one changes."""
+    if doc.render.basis is None and doc.render_current is None:
         return doc
     desired = desired_pairs(doc, env)
     found = renders_of(doc, env_basis(desired))
-    if found is None and reads_alike(desired, current_pairs(doc)):
-        found = doc.render_current, doc.render_login_current
-    if found is None or found[0] is doc.render:
+    if found is None:
+        found = alike_renders(doc, desired)
+    if found is None:
+        missing = Render(None, error=NO_RENDER)
+        login = None if doc.render_login is None else missing
+        return replace(doc, render=missing, render_login=login)
+    if found[0] is doc.render:
         return doc
     return replace(doc, render=found[0], render_login=found[1])
 
 
 def reads_alike(desired: Mapping[str, EnvValue], current: Mapping[str, EnvValue] | None) -> bool:
     """The two `.env` differ at most by keys set empty in one and absent from the other, which
-    compose reads alike (`${KEY:-}`) and `envfile` does not report either (compare/envfile.py):
-    an adopted open gateway pins `GATEWAY_API_KEY=` where lobes' `.env` has no line. Keys of
-    lobes' `${KEY-default}` idiom (EMPTY_IS_OFF) differ, as there."""
+    compose interpolates alike (`${KEY:-}`): an adopted open gateway pins `GATEWAY_API_KEY=`
+    where lobes' `.env` has no line. Keys of lobes' `${KEY-default}` idiom (EMPTY_IS_OFF)
+    differ. A service that reads the file through `env_file:` does not read them alike: see
+    `alike_renders`."""
     if current is None:
         return False
     for key in desired.keys() | current.keys():
@@ -109,6 +128,62 @@ def reads_alike(desired: Mapping[str, EnvValue], current: Mapping[str, EnvValue]
         if want not in ("", None) or have not in ("", None) or _empty_is_off(key):
             return False
     return True
+
+
+def alike_renders(
+    doc: Observed, desired: Mapping[str, EnvValue]
+) -> tuple[Render, Render | None] | None:
+    """The renders of the desired `.env`, made from those of the box's own where the two files
+    read alike (`reads_alike`): the box's own renders, with each key set empty in one file and
+    absent from the other put in (empty) or taken out of the environment of each service that
+    reads the file whole through `env_file:` (compose gives it `KEY: ""` for `KEY=` and no KEY
+    for no line; lobes' lanes). None: the files do not read alike, the snapshot holds no render
+    of the box's own, or a key to take out may come from a service's own `environment:` (a
+    variable the compose files interpolate), which a render does not tell apart."""
+    current = current_pairs(doc)
+    if current is None or not reads_alike(desired, current):
+        return None
+    found = renders_of(doc, env_basis(current))
+    if found is None:
+        return None
+    empty = desired.keys() - current.keys()  # `KEY=` wanted where the box has no line
+    gone = current.keys() - desired.keys()  # an empty line the desired `.env` drops
+    services = found[0].services or {}
+    readers = [
+        name
+        for name in (env_file_readers(services, current.keys()) if empty or gone else ())
+        if any(k not in services[name].environment for k in empty)
+        or any(services[name].environment.get(k) == "" for k in gone)
+    ]  # each one whose environment the difference changes
+    if not readers:
+        return found
+    if gone & doc.variables.names:
+        return None
+    basis = env_basis(desired)
+    own, login = found
+    return _with_empties(own, readers, empty, gone, basis), (
+        None if login is None else _with_empties(login, readers, empty, gone, basis)
+    )
+
+
+def _with_empties(
+    render: Render, readers: list[str], empty: AbstractSet[str], gone: AbstractSet[str], basis: str
+) -> Render:
+    """`render` as the `.env` with `empty` set empty and `gone` dropped renders it, for the
+    services that read that file whole (`readers`)."""
+    if render.services is None:  # a render that failed (the login shell's) stays failed
+        return replace(render, basis=basis)
+    services = dict(render.services)
+    for name in readers:
+        spec = services.get(name)
+        if spec is None:
+            continue
+        # Only the file's empty value goes: another one is what the service reads after it.
+        env = {k: v for k, v in spec.environment.items() if k not in gone or v != ""}
+        for key in empty:
+            env.setdefault(key, "")  # a service's own `environment:` KEY wins over env_file's
+        services[name] = replace(spec, environment=env)
+    return replace(render, services=services, basis=basis)
 
 
 def _empty_is_off(key: str) -> bool:

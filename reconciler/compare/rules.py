@@ -35,7 +35,7 @@ RULES: dict[str, Rule] = {
         Rule("envfile.mode", Kind.ENVFILE, "0600", "stat of .env", "strict", Action.REWRITE_ENV),
         Rule("compose.file", Kind.COMPOSE_FILE, "deployment.compose_files exist", "the box's files",
              "strict", Action.RESTORE_FILE),
-        Rule("compose.dead-knob", Kind.COMPOSE_FILE, "managed .env knob -> its flag",
+        Rule("compose.dead-knob", Kind.COMPOSE_FILE, "managed .env knob -> its flag or image",
              "compose render from the desired .env", "strict", Action.RESTORE_FILE),
         # A desired service (a lane, the gateway) the render does not have: files edited, or a
         # profile left out; report-only when every file is as pinned (composefiles.py).
