@@ -113,6 +113,8 @@ class _Acc:
     passive: list[Drift] = field(default_factory=list)
     write_env: bool = False  # `.env` is written even with no key listed (its mode)
     orphans: list[Drift] = field(default_factory=list)  # for a service nothing recreates
+    # Dead knobs with no file to put back: every file of the chain is pinned and as pinned.
+    unrestorable: list[Drift] = field(default_factory=list)
 
 
 def plan_box(result: BoxResult, exp: BoxExpectation) -> Plan:
@@ -138,10 +140,19 @@ def _unplanned(acc: _Acc) -> tuple[BoxError, ...]:
     box is better left untouched, with the reason said. A stray container's port drift is
     fixed by the stray's removal."""
     why = "no converge step can {} a service the desired state does not know"
-    return tuple(
+    orphans = tuple(
         BoxError(Part.DEPLOYMENT, f"{d.subject} {d.path}", why.format(d.action.value))
         for d in acc.orphans
         if d.subject.removeprefix("lane:") not in acc.removes
+    )
+    # Recreating from the same files renders the same value again: a person decides whether
+    # the pinned files or the knob are wrong.
+    pinned = (
+        "every compose file is as the desired state pins it, and they render another value "
+        "than .env asks for: no file to restore (fix the pinned files or the knob)"
+    )
+    return orphans + tuple(
+        BoxError(Part.DEPLOYMENT, f"{d.subject} {d.path}", pinned) for d in acc.unrestorable
     )
 
 
@@ -211,15 +222,16 @@ def _restore(acc: _Acc, drift: Drift, exp: BoxExpectation) -> None:
     chain = exp.compose_files
     named = [] if " / " in source else [n.strip() for n in source.split(",") if n.strip() in pinned]
     files = named or [n for n in chain if n not in pinned]
+    if not files:
+        acc.unrestorable.append(drift)  # a recreate would render the same value again
+        return
     for name in files:
         acc.files.setdefault(name, FileRestore(name, pinned.get(name)))
     service = drift.subject.removeprefix("lane:")
     if service in exp.lanes:
         _add(acc.lanes, service, f"{drift.path} (restored files)")
-    elif service == GATEWAY and files:
+    elif service == GATEWAY:
         acc.gateway.append(f"{drift.path} (restored files)")
-    elif not files:
-        acc.orphans.append(drift)  # no file to put back, no service to recreate
 
 
 def _steps(acc: _Acc, exp: BoxExpectation) -> Iterable[Step]:

@@ -151,6 +151,28 @@ def test_with_every_file_as_pinned_the_dead_knob_is_its_own_cause(
     images = [d for d in result.drifts if d.kind is Kind.IMAGE and d.subject == "gateway"]
     assert images and all(links[d] == Link("compose-file:gateway:image", True) for d in images)
     assert plan.blocked and not plan.steps
+    # Said as what it is (was: "no converge step can restore-file a service the desired state
+    # does not know", of the gateway).
+    assert [(e.where, e.what) for e in plan.blocked] == [("gateway image", PINNED_AS_IS)]
+
+
+PINNED_AS_IS = (
+    "every compose file is as the desired state pins it, and they render another value than "
+    ".env asks for: no file to restore (fix the pinned files or the knob)"
+)
+
+
+def test_with_every_file_as_pinned_a_lanes_dead_knob_blocks_the_plan(
+    tmp_path: Path, cache: None
+) -> None:
+    """A lane's image hard-coded by files that are all as pinned: recreating the lane from the
+    same files would render the same image again (was: a recreate, verified in vain, rolled
+    back), so the plan is blocked, saying why."""
+    _, plan, _ = _replay(
+        tmp_path, "thor", lambda c: _hard_code(c, "vllm-worker", HOTFIX_WORKER, edited=False)
+    )
+    assert not plan.steps
+    assert [(e.where, e.what) for e in plan.blocked] == [("lane:vllm-worker image", PINNED_AS_IS)]
 
 
 def test_the_same_image_spelled_otherwise_is_no_dead_knob(tmp_path: Path, cache: None) -> None:
