@@ -1828,17 +1828,53 @@ def snapshot_path(box, sid):
 
 
 def read_meta(box, sid):
-    data, _ = read_regular(os.path.join(snapshot_path(box, sid), "meta.json"), META_LIMIT)
+    """The snapshot's meta.json; its status `rolled-back` when it holds ROLLED_BACK_MARK."""
+    directory = snapshot_path(box, sid)
+    data, _ = read_regular(os.path.join(directory, "meta.json"), META_LIMIT)
     meta = json.loads(data.decode("utf-8"))
     if not isinstance(meta, dict):
         raise Failed("snapshot %s: meta.json is not a mapping" % sid)
+    if meta.get("status") not in UNDONE and has_mark(directory):
+        meta = dict(meta, status="rolled-back", undone_from=status_before(meta))
     return meta
+
+
+# An empty file in a snapshot: a rollback that undid its converge completed, and its status
+# could not be written (a full disk: rewriting meta.json needs room, an empty file only an
+# inode). Left `running`, the next converge refused the box as half converged once the disk
+# had room again, and its remedy (a rollback) had nothing left to undo. Every status written
+# (set_status) drops it first: only the newest event can leave it, a completed rollback.
+ROLLED_BACK_MARK = "rolled-back.mark"
+
+
+def has_mark(directory):
+    try:
+        st = os.lstat(os.path.join(directory, ROLLED_BACK_MARK))
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+
+
+def mark_rolled_back(box, sid):
+    """ROLLED_BACK_MARK made in snapshot `sid`, empty (no data block to find room for); False
+    when even that cannot be done."""
+    try:
+        atomic_write(os.path.join(snapshot_path(box, sid), ROLLED_BACK_MARK), b"", 0o600)
+    except (OSError, Failed):
+        return False
+    return True
 
 
 def set_status(box, sid, status, **more):
     """Record what happened to a snapshot in its meta.json; when that cannot be read (damaged,
-    replaced), in a status.json beside it, so `reconcile snapshots` still shows it."""
+    replaced), in a status.json beside it, so `reconcile snapshots` still shows it.
+
+    ROLLED_BACK_MARK goes first: a status that then cannot be written leaves the one before
+    the rollback (`running`: refused as interrupted, the safe side), never the mark over a
+    later run's status (a rollback run again and killed would read as completed)."""
     directory = snapshot_path(box, sid)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, ROLLED_BACK_MARK))
     stamp = dict(more, status=status, updated_at=now_iso())
     try:
         meta = read_meta(box, sid)
@@ -2628,15 +2664,16 @@ def converge(box, lock):
 def interrupted_converges(box):
     """[(id, meta)] of the snapshots whose converge or rollback never finished, oldest first:
     status `running` or ROLLING_BACK seen under the lock, where no other converge can run and
-    this one has taken no snapshot yet. take_snapshot writes `running`, a rollback
-    ROLLING_BACK; every end of either (applied, rolled back, failed) replaces it; only a kill
-    leaves it. A `running` one only after the newest applied one: a converge applied since (an
-    older program went on over a killed one) left the box in a state it verified. A rollback
-    wherever it is: one to an older snapshot had begun undoing the applied ones after it, and
-    marks them only once it is done. So is a rollback that failed after its first change
-    (`half_restored`): the box is as half restored as after a kill. One that failed before it
-    changed anything (a damaged copy, a crafted name) left the box as it was: nothing to
-    refuse for. One that cannot be read is left to the listing."""
+    this one has taken no snapshot yet. take_snapshot writes `running`, a rollback ROLLING_BACK;
+    every end of either (applied, rolled back, failed) replaces it; only a kill leaves it (or a
+    rollback that completed on a full disk, which marks it instead: read_meta reads it rolled
+    back). A `running` one only after the newest applied one: a converge applied since (an older
+    program went on over a killed one) left the box in a state it verified. A rollback wherever
+    it is: one to an older snapshot had begun undoing the applied ones after it, and marks them
+    only once it is done. So is a rollback that failed after its first change (`half_restored`):
+    the box is as half restored as after a kill. One that failed before it changed anything (a
+    damaged copy, a crafted name) left the box as it was: nothing to refuse for. One that cannot
+    be read is left to the listing."""
     out = []  # type: list
     past_applied = False
     for sid in reversed(list_snapshots(box)):
@@ -3066,7 +3103,10 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
     healthy lane running (the render now, with the converge's files, differs from the
     restored one for every service a changed variable reaches, but their containers were made
     from the files before). An operator's rollback (no `original`) compares with the render
-    at its start: the containers running were made from the files it replaces.
+    at its start: the containers running were made from the files it replaces. In an
+    operator's, a service touched that the files leave as it is is not recreated when its
+    container already is as the snapshot recorded (as_recorded): run again, it restarts
+    nothing.
 
     Whatever stops it is recorded in the snapshot's status (a scrubbed reason: names, never
     file contents or values), so `reconcile snapshots` shows a rollback that did not finish."""
@@ -3117,6 +3157,25 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         differ = changed_by_files(box, hashes, [*lanes, GATEWAY])
         order = [s for s in list(lanes) + [GATEWAY] if s in set(differ) | set(touched or [])]
         recreated = [s for s in order if s in before]  # one with no container before: none now
+        # A rollback after the converge ended (the operator's, the controller's: `touched` is
+        # the converge's record, which an earlier rollback may have undone already): a service
+        # whose config the restored files leave as it is, and whose container is already as
+        # the snapshot recorded (a rollback run again, or run after the box's own), is not
+        # recreated: that would only reload a model or restart the gateway again. One the
+        # converge recreated from its new files has another config hash, one whose boot failed
+        # does not run as recorded: both are recreated. A converge's own rollback (`created`
+        # given) recreates every service it touched moments ago, as it always did.
+        unchanged = [s for s in recreated if s not in differ] if created is None else []
+        now = containers(box) if unchanged else {}
+        same = [s for s in unchanged if s in now and as_recorded(before[s], now[s])]
+        if same:
+            emit(
+                "note",
+                message="%s: not recreated: the restored files leave its config as it is and "
+                "its container already has the config hash and state snapshot %s recorded"
+                % (", ".join(same), sid),
+            )
+            recreated = [s for s in recreated if s not in same]
         # Each as the snapshot had it (restore_mode): a lane stopped then is created, not
         # started; one crashing then is started, not waited for.
         modes = {s: restore_mode(before[s]) for s in recreated}
@@ -3192,16 +3251,29 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         newest = (list_snapshots(box) or [sid])[-1]
         undone = {"undone_at": newest, "undone_from": status_before(chain[0][1])}
         if not record_status(box, sid, "rolled-back", reason=reason, rollback=result, **undone):
-            emit("note", message="snapshot %s: could not record its status rolled-back" % sid)
+            if mark_rolled_back(box, sid):
+                emit(
+                    "note",
+                    message="snapshot %s: could not record its status rolled-back (a full "
+                    "disk?); marked it so (%s): the next converge goes on"
+                    % (sid, ROLLED_BACK_MARK),
+                )
+            else:
+                emit(
+                    "note",
+                    message="snapshot %s: could not record its status rolled-back: the next "
+                    "converge refuses the box as interrupted until it is; once the disk has "
+                    "room, run this rollback again, or converge with --accept-interrupted" % sid,
+                )
         # Every later converge is undone with the chain, and says so: one left `applied` was
         # still listed as the box's state. A killed one (`running`, interrupted_converges) no
         # longer stops the next converge. A rollback's record of its own is not this one's.
         for other, later in chain[1:]:
-            if later.get("status") not in UNDONE:
-                record_status(
-                    box, other, "rolled-back", reason="undone by the rollback to " + sid,
-                    rollback=None, undone_at=newest, undone_from=status_before(later),
-                )  # fmt: skip
+            if later.get("status") not in UNDONE and not record_status(
+                box, other, "rolled-back", reason="undone by the rollback to " + sid,
+                rollback=None, undone_at=newest, undone_from=status_before(later),
+            ):  # fmt: skip
+                mark_rolled_back(box, other)  # as this one's: a killed one refuses no more
         redo_by_rollback(box, sid)
     emit("step", step="rollback", subject=sid, status="done" if result["ok"] else "failed")
     return result
@@ -3221,6 +3293,29 @@ def same_running(record, inspect):
     if not isinstance(record, dict) or "status" not in record:
         return True
     return was_running(record) == runs(inspect)
+
+
+def as_recorded(record, inspect):
+    """True when the container `inspect` is already what recreating its service from the
+    snapshot's files would make: the config hash the snapshot's `record` holds, running or
+    not as then (the rollback's own `unequal` check), and, for one that was up (restore_mode
+    WAIT), up and healthy as wait_healthy would accept it: one left booting or unhealthy (a
+    rollback that failed waiting for it) is recreated and waited for again. False when the
+    snapshot recorded no config hash or no state (an older converge's): recreated, as ever."""
+    if not isinstance(record, dict) or "status" not in record:
+        return False
+    want = record.get("config_hash")
+    if not isinstance(want, str) or not want or label_hash(inspect) != want:
+        return False
+    if not same_running(record, inspect):
+        return False
+    if restore_mode(record) != WAIT:
+        return True
+    state = inspect.get("State") or {}
+    return state.get("Status") == "running" and (state.get("Health") or {}).get("Status") in (
+        None,
+        "healthy",
+    )
 
 
 # What a converge undone and then redone is again (`undone_from`); anything else: applied.
