@@ -308,13 +308,9 @@ def test_a_command_that_never_reads_stdin_ends_at_its_timeout() -> None:
 
 
 # -- 6. a pinned known_hosts file alone decides ---------------------------------------------------
-def test_a_pinned_known_hosts_file_is_the_only_source_of_host_keys(tmp_path: Path) -> None:
-    """What this OpenSSH makes of the argv (`ssh -G`), with a user config that names other
-    known_hosts files and a KnownHostsCommand: only the pinned file is left."""
-    config = tmp_path / "config"
-    config.write_text(
-        "Host *\n  GlobalKnownHostsFile /etc/elsewhere\n  KnownHostsCommand /bin/echo %H\n"
-    )
+def resolved_by_openssh(tmp_path: Path, config: Path) -> dict[str, str]:
+    """What this OpenSSH makes of ssh_argv's options (`ssh -G`) under `config` as the user's
+    ssh config: each option as ssh will use it."""
     target = Target("thor", "10.0.0.11", "lobes", 22, None, str(tmp_path / "known_hosts"))
     argv = ssh_argv(target, "true")
     out = subprocess.run(
@@ -324,7 +320,17 @@ def test_a_pinned_known_hosts_file_is_the_only_source_of_host_keys(tmp_path: Pat
         check=True,
         timeout=10,
     ).stdout
-    resolved = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def test_a_pinned_known_hosts_file_is_the_only_source_of_host_keys(tmp_path: Path) -> None:
+    """What this OpenSSH makes of the argv (`ssh -G`), with a user config that names other
+    known_hosts files and a KnownHostsCommand: only the pinned file is left."""
+    config = tmp_path / "config"
+    config.write_text(
+        "Host *\n  GlobalKnownHostsFile /etc/elsewhere\n  KnownHostsCommand /bin/echo %H\n"
+    )
+    resolved = resolved_by_openssh(tmp_path, config)
     assert resolved["userknownhostsfile"] == str(tmp_path / "known_hosts")
     assert resolved["globalknownhostsfile"] == "/dev/null"
     assert "knownhostscommand" not in resolved  # `none`: no command at all
@@ -359,16 +365,7 @@ def test_no_forwarding_a_user_config_asks_for_reaches_a_box(tmp_path: Path) -> N
         "  PermitLocalCommand yes\n  LocalCommand touch /tmp/x\n  RemoteCommand id\n"
         "  Tunnel yes\n"
     )
-    target = Target("thor", "10.0.0.11", "lobes", 22, None, str(tmp_path / "known_hosts"))
-    argv = ssh_argv(target, "true")
-    out = subprocess.run(
-        ["ssh", "-G", "-F", str(config), *argv[1:]],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-    ).stdout
-    resolved = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    resolved = resolved_by_openssh(tmp_path, config)
     assert resolved["forwardagent"] == "no"
     assert resolved["forwardx11"] == "no"
     assert resolved["clearallforwardings"] == "yes"
