@@ -1828,53 +1828,71 @@ def snapshot_path(box, sid):
 
 
 def read_meta(box, sid):
-    """The snapshot's meta.json; its status `rolled-back` when it holds ROLLED_BACK_MARK."""
+    """The snapshot's meta.json; its status the one of a mark it holds (MARKED)."""
     directory = snapshot_path(box, sid)
     data, _ = read_regular(os.path.join(directory, "meta.json"), META_LIMIT)
     meta = json.loads(data.decode("utf-8"))
     if not isinstance(meta, dict):
         raise Failed("snapshot %s: meta.json is not a mapping" % sid)
-    if meta.get("status") not in UNDONE and has_mark(directory):
-        meta = dict(meta, status="rolled-back", undone_from=status_before(meta))
+    for status in MARKED:
+        if meta.get("status") != status and has_mark(directory, status):
+            more = {"undone_from": status_before(meta)} if status in UNDONE else {}
+            meta = dict(meta, status=status, **more)
     return meta
 
 
-# An empty file in a snapshot: a rollback that undid its converge completed, and its status
-# could not be written (a full disk: rewriting meta.json needs room, an empty file only an
-# inode). Left `running`, the next converge refused the box as half converged once the disk
-# had room again, and its remedy (a rollback) had nothing left to undo. Every status written
-# (set_status) drops it first: only the newest event can leave it, a completed rollback.
-ROLLED_BACK_MARK = "rolled-back.mark"
+# `<status>.mark`, an empty file in a snapshot: the run that ended with that status (a
+# converge applied, a rollback that undid it) completed, and the status could not be written
+# (a full disk: rewriting meta.json needs room, an empty file only an inode). Left `running`,
+# the next converge refused the box as half converged once the disk had room again, and its
+# remedy (a rollback) would undo a converge that was done, or had nothing left to undo. Every
+# status written (set_status) drops them first: only the newest event can leave one, and only
+# once it completed. In the order a run can leave them: a later one wins (read_meta).
+MARKED = ("applied", "rolled-back")
+ROLLED_BACK_MARK = "rolled-back.mark"  # mark_name("rolled-back"), for the tests
 
 
-def has_mark(directory):
+def mark_name(status):
+    return status + ".mark"
+
+
+def has_mark(directory, status):
     try:
-        st = os.lstat(os.path.join(directory, ROLLED_BACK_MARK))
+        st = os.lstat(os.path.join(directory, mark_name(status)))
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
 
 
-def mark_rolled_back(box, sid):
-    """ROLLED_BACK_MARK made in snapshot `sid`, empty (no data block to find room for); False
+def mark_status(box, sid, status):
+    """`<status>.mark` made in snapshot `sid`, empty (no data block to find room for); False
     when even that cannot be done."""
     try:
-        atomic_write(os.path.join(snapshot_path(box, sid), ROLLED_BACK_MARK), b"", 0o600)
+        atomic_write(os.path.join(snapshot_path(box, sid), mark_name(status)), b"", 0o600)
     except (OSError, Failed):
         return False
     return True
+
+
+def mark_applied(box, sid):
+    return mark_status(box, sid, "applied")
+
+
+def mark_rolled_back(box, sid):
+    return mark_status(box, sid, "rolled-back")
 
 
 def set_status(box, sid, status, **more):
     """Record what happened to a snapshot in its meta.json; when that cannot be read (damaged,
     replaced), in a status.json beside it, so `reconcile snapshots` still shows it.
 
-    ROLLED_BACK_MARK goes first: a status that then cannot be written leaves the one before
-    the rollback (`running`: refused as interrupted, the safe side), never the mark over a
-    later run's status (a rollback run again and killed would read as completed)."""
+    Every mark (MARKED) goes first: a status that then cannot be written leaves the one
+    before (`running`: refused as interrupted, the safe side), never a mark over a later run's
+    status (a rollback run again and killed would read as completed)."""
     directory = snapshot_path(box, sid)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, ROLLED_BACK_MARK))
+    for marked in MARKED:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, mark_name(marked)))
     stamp = dict(more, status=status, updated_at=now_iso())
     try:
         meta = read_meta(box, sid)
@@ -1896,6 +1914,28 @@ def record_status(box, sid, status, **more):
         return True
     except (OSError, ValueError, Failed):
         return False
+
+
+def record_final(box, sid, status, mark, remedy, **more):
+    """record_status for the status a completed run ends with (applied, rolled-back): the work
+    is done, so one that cannot be written is a warning, never a failure. `mark` (mark_applied,
+    mark_rolled_back) then leaves its mark, read as that status; without even that, the next
+    converge refuses the box as interrupted, and the note says what to run (`remedy`)."""
+    if record_status(box, sid, status, **more):
+        return
+    if mark(box, sid):
+        emit(
+            "note",
+            message="snapshot %s: could not record its status %s (a full disk?); marked it "
+            "so (%s): the next converge goes on" % (sid, status, mark_name(status)),
+        )
+    else:
+        emit(
+            "note",
+            message="snapshot %s: could not record its status %s: the next converge refuses "
+            "the box as interrupted until it is; once the disk has room, %s"
+            % (sid, status, remedy),
+        )
 
 
 def list_snapshots(box):
@@ -2654,9 +2694,12 @@ def converge(box, lock):
         return {"ok": False, "snapshot": sid, "failed": message, "rollback": rolled}
     disarm_stop()  # applied: a stop now would roll back nothing (see on_stop)
     # The work is done: a status that cannot be written (a full disk) is a warning, never a
-    # failure that would lose the snapshot id the controller needs.
-    if not record_status(box, sid, "applied", touched=touched):
-        emit("note", message="snapshot %s: could not record its status applied" % sid)
+    # failure that would lose the snapshot id the controller needs. A rollback would undo
+    # what completed: the remedy is to go on from it.
+    record_final(
+        box, sid, "applied", mark_applied,
+        "converge with --accept-interrupted (this converge completed)", touched=touched,
+    )  # fmt: skip
     prune_after(box, sid)
     return {"ok": True, "snapshot": sid, "touched": touched, "strays": sorted(strays)}
 
@@ -2666,14 +2709,14 @@ def interrupted_converges(box):
     status `running` or ROLLING_BACK seen under the lock, where no other converge can run and
     this one has taken no snapshot yet. take_snapshot writes `running`, a rollback ROLLING_BACK;
     every end of either (applied, rolled back, failed) replaces it; only a kill leaves it (or a
-    rollback that completed on a full disk, which marks it instead: read_meta reads it rolled
-    back). A `running` one only after the newest applied one: a converge applied since (an older
-    program went on over a killed one) left the box in a state it verified. A rollback wherever
-    it is: one to an older snapshot had begun undoing the applied ones after it, and marks them
-    only once it is done. So is a rollback that failed after its first change (`half_restored`):
-    the box is as half restored as after a kill. One that failed before it changed anything (a
-    damaged copy, a crafted name) left the box as it was: nothing to refuse for. One that cannot
-    be read is left to the listing."""
+    converge or rollback that completed on a full disk, which marks it instead: read_meta reads
+    it applied or rolled back). A `running` one only after the newest applied one: a converge
+    applied since (an older program went on over a killed one) left the box in a state it
+    verified. A rollback wherever it is: one to an older snapshot had begun undoing the applied
+    ones after it, and marks them only once it is done. So is a rollback that failed after its
+    first change (`half_restored`): the box is as half restored as after a kill. One that
+    failed before it changed anything (a damaged copy, a crafted name) left the box as it was:
+    nothing to refuse for. One that cannot be read is left to the listing."""
     out = []  # type: list
     past_applied = False
     for sid in reversed(list_snapshots(box)):
@@ -3250,21 +3293,11 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
         # `undone_from`: the status it had.
         newest = (list_snapshots(box) or [sid])[-1]
         undone = {"undone_at": newest, "undone_from": status_before(chain[0][1])}
-        if not record_status(box, sid, "rolled-back", reason=reason, rollback=result, **undone):
-            if mark_rolled_back(box, sid):
-                emit(
-                    "note",
-                    message="snapshot %s: could not record its status rolled-back (a full "
-                    "disk?); marked it so (%s): the next converge goes on"
-                    % (sid, ROLLED_BACK_MARK),
-                )
-            else:
-                emit(
-                    "note",
-                    message="snapshot %s: could not record its status rolled-back: the next "
-                    "converge refuses the box as interrupted until it is; once the disk has "
-                    "room, run this rollback again, or converge with --accept-interrupted" % sid,
-                )
+        record_final(
+            box, sid, "rolled-back", mark_rolled_back,
+            "run this rollback again, or converge with --accept-interrupted",
+            reason=reason, rollback=result, **undone,
+        )  # fmt: skip
         # Every later converge is undone with the chain, and says so: one left `applied` was
         # still listed as the box's state. A killed one (`running`, interrupted_converges) no
         # longer stops the next converge. A rollback's record of its own is not this one's.
