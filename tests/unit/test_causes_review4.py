@@ -8,8 +8,6 @@ one box's observation edited as the reviewer did (the edit is named in each case
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,7 @@ import pytest
 
 from reconciler.compare.causes import Link, link_box
 from reconciler.compare.drift import Action, Drift, Kind
-from reconciler.desired.load import load_fleet
-from reconciler.drift import run_drift
+from tests.unit.example_replay import replay_edited
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "lab-incidents"
@@ -35,15 +32,8 @@ def _replay(
 ) -> dict[tuple[str, str, str], Link]:
     """The example replayed with `box`'s collected observation edited: (kind, subject, path)
     of each of that box's entries -> its link."""
-    root = tmp / "fleet"
-    shutil.copytree(EXAMPLE, root)
-    snap = root / "snapshot" / f"{box}.json"
-    doc = json.loads(snap.read_text(encoding="utf-8"))
-    edit(doc["collected"])
-    snap.write_text(json.dumps(doc), encoding="utf-8")
-    fleet = load_fleet(root, "lab")
-    report = run_drift(fleet, list(fleet.boxes), from_snapshot=root / "snapshot").report
-    (result,) = [b for b in report.boxes if b.box == box]
+    _, run = replay_edited(tmp, box, edit)
+    (result,) = [b for b in run.report.boxes if b.box == box]
     return {
         (d.kind.value, d.subject, d.path): link
         for d, link in zip(result.drifts, link_box(result.drifts), strict=True)

@@ -15,8 +15,6 @@ the override's digest differs from its pin, as a hand edit leaves it.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,10 +23,9 @@ import pytest
 
 from reconciler.compare.causes import Link, link_box
 from reconciler.compare.drift import Action, BoxResult, Kind
-from reconciler.desired.load import load_fleet
-from reconciler.drift import run_drift
 from reconciler.drift_inputs import drift_inputs
 from reconciler.plan import Plan, StepKind, plan_box
+from tests.unit.example_replay import replay_edited
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "lab-incidents"
@@ -42,15 +39,8 @@ def _replay(
 ) -> tuple[BoxResult, Plan, Any]:
     """The example replayed with `box`'s collected observation edited: its result, its plan
     and its expectation."""
-    root = tmp / "fleet"
-    shutil.copytree(EXAMPLE, root)
-    snap = root / "snapshot" / f"{box}.json"
-    doc = json.loads(snap.read_text(encoding="utf-8"))
-    edit(doc["collected"])
-    snap.write_text(json.dumps(doc), encoding="utf-8")
-    fleet = load_fleet(root, "lab")
-    report = run_drift(fleet, list(fleet.boxes), from_snapshot=root / "snapshot").report
-    (result,) = [b for b in report.boxes if b.box == box]
+    fleet, run = replay_edited(tmp, box, edit)
+    (result,) = [b for b in run.report.boxes if b.box == box]
     exp = drift_inputs(fleet).expectations[box]
     return result, plan_box(result, exp), exp
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,12 @@ import pytest
 
 from reconciler.apply.payload import converge_payload
 from reconciler.compare.drift import Action, BoxResult, Drift, Kind
-from reconciler.desired.load import load_fleet
-from reconciler.drift import run_drift
 from reconciler.drift_inputs import expectations
 from reconciler.observe.document import Fault, Observed, parse_collected
 from reconciler.observe.document_c import read_snapshot_file
 from reconciler.plan import Plan, StepKind, plan_box
 from tests.unit.conftest import load_box_program
+from tests.unit.example_replay import replay_edited
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "lab-incidents"
@@ -45,14 +43,7 @@ def _replay(
 ) -> tuple[BoxResult, Plan, list[str]]:
     """The example replayed with `box`'s collected observation edited: its result, its plan and
     the services the box's converge is told to remove (the payload's `removes`)."""
-    root = tmp / "fleet"
-    shutil.copytree(EXAMPLE, root)
-    snap = root / "snapshot" / f"{box}.json"
-    doc = json.loads(snap.read_text(encoding="utf-8"))
-    edit(doc["collected"])
-    snap.write_text(json.dumps(doc), encoding="utf-8")
-    fleet = load_fleet(root, "lab")
-    run = run_drift(fleet, [box], from_snapshot=root / "snapshot")
+    fleet, run = replay_edited(tmp, box, edit, [box])
     (result,) = run.report.boxes
     exp = expectations(fleet, [box])[box]
     plan = plan_box(result, exp)
