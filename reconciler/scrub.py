@@ -221,8 +221,7 @@ def mask_credentials(text: str) -> str:
         # A flag the patterns name holds `-x` too (the collector hashes it: only `--` is the
         # next flag); `--token -v` (a flag only its last word names) stays two flags there.
         text = _mask_named_flags(text, _mask_value)
-    lower = text.lower()
-    if "bearer" in lower or "authorization" in lower or "api-key" in lower:
+    if holds_any_folded(text, _CREDENTIAL_WORDS_UPPER):
         text = re.sub(_HEADER_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
         text = re.sub(_SCHEME_VALUE + _CREDENTIAL_VALUE, _mask_credential, text)
     return mask_userinfo(text)
@@ -310,8 +309,7 @@ def _may_name_a_flag(text: str) -> bool:
     fragments = _pattern_runs()
     if not fragments:  # a pattern with no literal run (`*`): any flag may name a secret
         return True
-    upper = text.upper().replace("-", "_")
-    return any(fragment in upper for fragment in fragments)
+    return holds_any_folded(text, fragments, dash_is_underscore=True)
 
 
 def _mask_named(mask: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
@@ -372,8 +370,59 @@ def _may_name_a_secret(text: str) -> bool:
     fragments = _pattern_runs()
     if not fragments:  # a pattern with no literal run (`*`): anything may name a secret
         return True
-    upper = text.upper()
-    return any(fragment in upper for fragment in fragments)
+    return holds_any_folded(text, fragments)
+
+
+# What `mask_credentials` looks for before its header and scheme expressions.
+_CREDENTIAL_WORDS_UPPER = ("BEARER", "AUTHORIZATION", "API-KEY")
+# From this length a text is first looked through for each fragment's characters (below).
+_LONG_TEXT = 128
+
+
+def holds_any_folded(
+    text: str, fragments: tuple[str, ...], dash_is_underscore: bool = False
+) -> bool:
+    """Whether some of `fragments` (upper case) is in `text` read in upper case (and with `-`
+    read as `_`, `dash_is_underscore`: flags as the collector names them).
+    A long ASCII text (a 1,000-box mesh's seeds: 24 KB of URLs, in every box's drift) is first
+    looked through for each fragment's characters, in either case, one C search each: a
+    fragment one of whose characters the text lacks cannot be in it, and upper-casing the text
+    for the rest costs more than those searches (~60 µs for 24 KB, a few times a box). Only
+    ASCII: there upper-casing maps each character to one of its own two cases, where Unicode
+    also makes `S` of `ſ`. Outside ASCII the text is read upper-cased and lower- then
+    upper-cased (`K`, the Kelvin sign, is `k` only lower-cased), so neither reading that
+    looked for these words before is missed."""
+    if text.isascii():  # O(1): a flag of the string object
+        if len(text) >= _LONG_TEXT:
+            fragments = tuple(f for f in fragments if _has_letters(text, f, dash_is_underscore))
+            if not fragments:
+                return False
+        readings = [text.upper()]
+    else:
+        readings = [text.upper(), text.lower().upper()]
+    for reading in readings:
+        if dash_is_underscore:
+            reading = reading.replace("-", "_")
+        if any(fragment in reading for fragment in fragments):
+            return True
+    return False
+
+
+def _has_letters(text: str, fragment: str, dash_is_underscore: bool) -> bool:
+    has = text.__contains__
+    return all(any(map(has, forms)) for forms in _forms(fragment, dash_is_underscore))
+
+
+@functools.lru_cache(maxsize=256)
+def _forms(fragment: str, dash_is_underscore: bool) -> tuple[tuple[str, ...], ...]:
+    """Each distinct character of `fragment` as the characters a text may hold for it."""
+    forms: dict[str, tuple[str, ...]] = {}
+    for char in fragment:
+        if char == "_" and dash_is_underscore:
+            forms[char] = ("_", "-")
+        else:
+            forms[char] = tuple(dict.fromkeys((char, char.lower())))
+    return tuple(forms.values())
 
 
 def _literal_runs(patterns: Iterable[str]) -> tuple[str, ...]:

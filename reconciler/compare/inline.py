@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from reconciler.compare.drift import LOCAL_DIGEST
 from reconciler.observe.document import EnvValue, Observed, SecretValue
-from reconciler.scrub import mask_assignments, mask_userinfo, secret_flag
+from reconciler.scrub import holds_any_folded, mask_assignments, mask_userinfo, secret_flag
 
 # The collector's inline form of a hashed secret, exactly as its json_dumps writes it.
 _MARK = '{"secret": "hmac:'
@@ -35,6 +35,7 @@ _HASHED = re.compile(r'\{"secret": "hmac:[0-9a-f]{64}"\}')
 # flag; whether the flag names a secret is `_secret_flag`'s.
 _FLAG = re.compile(r"(?<![A-Za-z0-9_-])--([A-Za-z0-9_][A-Za-z0-9_-]*)(?:=|\s+)(?!--)\S")
 # `Bearer x`, `Authorization: x` (the collector's `_may_credential` markers).
+_CREDENTIAL_WORDS = ("BEARER", "AUTHORIZATION")  # looked for first, without re
 _CREDENTIAL = re.compile(r"(?i)(?<![a-z0-9])(?:bearer\s+\S|authorization[\"']?\s*[:=]\s*\S)")
 # Where a hashed secret sat in the clear value: what the collector's `_value_span` and
 # `mask_assignments` take for a value, a quoted text, the inside of quotes, or a run up to a
@@ -95,8 +96,7 @@ def may_carry_secret(text: str) -> bool:
         for found in _FLAG.finditer(text):
             if _secret_flag(found.group(1)):
                 return True
-    lower = text.lower()
-    if ("bearer" in lower or "authorization" in lower) and _CREDENTIAL.search(text):
+    if holds_any_folded(text, _CREDENTIAL_WORDS) and _CREDENTIAL.search(text):
         return True
     if "://" in text and mask_userinfo(text) != text:
         return True  # a URL's password (`http://user:pw@proxy`)
