@@ -332,8 +332,12 @@ def _docker(docker: _Docker | None) -> Docker:
     images = docker.images
     if images:
         _names_ok(images)
+    containers = docker.containers
+    # Every container's few bindings and addresses in one depth check (one call a box, not
+    # one a container: most hold none).
+    _shallow(tuple(v for c in containers for v in (c.ports, c.ips) if v is not None), _IN_ITEM)
     return Docker(
-        tuple(map(_container, docker.containers)),
+        tuple(map(_container, containers)),
         {name: _image(image) for name, image in images.items()} if images else {},
         docker.error,
     )
@@ -341,8 +345,6 @@ def _docker(docker: _Docker | None) -> Docker:
 
 def _container(c: _Container) -> Container:
     _names_ok((c.name, c.service or "", c.status or "", c.health or ""))
-    if c.ports is not None or c.ips is not None:
-        _shallow((c.ports, c.ips), _IN_ITEM)
     return Container(
         name=c.name,
         id=c.id if c.id is not None else "",
