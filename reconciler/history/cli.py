@@ -99,13 +99,24 @@ def _count(text: str) -> int:
 
 def _store(args: argparse.Namespace) -> Path | None:
     from reconciler.history.hooks import _repo_root
-    from reconciler.history.location import HistoryLocationError, history_path
+    from reconciler.history.location import HistoryLocationError, default_path, history_path
 
     try:
         return history_path(args.history, _repo_root(args))
     except HistoryLocationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+    except OSError as exc:  # a directory on the way this user cannot search
+        print(f"error: {_unusable(Path(args.history or default_path()), exc)}", file=sys.stderr)
+        return None
+
+
+def _unusable(path: Path, exc: OSError) -> str:
+    """A store path the file system refuses, said as store.opened says it (the reason
+    scrubbed as every exception text the reconciler prints)."""
+    from reconciler.history.store import _not_usable
+
+    return str(_not_usable(exc, path))
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -130,14 +141,24 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if path is None:
         return EXIT_ERROR
     pruning = args.keep is not None or args.days is not None or args.max_mb is not None
-    if not pruning and not path.is_file():  # nothing recorded yet: an empty history
+    try:
+        missing = not pruning and not path.is_file()
+    except OSError as exc:  # not permitted to look
+        print(f"error: {_unusable(path, exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    if missing:  # nothing recorded yet: an empty history
         print(f"no runs recorded in {path} (no store there yet)")
         return EXIT_OK
     try:
+        # OSError: store.opened says the file system's refusals (its directory cannot be
+        # created) as HistoryError; the store's own refusals are sqlite3's.
         with opened(path, create=True) if pruning else reading(path) as conn:
             if pruning:
                 removed = set_retention(conn, args.keep, args.days, args.max_mb)
                 print(f"retention set; {removed} runs removed", file=sys.stderr)
+                # The listing reads one snapshot, as reading() does: another run's retention
+                # may delete a run between the runs and their boxes.
+                conn.execute("BEGIN")
             found = runs(conn, args.box, since)
             rows = [(r, boxes_of(conn, r.id)) for r in found]
     except (HistoryError, sqlite3.Error) as exc:

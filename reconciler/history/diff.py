@@ -95,6 +95,22 @@ class EntryChange:
     before: EntryRow
     after: EntryRow
 
+    @property
+    def differs(self) -> tuple[str, ...]:
+        """What reads otherwise: desired, observed, changed (a secret's)."""
+        return _differs(self.before, self.after)
+
+
+# What an entry that still drifts can read otherwise in another run: the desired value (the
+# desired state was edited), the observed one, or a secret's `changed`. Each stored as the run
+# wrote it: JSON text (sorted keys), a secret's value `***` (record.py).
+_READS = ("desired", "observed", "changed")
+
+
+def _differs(before: EntryRow, after: EntryRow) -> tuple[str, ...]:
+    """Which of `_READS` differ between the two runs' readings of one entry."""
+    return tuple(f for f in _READS if getattr(before, f) != getattr(after, f))
+
 
 @dataclass(frozen=True)
 class RunDiff:
@@ -102,7 +118,7 @@ class RunDiff:
     b: str
     appeared: tuple[EntryRow, ...]
     cleared: tuple[EntryRow, ...]
-    reworded: tuple[EntryChange, ...]  # the same entry, observed (or its secret) otherwise
+    reworded: tuple[EntryChange, ...]  # the same entry, desired or observed otherwise
     findings_appeared: tuple[FindingRow, ...]
     findings_cleared: tuple[FindingRow, ...]
     changes: tuple[Change, ...]
@@ -147,8 +163,7 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
     reworded = tuple(
         EntryChange(before[k], after[k])
         for k in after
-        if k in before
-        and (before[k].observed, before[k].changed) != (after[k].observed, after[k].changed)
+        if k in before and _differs(before[k], after[k])
     )
     f_appeared, f_cleared = _findings(
         [f for f in a.findings if f.box not in skipped],
@@ -414,7 +429,10 @@ def render_text(diff: RunDiff, limit: int = 40) -> str:
         lines += [f"  + {_entry(e)}" for e in diff.appeared]
         lines += [f"  - {_entry(e)}" for e in diff.cleared]
         for ch in diff.reworded:
-            lines.append(f"  ~ {_entry(ch.after)} (was {_observed(ch.before)})")
+            was = f"was {_observed(ch.before)}"
+            if "desired" in ch.differs:  # the desired state was edited: said first
+                was = f"desired {_desired(ch.before, ch)} -> {_desired(ch.after, ch)}; {was}"
+            lines.append(f"  ~ {_entry(ch.after)} ({was})")
         lines.append("")
     if diff.findings_appeared or diff.findings_cleared:
         lines.append("audit findings")
@@ -460,6 +478,16 @@ def _observed(e: EntryRow) -> str:
             return "*** (not comparable)"
         return "*** (changed)" if e.changed else "*** (unchanged)"
     return f"desired {_short(json.loads(e.desired))}, observed {_short(json.loads(e.observed))}"
+
+
+def _desired(e: EntryRow, change: EntryChange) -> str:
+    """One run's desired value of a changed entry. A secret's is `***` (or null: not desired)
+    as `_observed` shows a secret's values, whatever the store holds, and when either run
+    kept the entry as a secret: the other run's value is then that secret's too."""
+    value = json.loads(e.desired)
+    if (change.before.secret or change.after.secret) and value is not None:
+        return "***"
+    return _short(value)
 
 
 def _summary(diff: RunDiff) -> str:
@@ -515,7 +543,11 @@ def to_json(diff: RunDiff) -> dict[str, Any]:
         "changed": diff.changed,
         "appeared": [entry(e) for e in diff.appeared],
         "cleared": [entry(e) for e in diff.cleared],
-        "reworded": [{"before": entry(c.before), "after": entry(c.after)} for c in diff.reworded],
+        # differs: which of desired, observed, changed (a secret's) read otherwise
+        "reworded": [
+            {"before": entry(c.before), "after": entry(c.after), "differs": list(c.differs)}
+            for c in diff.reworded
+        ],
         "findings_appeared": [vars(f) for f in diff.findings_appeared],
         "findings_cleared": [vars(f) for f in diff.findings_cleared],
         "events": list(diff.events),

@@ -103,7 +103,14 @@ class BoxInfo:
 def reading(path: Path) -> AbstractContextManager[sqlite3.Connection]:
     """The store at `path` for a command that only reads it (`history`, `diff`, the drift
     page's trend): opened read-only, never migrated nor changed in any way; a missing store is
-    refused, an empty database reads as a store with no run."""
+    refused, an empty database reads as a store with no run.
+
+    Everything it reads is one snapshot of the store: a read transaction is held from the
+    open to the close. A reader reads a run in several statements (its boxes, entries,
+    findings, observations), and a run recorded meanwhile by another process applies the
+    retention, which may delete the very run being read: `diff` would then compare half a
+    run. In WAL mode the reader still never blocks that writer (it writes on, into the -wal),
+    and an immutable open (a read-only location) has no writer to see."""
     return opened(path, create=False, readonly=True)
 
 
@@ -115,21 +122,25 @@ def opened(
     new or empty (`create=False` refuses a missing one), WAL mode, migrated, 0600.
     `readonly`: see `reading`. Both refuse a database that is not a store of this tool
     (another application's tables), leaving it as it was."""
-    if not create and not path.is_file():
-        raise HistoryError(f"history: no store at {path} (no run recorded there yet)")
     try:
+        if not create and not path.is_file():
+            raise HistoryError(f"history: no store at {path} (no run recorded there yet)")
         conn = _connect(path, readonly)
     except sqlite3.OperationalError as exc:  # a new store's file that cannot be created
         raise _failed(exc, path, readonly) from None
+    except OSError as exc:  # its directory: not one (a file on the way), not permitted
+        raise _not_usable(exc, path) from None
     try:
         try:
+            if readonly:  # one snapshot from here to the close (`reading`); deferred: no lock
+                conn.execute("BEGIN")  # until the first read, and never a write lock
             _refuse_newer(conn, path)  # before any pragma or table check changes or judges it
             tables = _ours(conn, path)
             if not readonly:
                 _make_writable(conn, path)
             elif "runs" not in tables:  # an empty file, or a store no run was recorded in
                 conn.close()
-                conn = _empty_store()
+                conn = _empty_store()  # in memory, written by nobody else: no snapshot to hold
             elif _version(conn) > VERSION:
                 raise _newer(path, _version(conn))
             yield conn
@@ -145,6 +156,17 @@ def opened(
             raise HistoryError(f"history: {path} is damaged: {exc}") from None
     finally:
         conn.close()
+
+
+def _not_usable(exc: OSError, path: Path) -> HistoryError:
+    """The file system's refusal (creating the store's directory, a file where a directory
+    must be, making the files private): said with the store's path and the reason, scrubbed
+    as every exception text the reconciler prints (scrub.reason: the errno's words)."""
+    from reconciler.scrub import reason
+
+    # The path refused, when another (its directory, a file on the way to it): errno's way.
+    where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(path) else ""
+    return HistoryError(f"history: {path} cannot be used: {where}{reason(exc)}")
 
 
 def _failed(exc: sqlite3.OperationalError, path: Path, readonly: bool) -> HistoryError:
@@ -254,7 +276,10 @@ def _make_writable(conn: sqlite3.Connection, path: Path) -> None:
         raise HistoryError(f"history: {path} cannot use WAL mode ({mode})")
     conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, fast
     _migrate(conn, path)
-    restrict(path)
+    try:
+        restrict(path)
+    except OSError as exc:  # a store of another user's, a file system without modes
+        raise _not_usable(exc, path) from None
 
 
 def _switched_to_wal(conn: sqlite3.Connection) -> str:
