@@ -15,8 +15,10 @@ SCHEMA_ID = "fleet-reconciler/audit-report"
 # and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
 # mesh's `not_in_run`; 4: `published.stray`, `stray_host_network`, `running` (containers
 # outside the compose project), lane_probes also asks extra gateway and stray ports; 5:
-# `stray[*].expected_by` and `expected_host_network` (audit.expected_containers).
-VERSION = 5
+# `stray[*].expected_by` and `expected_host_network` (audit.expected_containers); 6: a box
+# whose gateway answered no gated request is observation `full` with its `evidence`, not
+# audited, fault `not-observed` at `gateway` (was `unreachable`, evidence null).
+VERSION = 6
 
 Count = Annotated[int, Field(ge=0)]
 Severity = Literal["ok", "warn", "fail"]
@@ -216,10 +218,11 @@ class FaultDoc(_Doc):
         "not-observed",
         "recorded",
     ] = Field(
-        description="unreachable: no answer (or no gated answer from the gateway); "
-        "collector-failed; not-json: truncated or not UTF-8; too-large: over the size limit; "
-        "malformed: a field of the wrong type or range; unsupported-version; not-observed: "
-        "nothing to read (no audit section, not in the snapshot); recorded: a snapshot's box "
+        description="unreachable: no answer; collector-failed; not-json: truncated or not "
+        "UTF-8; too-large: over the size limit; malformed: a field of the wrong type or range; "
+        "unsupported-version; not-observed: nothing to read (no audit section, not in the "
+        "snapshot), or, at path `gateway`, the box answered but its gateway answered no gated "
+        "request from either side (version 6: `evidence` is there); recorded: a snapshot's box "
         "that was not observed then"
     )
     path: str | None = Field(description="the field of the box's answer, for malformed")
@@ -239,10 +242,14 @@ class BoxDoc(VerdictFields):
     errors: list[str]
     fault: FaultDoc | None = Field(description="why the box could not be audited; null if it was")
     intent: IntentDoc
-    evidence: EvidenceDoc | None = Field(description="null when the box could not be audited")
+    evidence: EvidenceDoc | None = Field(
+        description="the box's own answer, for a full observation (audited or not); else null"
+    )
     observation: Literal["full", "partial", "none"] = Field(
-        description="full: audited from the box's own answer; partial: not audited, but its "
-        "gateway answered the controller (see `partial`); none (version 2)"
+        description="full: the box's own answer was read (`evidence`): audited, unless its "
+        "gateway answered no gated request (version 6; fault not-observed at `gateway`); "
+        "partial: not audited, but its gateway answered the controller (see `partial`); none "
+        "(version 2)"
     )
     partial: PartialDoc | None = Field(description="for a partial observation; else null")
 
@@ -292,7 +299,7 @@ class AuditReportDoc(_Doc):
     """fleet-reconciler audit: who can call what on the mesh, and why."""
 
     schema_: Literal["fleet-reconciler/audit-report"] = Field(alias="schema")
-    version: Literal[5]
+    version: Literal[6]
     run_id: str
     generated_at: str = Field(json_schema_extra={"format": "date-time"})
     inventory: str

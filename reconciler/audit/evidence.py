@@ -58,6 +58,13 @@ LineState = Literal["set", "empty", "commented-out", "absent", "no-file", "unkno
 # Where the value the running gateway carries came from (unknown: `.env` was not read).
 Origin = Literal["env", "shell", "env+shell", "none", "unexplained", "unknown"]
 NO_AUDIT = ControllerAudit()  # no audit probes from the controller (an unprobed box)
+# The fault's path when the box answered but its gateway answered no gated request from either
+# side (kind not-observed: the posture was not observed; SSH, the collector and the rest were).
+GATEWAY_PART = "gateway"
+# A container in one of these states runs no process: nothing of it listens, on the host
+# network or anywhere. A paused or restarting one still counts: it listens again without
+# anyone recreating it (`docker unpause`, its restart policy).
+STOPPED = frozenset({"created", "exited", "dead", "removing"})
 
 
 @dataclass(frozen=True)
@@ -187,7 +194,7 @@ class LaneProbe:
 class Published:
     gateway: tuple[Binding, ...]  # every gateway-service container's (copies included)
     lanes: tuple[Binding, ...]
-    host_network: tuple[str, ...]  # containers of the project on the host network
+    host_network: tuple[str, ...]  # the project's containers on the host network, not stopped
     # GET /v1/models without a key from the controller, at the box's own inventory address
     # only: on each published lane, gateway and stray port it could ask (audit phase 2)
     lane_probes: tuple[LaneProbe, ...] = ()
@@ -268,6 +275,13 @@ class BoxEvidence:
     # Not audited, but its gateway answered the controller: `mesh_side` (and the posture it
     # shows), `mesh_detect`, `proxied` and `proofs` are the mesh side's; nothing else was seen.
     partial: bool = False
+
+    @property
+    def collected(self) -> bool:
+        """The box's own answer was read: every field is its evidence, audited or not (a box
+        whose gateway answered no gated request is not audited, yet what it publishes is
+        known). False for a box seen from the mesh side only, or not at all."""
+        return self.published is not None
 
     @property
     def inbound(self) -> Carried | None:
@@ -433,8 +447,10 @@ def box_evidence(
         proofs=tuple(_proof(p) for p in on_box.weakest_link),
     )
     if ev.posture == "unknown":
-        # Neither side got an answer to a gated route: who can call it cannot be said.
-        fault = Fault(FaultKind.UNREACHABLE, _no_answer(ev))
+        # Neither side got an answer to a gated route: who can call the gateway cannot be
+        # said. The box itself answered, so this is no "unreachable": its evidence stays
+        # (`collected`), and what it publishes is judged (a lane anyone can call is still one).
+        fault = Fault(FaultKind.NOT_OBSERVED, _no_answer(ev), GATEWAY_PART)
         return replace(ev, audited=False, fault=fault, errors=(fault.message, *ev.errors))
     return ev
 
@@ -549,7 +565,7 @@ def _no_answer(ev: BoxEvidence) -> str:
     for name, side in (("loopback", ev.loopback), ("mesh side", ev.mesh_side)):
         probe = side.models if side else None
         parts.append(f"{name}: {(probe.error if probe else None) or 'no answer'}")
-    return "the gateway answered no gated request (" + "; ".join(parts) + ")"
+    return "no gated request got an answer (" + "; ".join(parts) + "), though the box answered"
 
 
 def _plain(value: EnvValue | None) -> str | None:
@@ -681,7 +697,11 @@ def _published(
             for b in binds
         ]
         (gateway if c.service == roles.GATEWAY_SERVICE else lanes).extend(found)
-    host_net = audit.host_network.containers if audit.host_network else None
+    # The collector lists the project's host-network containers stopped ones included (and a
+    # snapshot keeps such a list): only one that runs opens a port on the box.
+    status = {c.name: c.status for c in doc.containers}
+    listed = audit.host_network.containers if audit.host_network else None
+    host_net = tuple(n for n in listed or () if status.get(n) not in STOPPED)
     lane_probes = tuple(LaneProbe(p.container, p.url, p.status, p.error) for p in on_box.lane_ports)
     stray: list[Binding] = []
     stray_host: list[str] = []
@@ -725,7 +745,7 @@ def _published(
     return Published(
         tuple(gateway),
         tuple(lanes),
-        host_net or (),
+        host_net,
         lane_probes,
         stray=tuple(stray),
         stray_host_network=tuple(sorted(stray_host)),
@@ -733,7 +753,7 @@ def _published(
         declared=declared,
         llm_like=frozenset(llm_like),
         host_network_services={
-            c.name: c.service for c in doc.containers if c.service and c.name in (host_net or ())
+            c.name: c.service for c in doc.containers if c.service and c.name in host_net
         },
     )
 

@@ -50,7 +50,8 @@ def audit_matrix(
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
         cells: dict[str, Cell] = {}
         for col in cols:
-            if not verdict.audited:
+            # A box whose gateway alone is silent: its lanes' exposure was seen all the same.
+            if not verdict.audited and (col == GATEWAY or not row.collected):
                 cells[col] = Cell("unobserved", title="not audited")
             elif col == GATEWAY:
                 n = len(verdict.findings)

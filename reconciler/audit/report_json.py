@@ -33,8 +33,10 @@ SCHEMA_ID = "fleet-reconciler/audit-report"
 # and a carried key's origin may be `unknown` (.env not read), mixed members are `open`, the
 # mesh's `not_in_run`; 4: `published.stray`, `stray_host_network`, `running` (containers
 # outside the compose project), lane_probes also asks extra gateway and stray ports; 5:
-# `stray[*].expected_by` and `expected_host_network` (audit.expected_containers).
-VERSION = 5
+# `stray[*].expected_by` and `expected_host_network` (audit.expected_containers); 6: a box
+# whose gateway answered no gated request is observation `full` with its `evidence`, not
+# audited, fault `not-observed` at `gateway` (was `unreachable`, evidence null).
+VERSION = 6
 
 
 def render_json(report: AuditReport) -> str:
@@ -91,8 +93,10 @@ def _box(row: BoxEvidence, v: Verdict, rows: list[BoxEvidence]) -> dict[str, Any
     out: dict[str, Any] = {"box": row.box, **_verdict(v), "errors": [scrub(e) for e in row.errors]}
     out["fault"] = _fault(row.fault) if row.fault is not None else None
     out["intent"] = _intent(row)
-    out["evidence"] = _evidence(row, rows) if row.audited else None
-    out["observation"] = "full" if row.audited else "partial" if row.partial else "none"
+    # A box whose gateway alone answered nothing is not audited, yet its own answer was read:
+    # its evidence (what it publishes above all) is shown, as in every other format.
+    out["evidence"] = _evidence(row, rows) if row.collected else None
+    out["observation"] = "full" if row.collected else "partial" if row.partial else "none"
     out["partial"] = _partial(row) if row.partial else None
     return out
 

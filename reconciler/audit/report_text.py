@@ -144,6 +144,18 @@ def access_cells(row: BoxEvidence, verdict: Verdict) -> list[Text | str]:
     verdict_cell = _styled(verdict.verdict.value.upper(), verdict.verdict)
     if not row.audited:
         why = f"not audited ({row.fault.kind.value})" if row.fault else "not audited"
+        if row.collected:  # the box answered, its gateway did not: what it publishes is known
+            return [
+                clean(row.box),
+                row.intent.auth,
+                "?",
+                "not audited (gateway: no answer)",
+                _codes(row.mesh_side),
+                "?",
+                _published(row),
+                "?",  # what a gateway that does not answer runs with is not what it serves
+                verdict_cell,
+            ]
         if row.partial:  # its gateway answered the controller: the mesh side is known
             live = _styled(
                 row.posture, Severity.OK if row.posture == row.intent.auth else Severity.FAIL
@@ -170,7 +182,7 @@ def access_cells(row: BoxEvidence, verdict: Verdict) -> list[Text | str]:
 
 
 def key_cells(row: BoxEvidence, rows: list[BoxEvidence]) -> list[Text | str]:
-    if not row.audited:
+    if not row.collected:
         return [clean(row.box), "", "", "", ""]
     return [
         clean(row.box),

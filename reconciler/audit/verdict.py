@@ -9,7 +9,9 @@ reused where each box should have its own). A box that cannot be audited gets `f
 the run exit 1.
 
 Codes (stable, in the JSON report):
-  audit.unobserved            the box (or its gateway) could not be observed
+  audit.unobserved            the box (or its gateway) could not be observed; a box whose
+                              gateway alone answered nothing is still judged on what it
+                              publishes (publish.*)
   posture.keyed-but-open      desired keyed; /v1/* answers without a key
   posture.open-but-keyed      desired open; every caller without a key gets 401 (seed #209)
   posture.mixed               the probes disagree (loopback vs mesh side, or models vs chat)
@@ -21,8 +23,9 @@ Codes (stable, in the JSON report):
   key.not-desired             the running key is not the desired secret's value
   envfile.key-not-desired     .env holds another key than the desired secret
   key.right-key-refused       the desired key does not open /v1/models
-  key.unproven                keyed access could not be tried with the desired key (or the
-                              box's answer has no keyed probe: its audit section failed)
+  key.unproven                keyed access could not be tried with the desired key, or was
+                              tried and got no answer (refused, timed out), or the box's
+                              answer has no keyed probe (its audit section failed)
   secret.unreadable           a desired secret is unknown on the box: its file or key is missing,
                               or a controller secret was not sent (digest unknown)
   key.is-mesh-key             the inbound key is the mesh key
@@ -114,6 +117,16 @@ def _verdict(subject: str, audited: bool, findings: list[Finding], reasons: list
 def box_verdict(row: BoxEvidence, others: list[BoxEvidence]) -> Verdict:
     if not row.audited:
         findings = [Finding("audit.unobserved", Severity.FAIL, e) for e in row.errors]
+        if row.collected:
+            # The box answered, its gateway did not: who can call the gateway is unknown, but
+            # what the box publishes was seen (and asked by the controller): a lane anyone
+            # can call around a silent gateway is still one.
+            findings += _published(row)
+            reason = (
+                f"desired {row.intent.auth}, live unknown: the box answered, its gateway did "
+                "not; judged on what the box publishes only"
+            )
+            return _verdict(row.box, False, findings, [reason])
         if not row.partial:
             return _verdict(row.box, False, findings, [])
         # Seen from the mesh side only: its posture is still proven (or disproven) there.
@@ -251,6 +264,15 @@ def _right_key(row: BoxEvidence) -> Iterator[Finding]:
         # opens this gateway is not proven, whatever else holds.
         why = row.envfile_unread or "the box's answer has no keyed probe"
         yield Finding("key.unproven", Severity.WARN, f"keyed access was not tried: {why}")
+    elif keyed.status is None and keyed.key_from is not None:
+        # Sent, and no answer came back (refused, timed out): tried, not proven.
+        yield Finding(
+            "key.unproven",
+            Severity.WARN,
+            f"keyed access was tried, with no answer: GET /v1/models on the box with the key "
+            f"from {keyed.key_from} ({phrases.digest(keyed.digest)}): "
+            f"{keyed.note or 'no answer'}",
+        )
     elif keyed.status is None:
         yield Finding(
             "key.unproven",

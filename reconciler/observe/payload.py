@@ -53,6 +53,9 @@ def collector_payload(
         # The floor again, whatever the model holds: the collector unions it too.
         "secret_patterns": list(effective(box.secret_patterns)),
         "gateway_port": box.gateway.port,
+        # Where the box asks its own gateway (the audit's loopback and keyed probes): Docker
+        # publishes only on this address; the collector asks 127.0.0.1 for 0.0.0.0.
+        "gateway_bind": box.gateway.bind,
         "timeout_s": 20,
         "probe_timeout_s": 3,
         **({"audit": audit_request(box)} if audit else {}),

@@ -3789,8 +3789,49 @@ def parallel_get(requests, timeout):
     return results
 
 
+def gateway_base(run):
+    """(base URL, None) where the box asks its own gateway, or (None, why) when it must not
+    ask. At the desired `gateway_bind`: Docker publishes the port on that address only (a
+    gateway published on 10.77.0.12 or 127.0.0.2 answers nothing on 127.0.0.1); 127.0.0.1 for
+    every interface (0.0.0.0) and for an older payload that sends none. Never an address that
+    is not this box's own: the keyed probes carry the gateway's and the mesh's keys, which do
+    not leave the box."""
+    host, why = run.once("gateway_host", _gateway_host, run.p.get("gateway_bind"))
+    if host is None:
+        return None, why
+    return "http://%s:%d" % (host, run.p["gateway_port"]), None
+
+
+def _gateway_host(bind):
+    if bind is None or bind == "0.0.0.0":
+        return "127.0.0.1", None
+    try:
+        sockets.inet_pton(sockets.AF_INET, bind)  # one dotted IPv4 address, nothing else
+    except (OSError, TypeError, ValueError):
+        return None, "gateway_bind is not an IPv4 address: not requested"
+    if bind.split(".", 1)[0] == "127":
+        return bind, None  # the whole 127.0.0.0/8 is the box's own loopback
+    probe = None
+    try:
+        # Binding succeeds only to an address of one of the box's own interfaces.
+        probe = sockets.socket(sockets.AF_INET, sockets.SOCK_DGRAM)
+        probe.bind((bind, 0))
+    except OSError as exc:
+        return None, "%s is not an address of this box (%s): not requested" % (bind, _reason(exc))
+    finally:
+        if probe is not None:
+            probe.close()
+    return bind, None
+
+
+def _not_requested(why):
+    return {"status": None, "error": why, "ms": 0}
+
+
 def gateway_probes(run):
-    base = "http://127.0.0.1:%d" % run.p["gateway_port"]
+    base, why = gateway_base(run)
+    if base is None:
+        return {name: _not_requested(why) for name in ("health", "capabilities", "models_noauth")}
     timeout = float(run.p.get("probe_timeout_s", 3))
     out = parallel_get(
         [
@@ -3932,10 +3973,17 @@ def _urllib_post(url, data, hdrs, timeout, started=None):
 
 
 def audit_probes(run, spec, secret_values, active_env):
-    base = "http://127.0.0.1:%d" % run.p["gateway_port"]
+    base, why = gateway_base(run)
+    model = spec.get("chat_model")
+    if base is None:  # no request at all: the keys stay on the box
+        skipped = {"status": None, "skipped": why}
+        return {
+            "chat_noauth": dict(_not_requested(why), model=model),
+            "models_key": skipped,
+            "models_mesh_key": dict(skipped),
+        }
     timeout = float(run.p.get("probe_timeout_s", 3))
     out = {}
-    model = spec.get("chat_model")
     body = {"messages": [{"role": "user", "content": "audit"}], "max_tokens": 1}
     if model:
         body["model"] = model
