@@ -156,7 +156,8 @@ def audit_registry(
     )
     reachable = Gauge(
         "fleet_audit_box_reachable",
-        "1 if the box was audited over SSH in the last audit run, else 0",
+        "1 if the box answered over SSH in the last audit run (its answer read in full, even "
+        "when its gateway answered nothing), else 0",
         ["box"],
         registry=registry,
     )
