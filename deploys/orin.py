@@ -1,6 +1,8 @@
 """Converge orin: `pyinfra inventory.py deploys/orin.py` (add `--dry` for the plan only).
 
-pyinfra runs a deploy file for every host of the inventory; this one acts on orin only.
+pyinfra runs a deploy file for every host of the inventory; this one acts on orin only. Run
+with per-box deploy files only, inventory.py makes orin the only host: no other box is
+connected, so one that is down does not fail this run (deploys/mesh.py connects to all).
 """
 
 from pyinfra import host

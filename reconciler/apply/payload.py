@@ -17,6 +17,7 @@ from typing import Any
 
 from reconciler.compare.context import GATEWAY, BoxExpectation
 from reconciler.desired.models import BoxFileSecret, BoxSpec, ControllerEnvSecret
+from reconciler.desired.types import check_env_value
 from reconciler.observe.document import Observed
 from reconciler.plan import Plan, StepKind
 from reconciler.scrub import remember
@@ -25,7 +26,8 @@ BOX_PROGRAM = Path(__file__).parent / "remote" / "converge.py"
 
 
 class MissingControllerSecret(Exception):
-    """A controller_env secret the converge needs is not set in this environment."""
+    """A controller_env secret the converge needs is not set in this environment, or holds a
+    value no `.env` line can (the message names the variable, never the value)."""
 
 
 class BadPayload(Exception):
@@ -96,12 +98,23 @@ def managed_env(exp: BoxExpectation, box: BoxSpec, environ: Mapping[str, str]) -
         name = entry.value.secret
         source = box.secrets.get(name)
         if isinstance(source, ControllerEnvSecret):
-            if not environ.get(source.variable):
+            value = environ.get(source.variable)
+            if not value:
                 raise MissingControllerSecret(
                     f"secret {name}: ${source.variable} is not set on this controller"
                 )
-            remember(environ[source.variable])  # masked in any text this process scrubs
-            out[entry.key] = {"secret": name, "value": environ[source.variable]}
+            remember(value)  # masked in any text this process scrubs
+            try:
+                # The loader's rule for a value written to `.env` (a CR, LF or NUL, both ' and
+                # $, an odd run of trailing backslashes): the box's writer would refuse the
+                # converge only once sent. Refused here, before the box is contacted, naming
+                # the variable; the check's words never hold the value.
+                check_env_value(value)
+            except ValueError as exc:
+                raise MissingControllerSecret(
+                    f"secret {name}: ${source.variable} cannot be written to .env: {exc}"
+                ) from None
+            out[entry.key] = {"secret": name, "value": value}
         else:
             out[entry.key] = {"secret": name}
     return out

@@ -1,16 +1,21 @@
 """The pyinfra view of the fleet: host names, groups and host.data, built from one Fleet.
 
 `inventory.py` (the CLI) and the reconciler's API runs use the same function, so both see
-identical data. host.data keeps JSON-able values only (debug-inventory JSON-encodes it); roles
-re-validate `desired` into a BoxSpec.
+identical data. host.data keeps JSON-able values only (debug-inventory JSON-encodes it).
+
+The deploys load the desired state from `fleet_root` and `fleet_inventory`
+(reconciler/apply/session.py); host.data's `desired` and `desired_env` are for people reading
+`pyinfra inventory.py debug-inventory`, which prints host.data as it is: they are what
+`reconcile show --format json` prints, masked as it masks.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection, Iterable
+from pathlib import Path
 from typing import Any
 
-from reconciler.desired.entries import SecretName
-from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.types import check_host, check_user_name
 
@@ -32,11 +37,17 @@ def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
     data["fleet_box"] = box
     data["fleet_inventory"] = fleet.inventory_file
     data["fleet_layers"] = list(fleet.layers[box])
-    data["desired"] = fleet.boxes[box].model_dump(mode="json")
-    # Managed .env keys; a secret is its reference ({"secret": name}), never a value.
+    # The merged desired state and the managed .env keys as `reconcile show` prints them: a
+    # value whose key is no secret may still carry one inline (`--api-key sk-...`, a URL's
+    # password, `Authorization: Bearer ...`), and debug-inventory prints host.data unmasked.
+    from reconciler.desired.show import show_json  # ruamel and the maskers: only when asked
+
+    shown = json.loads(show_json(fleet, box))
+    data["desired"] = shown["desired"]
+    # A secret is its reference ({"secret": name}), never a value.
     data["desired_env"] = {
-        e.key: {"secret": e.value.secret} if isinstance(e.value, SecretName) else e.value
-        for e in box_env(fleet, box)
+        key: {"secret": entry["secret"]} if "secret" in entry else entry["value"]
+        for key, entry in shown["env"].items()
     }
     return data
 
@@ -49,16 +60,45 @@ BOXES = "boxes"
 RESERVED_GROUPS = frozenset({BOXES, "all", "self", "names_data", "override_data"})
 
 
-def pyinfra_groups(fleet: Fleet) -> dict[str, list[Any]]:
-    """{group: hosts}; the `boxes` group carries every host with its data."""
+def pyinfra_groups(fleet: Fleet, only: Collection[str] | None = None) -> dict[str, list[Any]]:
+    """{group: hosts}; the `boxes` group carries every host with its data. `only`: these boxes
+    alone are hosts (None: every box), in every group."""
+    boxes = [b for b in fleet.boxes if only is None or b in only]
     # `@openssh/thor`: the host is named `thor` and reached through the OpenSSH connector.
-    groups: dict[str, list[Any]] = {
-        BOXES: [(f"@openssh/{b}", host_data(fleet, b)) for b in fleet.boxes]
-    }
+    groups: dict[str, list[Any]] = {BOXES: [(f"@openssh/{b}", host_data(fleet, b)) for b in boxes]}
     for group in fleet.inventory.group_order:
         if group in RESERVED_GROUPS or group in groups:  # the loader refuses both
             raise ValueError(f"group {group!r} would replace pyinfra's group of that name")
         groups[group] = [
-            f"@openssh/{b}" for b, c in fleet.inventory.boxes.items() if group in c.groups
+            f"@openssh/{b}"
+            for b, c in fleet.inventory.boxes.items()
+            if group in c.groups and (only is None or b in only)
         ]
     return groups
+
+
+# deploys/mesh.py converges every box; any other deploys/<name>.py converges the box <name>.
+MESH_DEPLOY = "mesh"
+
+
+def deploy_boxes(operations: Iterable[str], root: Path, boxes: Collection[str]) -> list[str] | None:
+    """The boxes a pyinfra run acts on when every operation it was given is a per-box deploy
+    file of `root` (`deploys/thor.py`: thor), in the order first named; None (every box)
+    for anything else: deploys/mesh.py, another file, debug-inventory, exec, a fact.
+
+    pyinfra connects to every host of the inventory (less --limit/--exclude) before it loads a
+    deploy file, and a host that cannot be connected fails the run (without -y it asks whether
+    to go on). deploys/thor.py acts on thor alone, so one unreachable box elsewhere in the mesh
+    must not stop it: inventory.py makes only the boxes named here hosts. Paths are taken as
+    pyinfra takes them, from the working directory (after --chdir)."""
+    deploys = (root / "deploys").resolve()
+    named: list[str] = []
+    for operation in operations:
+        path = Path(operation)
+        if path.suffix != ".py" or not path.is_file():
+            return None
+        path = path.resolve()
+        if path.parent != deploys or path.stem == MESH_DEPLOY or path.stem not in boxes:
+            return None
+        named.append(path.stem)
+    return list(dict.fromkeys(named)) or None

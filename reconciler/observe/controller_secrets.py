@@ -28,14 +28,25 @@ STDIN_LIMIT_BYTES = 64 * 1024
 
 
 class MissingControllerSecret(ValueError):
-    """A controller_env secret an observation needs is not set in this environment."""
+    """A controller_env secret an observation needs is not set in this environment, or holds
+    a value no `.env` line can (named, never shown)."""
 
-    def __init__(self, missing: Mapping[tuple[str, str], list[str]]) -> None:
+    def __init__(
+        self,
+        missing: Mapping[tuple[str, str], list[str]],
+        unusable: Mapping[tuple[str, str], tuple[str, list[str]]] | None = None,
+    ) -> None:
         self.missing = dict(missing)  # (variable, secret) -> boxes that need it
+        self.unusable = dict(unusable or {})  # (variable, secret) -> (why, boxes)
         lines = [
             f"secret {secret}: ${variable} is not set on this controller "
             f"(needed to check {', '.join(boxes)}); no box was contacted"
             for (variable, secret), boxes in sorted(self.missing.items())
+        ]
+        lines += [
+            f"secret {secret}: ${variable} cannot be written to .env: {why} "
+            f"(needed to check {', '.join(boxes)}); no box was contacted"
+            for (variable, secret), (why, boxes) in sorted(self.unusable.items())
         ]
         super().__init__("\n".join(lines))
 
@@ -54,6 +65,7 @@ def controller_values(
     Raises MissingControllerSecret (before anything is sent anywhere) if any variable is unset
     or empty: an empty key would make every comparison of that secret meaningless."""
     missing: dict[tuple[str, str], list[str]] = {}
+    unusable: dict[tuple[str, str], tuple[str, list[str]]] = {}
     out: dict[str, dict[str, str]] = {}
     for box, payload in payloads.items():
         for secret, variable in sorted(controller_secrets(payload).items()):
@@ -61,13 +73,31 @@ def controller_values(
             if not value or not value.strip():
                 missing.setdefault((variable, secret), []).append(box)
                 continue
+            why = _unwritable(value)
+            if why:
+                unusable.setdefault((variable, secret), (why, []))[1].append(box)
+                continue
             out.setdefault(box, {})[secret] = value
-    if missing:
-        raise MissingControllerSecret(missing)
+    if missing or unusable:
+        raise MissingControllerSecret(missing, unusable)
     for values in out.values():
         for value in values.values():
             remember(value)  # masked in every text this process scrubs from now on
     return out
+
+
+def _unwritable(value: str) -> str | None:
+    """Why a converge could not write `value` to `.env` (the loader's rule for an `env:` value,
+    desired/types.check_env_value: CR, LF, NUL, both ' and $, an odd run of trailing
+    backslashes), else None. Drift would compare against a `.env` no converge can write, and
+    the apply would be refused by the box only once sent. The reason never holds the value."""
+    from reconciler.desired.types import check_env_value  # pydantic: only with such a secret
+
+    try:
+        check_env_value(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def stdin_payload(values: Mapping[str, str] | None) -> bytes | None:

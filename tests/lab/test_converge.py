@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -210,7 +211,7 @@ def test_pyinfra_converges_a_drifted_box_and_a_second_run_changes_nothing(lab, b
     settled_env, settled_ids = env_bytes("thor"), container_ids("thor")
     second = pyinfra("thor", "-y")
     assert second.returncode == 0, second.stderr
-    assert "[thor]  plan: no changes" in second.stdout + second.stderr
+    assert re.search(r"\[thor\]\s+plan: no changes", second.stdout + second.stderr)
     assert env_bytes("thor") == settled_env and container_ids("thor") == settled_ids
 
 

@@ -42,7 +42,12 @@ def test_a_dry_run_of_a_blocked_box_exits_1_naming_the_box_and_why(
 ) -> None:
     """The reviewer's repro: no -y, stdin not a terminal (a CI gate)."""
     done = pyinfra(
-        fleet_repo, "inventory.py", "deploys/thor.py", "--dry", FAKE_MISSING_SECRET_FOR="thor"
+        fleet_repo,
+        "inventory.py",
+        "deploys/thor.py",
+        "deploys/orin.py",  # a second box: pyinfra would go on with it, so it asks first
+        "--dry",
+        FAKE_MISSING_SECRET_FOR="thor",
     )
     text = said(done)
     assert done.returncode == 1, text
