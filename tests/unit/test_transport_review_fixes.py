@@ -252,7 +252,8 @@ def test_secrets_too_large_for_one_box_raise_before_any_box_is_contacted(
     monkeypatch.setattr(collectors, "spawn", lambda target, *a: spawned.append(target.box))
     targets = {box: Target(box, "127.0.0.1", "root", 22, None, None) for box in ("a", "b", "c")}
     payloads = {box: {"controller_secrets": {"k": box.upper()}} for box in targets}
-    env = {"A": "small", "B": "small", "C": "x" * 70000}
+    # The longest value a .env line holds (longer is refused earlier): too large with its name.
+    env = {"A": "small", "B": "small", "C": "x" * 65536}
     with pytest.raises(ValueError, match="more than"):
         collectors.start_collectors(targets, payloads, env, max_parallel=max_parallel)
     assert spawned == []
