@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -62,5 +63,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(incidents.reset(ns.box), indent=1))
     except LabError as e:
         print(f"lab: {e}", file=sys.stderr)
+        return 1
+    except subprocess.TimeoutExpired as e:  # a step's own deadline (proc.run): said, not a trace
+        cmd = e.cmd if isinstance(e.cmd, str) else " ".join(map(str, e.cmd))
+        print(f"lab: {cmd[:300]}: no answer in {e.timeout:g}s", file=sys.stderr)
+        return 1
+    except RuntimeError as e:  # an image build step (DockerError, pip, debootstrap) that failed
+        print(f"lab: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return 0
