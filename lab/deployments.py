@@ -105,8 +105,14 @@ def lobes_init(box: Box) -> None:
     if render.exists():
         shutil.rmtree(render)
     render.mkdir(parents=True)
-    for f in _top_files(box.lobes_dir):
-        shutil.copy2(f, render / f.name)
+    uid, gid = users.uid_gid(box)
+    with users.home_dir(box.home, ".lobes", uid, gid) as lobes:
+        # Read without following a link: a file of the user's linked to one only root may
+        # read would otherwise land in the pristine render and so in the user's ~/.lobes.
+        for name in users.plain_files(lobes):
+            content = users.read_at(lobes, name)
+            if content is not None:
+                (render / name).write_bytes(content)
     (render.parent / "lobes-init.log").write_text(proc.stdout + proc.stderr)
     # The services this shape really starts (profiles from the rendered COMPOSE_PROFILES),
     # resolved by compose itself over lobes' own chain.
@@ -256,29 +262,20 @@ def restore(box: Box, images: dict[str, str], secrets: dict[str, str]) -> list[s
     files = pristine_files(box, images, secrets)
     overlay.write(box, OVERRIDE, files[f".lobes/{OVERRIDE}"][0])
     changed = []
+    # Root writes into directories the box user owns: through users.write_file, which never
+    # follows a link there (a symlink in ~/.lobes is replaced by the file, not written through).
     for rel, (content, mode) in files.items():
-        path = box.home / rel
-        st = path.stat() if path.exists() else None
-        if (
-            st is None
-            or path.read_bytes() != content
-            or (st.st_mode & 0o777) != mode
-            or st.st_uid != uid
-        ):
-            path.write_bytes(content)
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)
+        if users.write_file(box.home, rel, content, uid, gid, mode):
             changed.append(rel)
     wanted = {rel for rel in files if rel.startswith(".lobes/")}
-    for f in _top_files(box.lobes_dir):
-        rel = f".lobes/{f.name}"
-        if rel not in wanted:
-            f.unlink()
-            changed.append(f"-{rel}")
-    mesh = box.lobes_dir / "mesh"
-    mesh.mkdir(exist_ok=True)
-    if mesh.stat().st_uid != GATEWAY_UID:
-        os.chown(mesh, GATEWAY_UID, GATEWAY_UID)
+    with users.home_dir(box.home, ".lobes", uid, gid) as lobes:
+        for name in users.plain_files(lobes):
+            if f".lobes/{name}" not in wanted:
+                os.unlink(name, dir_fd=lobes)
+                changed.append(f"-.lobes/{name}")
+        # The gateway (uid 10001 in its image) writes the mesh state here.
+        with users.subdir(lobes, "mesh", GATEWAY_UID, GATEWAY_UID, 0o755, where=box.lobes_dir):
+            pass
     if changed:
         log(f"{box.name}: restored {', '.join(changed)}")
     return changed

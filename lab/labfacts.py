@@ -29,7 +29,10 @@ Format (version 1; paths absolute):
 from __future__ import annotations
 
 import json
+import os
 import secrets as _secrets
+import stat
+from pathlib import Path
 from typing import Any
 
 from . import registry, users
@@ -48,10 +51,28 @@ from .config import (
 from .deployments import HEARTBEAT_S, OVERRIDE, manifest
 
 
+def _write_private(path: Path, text: str) -> None:
+    """`path` holding `text`, readable by its owner only from the first byte on: made 0600 under
+    a temporary name (O_EXCL) and renamed into place, so no interruption leaves it wider."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def lab_secrets() -> dict[str, str]:
     """Generated once per lab (until `lab down`), so a warm `lab up` leaves .env untouched."""
     values: dict[str, str] = {}
     if SECRETS_FILE.exists():
+        # A file left wider than 0600 (by an older lab, or by hand) is narrowed on every load.
+        if stat.S_IMODE(SECRETS_FILE.stat().st_mode) & ~0o600:
+            os.chmod(SECRETS_FILE, 0o600)
         values = json.loads(SECRETS_FILE.read_text())
     # Each box has its own inbound gateway key in ~/.lobes/.secrets.env (the operator's), the
     # mesh one shared key, and an HF token placeholder; spark is the one that arms its key.
@@ -61,9 +82,7 @@ def lab_secrets() -> dict[str, str]:
         return values
     for name in missing:
         values[name] = _secrets.token_urlsafe(24)
-    SECRETS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    SECRETS_FILE.write_text(json.dumps(values, indent=1) + "\n")
-    SECRETS_FILE.chmod(0o600)
+    _write_private(SECRETS_FILE, json.dumps(values, indent=1) + "\n")
     return values
 
 
@@ -107,8 +126,7 @@ def build(
 
 
 def write(facts: dict[str, Any]) -> None:
-    FACTS_FILE.write_text(json.dumps(facts, indent=1) + "\n")
-    FACTS_FILE.chmod(0o600)  # it carries the lab's keys
+    _write_private(FACTS_FILE, json.dumps(facts, indent=1) + "\n")  # it carries the lab's keys
 
 
 def load() -> dict[str, Any]:

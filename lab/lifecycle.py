@@ -198,6 +198,14 @@ def down(*, purge: bool = False) -> None:
 
 def _down(purge: bool) -> None:
     started = time.monotonic()
+    # The scale lab first, while what it stands on is still there: its sshds' pidfiles are
+    # under RUN_ROOT (removed below, leaving sshds nothing could stop), its containers on the
+    # box engines, its namespaces, veths and fs-* users outside everything below.
+    # Imported here: scale imports this module (for `locked`, held already).
+    from . import scale
+
+    if scale.STATE.exists():
+        scale._down()
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(engines.stop, [*BOXES, BUILDER]))
     for box in BOXES:

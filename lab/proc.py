@@ -159,8 +159,20 @@ def running(pidfile: Path, *, program: str | None = None, argv_has: str | None =
     return is_program(read_pid(pidfile), program, argv_has=argv_has)
 
 
+def daemon_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without any proxy setting (http_proxy, HTTPS_PROXY, all_proxy,
+    no_proxy, ftp_proxy, ... in any case).
+
+    The lab's daemons talk only inside the lab: dockerd sends registry traffic through
+    HTTP(S)_PROXY, so pushes and pulls of 10.77.0.1:5000 would leave for a proxy outside.
+    """
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if not k.lower().endswith("_proxy")}
+
+
 def spawn(argv: Sequence[str | os.PathLike[str]], logfile: Path) -> subprocess.Popen[bytes]:
-    """Start a long-running daemon detached from our session, output to a log file.
+    """Start a long-running daemon detached from our session, output to a log file, with no
+    proxy settings in its environment (`daemon_env`).
 
     start_new_session so a Ctrl-C on `lab up` does not kill the lab it just built.
     """
@@ -171,6 +183,7 @@ def spawn(argv: Sequence[str | os.PathLike[str]], logfile: Path) -> subprocess.P
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=daemon_env(),
             start_new_session=True,
             close_fds=True,
         )

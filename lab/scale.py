@@ -282,12 +282,12 @@ def _user(b: ScaleBox) -> None:
 
 
 def _home(b: ScaleBox, files: dict[str, tuple[bytes, int]]) -> None:
+    # As root in directories the box user owns: nothing there is followed (see users.write_at).
     pw = pwd.getpwnam(b.user)
     uid, gid = pw.pw_uid, pw.pw_gid
     for d, mode in ((".ssh", 0o700), (".docker", 0o700), (b.project, 0o755)):
-        (b.home / d).mkdir(exist_ok=True)
-        os.chown(b.home / d, uid, gid)
-        os.chmod(b.home / d, mode)
+        with users.home_dir(b.home, d, uid, gid, mode):
+            pass
     context = f"flab-scale-{b.kind}"
     meta_dir = (
         b.home / ".docker" / "contexts" / "meta" / hashlib.sha256(context.encode()).hexdigest()
@@ -301,19 +301,12 @@ def _home(b: ScaleBox, files: dict[str, tuple[bytes, int]]) -> None:
     files[str(meta_dir.relative_to(b.home) / "meta.json")] = (json.dumps(meta).encode(), 0o600)
     files[".ssh/authorized_keys"] = (CLIENT_KEY.with_suffix(".pub").read_bytes(), 0o600)
     for rel, (content, mode) in files.items():
-        path = b.home / rel
-        for parent in reversed(path.relative_to(b.home).parents[:-1]):
-            d = b.home / parent
-            if not d.exists():
-                d.mkdir(mode=0o700)
-                os.chown(d, uid, gid)
-        if not path.exists() or path.read_bytes() != content:
-            path.write_bytes(content)
-        os.chown(path, uid, gid)
-        os.chmod(path, mode)
-    mesh = b.lobes_dir / "mesh"
-    mesh.mkdir(exist_ok=True)
-    os.chown(mesh, GATEWAY_UID, GATEWAY_UID)
+        users.write_file(b.home, rel, content, uid, gid, mode)  # missing parents: 0700
+    with (
+        users.home_dir(b.home, b.project, uid, gid) as project,
+        users.subdir(project, "mesh", GATEWAY_UID, GATEWAY_UID, 0o755, where=b.lobes_dir),
+    ):
+        pass
 
 
 def box_files(
@@ -493,14 +486,24 @@ def _up(count: int) -> dict[str, float]:
 
 def down() -> None:
     with locked():
-        fleet = made() or boxes(MAX_BOXES)  # no state: sweep every name a scale lab could use
-        _remove(fleet)
-        for kind in KINDS:
-            engine = BOX_BY_NAME[kind]
-            if engine.docker_socket.exists():
-                run([*engine.docker_cli, "network", "rm", NETWORK], check=False)
-        shutil.rmtree(SCALE_RUN, ignore_errors=True)
-        shutil.rmtree(SCALE_DIR, ignore_errors=True)
+        _down()
+
+
+def _down() -> None:
+    """`down` for a caller that holds the lab lock already (`lab down` takes the scale lab
+    down first: lifecycle._down)."""
+    try:
+        fleet = made()
+    except (ValueError, KeyError, TypeError, LabError):  # a torn or edited state file
+        fleet = []
+    fleet = fleet or boxes(MAX_BOXES)  # no state: sweep every name a scale lab could use
+    _remove(fleet)
+    for kind in KINDS:
+        engine = BOX_BY_NAME[kind]
+        if engine.docker_socket.exists():
+            run([*engine.docker_cli, "network", "rm", NETWORK], check=False)
+    shutil.rmtree(SCALE_RUN, ignore_errors=True)
+    shutil.rmtree(SCALE_DIR, ignore_errors=True)
     log("scale down: done")
 
 

@@ -5,6 +5,11 @@ reachable index). lobes-cli declares Python >= 3.12 while Debian 12 ships 3.11 (
 gateway is stdlib-only and runs on 3.11), hence `--python-version 3.12` here and
 `--ignore-requires-python` at install time. pip itself comes as a wheel because Debian's
 python3 has no pip and a wheel of pip can run straight from its zip.
+
+The machine set-up fetches them (.ci/setup-machine.sh runs this file:
+`python3 lab/images/wheels.py /var/cache/fleet-lab`), so the tests that read lobes' own files
+from the wheel (`cached_wheels`) never need a package index while they run. Stdlib only: the
+set-up runs it before the project's venv exists.
 """
 
 from __future__ import annotations
@@ -49,6 +54,24 @@ def fetch_wheels(cache_dir: Path, lobes_version: str = LOBES_VERSION) -> list[Pa
     return wanted
 
 
+# What makes the wheels appear under the cache: the README's set-up (it runs
+# .ci/setup-machine.sh, which runs this file).
+SETUP_COMMAND = "bash scripts/setup.sh"
+
+
+def cached_wheels(cache_dir: Path, lobes_version: str = LOBES_VERSION) -> list[Path]:
+    """The lobes-cli and pip wheels the machine set-up fetched into cache_dir/wheels; never
+    downloads. FileNotFoundError naming the set-up command when one is missing."""
+    wanted = [cache_dir / "wheels" / name for name in wheel_names(lobes_version)]
+    missing = [str(path) for path in wanted if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{', '.join(missing)} missing: the machine set-up fetches the lobes-cli and pip "
+            f"wheels there; run `{SETUP_COMMAND}` (as root; it runs .ci/setup-machine.sh)"
+        )
+    return wanted
+
+
 def read_member(wheel: Path, member: str) -> str:
     """A text file from inside a wheel (e.g. lobes' compose template)."""
     with zipfile.ZipFile(wheel) as archive:
@@ -59,3 +82,8 @@ def copy_into(paths: list[Path], dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for path in paths:
         shutil.copy2(path, dest / path.name)
+
+
+if __name__ == "__main__":  # .ci/setup-machine.sh: python3 lab/images/wheels.py CACHE_DIR
+    for fetched in fetch_wheels(Path(sys.argv[1])):
+        print(fetched)

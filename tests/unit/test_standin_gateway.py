@@ -23,24 +23,27 @@ from typing import Any
 
 import pytest
 
+from lab import config
 from lab.images import vllm_standin
-from lab.images.wheels import fetch_wheels
+from lab.images.wheels import cached_wheels
 
 STANDIN = Path(vllm_standin.__file__).resolve()
 CORTEX = "unsloth/Qwen3.8-27B-NVFP4"
 
 
 @pytest.fixture(scope="module")
-def lobes_wheel(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def lobes_wheel() -> Path:
+    """The lobes-cli 0.91.0 wheel: $LOBES_WHEEL, else the one the machine set-up fetched.
+
+    Never downloaded here (a test run needs no package index); missing, the test fails and
+    says which set-up fetches it."""
     given = os.environ.get("LOBES_WHEEL")
     if given:
         return Path(given)
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
-    where = Path(cache.mkdir("fleet-lab-lobes-wheels")) if cache else tmp_path_factory.mktemp("w")
     try:
-        return fetch_wheels(where)[0]
-    except RuntimeError as exc:
-        pytest.skip(f"lobes-cli wheel unavailable: {exc}")
+        return cached_wheels(config.CACHE_DIR)[0]
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def _free_port() -> int:

@@ -24,24 +24,26 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from lab import config
 from lab.images import vllm_standin
-from lab.images.wheels import MG_LOGWRAP_MEMBER, TEMPLATE_MEMBER, fetch_wheels, read_member
+from lab.images.wheels import MG_LOGWRAP_MEMBER, TEMPLATE_MEMBER, cached_wheels, read_member
 
 STANDIN = Path(vllm_standin.__file__).resolve()
 
 
 @pytest.fixture(scope="session")
-def lobes_wheel(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The lobes-cli 0.91.0 wheel: $LOBES_WHEEL, else downloaded once into pytest's cache."""
+def lobes_wheel() -> Path:
+    """The lobes-cli 0.91.0 wheel: $LOBES_WHEEL, else the one the machine set-up fetched.
+
+    Never downloaded here (a test run needs no package index); missing, the test fails and
+    says which set-up fetches it."""
     given = os.environ.get("LOBES_WHEEL")
     if given:
         return Path(given)
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
-    where = Path(cache.mkdir("fleet-lab-lobes-wheels")) if cache else tmp_path_factory.mktemp("w")
     try:
-        return fetch_wheels(where)[0]
-    except RuntimeError as exc:  # no package index reachable: nothing to test against
-        pytest.skip(f"lobes-cli wheel unavailable: {exc}")
+        return cached_wheels(config.CACHE_DIR)[0]
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
