@@ -309,7 +309,10 @@ def _snapshot_facts(args: argparse.Namespace) -> Path | None:
 
 def _snapshot_boxes(args: argparse.Namespace, known: Sequence[str]) -> list[str]:
     """Without BOX arguments a replay judges the boxes its snapshot holds (a scenario saved for
-    one box is not three boxes' error); [] (every box) if the snapshot names none we know."""
+    one box is not three boxes' error); [] (every box) if the snapshot names none we know.
+    The inventory's boxes it does not hold (added since it was saved, or left out of it) are
+    not judged, and said on stderr: the report's "N of M boxes" counts only those judged. A
+    box named on the command line that it does not hold is not observed (exit 1)."""
     if not getattr(args, "from_snapshot", None):
         return []
     from pathlib import Path
@@ -320,7 +323,16 @@ def _snapshot_boxes(args: argparse.Namespace, known: Sequence[str]) -> list[str]
         saved = set(snapshot_index(Path(args.from_snapshot))["boxes"])
     except (OSError, ValueError):
         return []  # the run itself reports what is wrong with the snapshot
-    return [b for b in known if b in saved]
+    judged = [b for b in known if b in saved]
+    lacking = [b for b in known if b not in saved]
+    if judged and lacking:
+        print(
+            f"note: the snapshot holds {len(judged)} of the inventory's {len(known)} boxes; "
+            f"not in it, not judged: {named(lacking)} (name a box to have it reported "
+            "not observed)",
+            file=sys.stderr,
+        )
+    return judged
 
 
 class _Parser(argparse.ArgumentParser):

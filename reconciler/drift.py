@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reconciler import fast_json
-from reconciler.compare.box import compare_box
+from reconciler.compare.box import Replayed, compare_box, replayed
 from reconciler.compare.drift import BoxResult, DriftReport
 from reconciler.desired.secret_names import adopt_fleet_patterns
 from reconciler.drift_inputs import DriftInputs, drift_inputs
@@ -108,6 +108,7 @@ def run_drift_on(
             observations[name].probes,
             observations[name].failure,
             observations[name].connection,
+            None if from_snapshot is None else _replayed(inputs, name, observations[name]),
         )
         for name in boxes
     )
@@ -206,10 +207,23 @@ def _replayer(
         else:
             obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
         return compare_box(
-            inputs.expectations[name], obs.document, obs.probes, obs.failure, obs.connection
+            inputs.expectations[name],
+            obs.document,
+            obs.probes,
+            obs.failure,
+            obs.connection,
+            _replayed(inputs, name, obs),
         )
 
     return index, order, replay_box, in_c
+
+
+def _replayed(inputs: DriftInputs, name: str, obs: BoxObservation) -> Replayed:
+    """What a snapshot's box is replayed against (compare/box.py `Replayed`): the desired
+    directory, user and secret sources its answer may not be for, and whether its file is
+    the one saved."""
+    exp = inputs.expectations[name]
+    return replayed(exp.directory, exp.user, exp.secret_sources, obs.altered)
 
 
 def _new_run_id() -> str:

@@ -236,7 +236,10 @@ def expectations(
         if contract.context is not None
     }
     envs = envs if envs is not None else fleet_env(fleet, boxes)
-    return {name: expectation(fleet.boxes[name], envs[name], hosts) for name in boxes}
+    return {
+        name: expectation(fleet.boxes[name], envs[name], hosts, fleet.connection(name).ssh_user)
+        for name in boxes
+    }
 
 
 def targets(fleet: Fleet, boxes: list[str]) -> dict[str, Target]:

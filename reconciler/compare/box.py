@@ -6,13 +6,22 @@ returns a BoxResult. A box whose answer could not be read has no document, only 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler.compare.composefiles import compare_compose_files
 from reconciler.compare.containers import compare_containers
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxError, BoxResult, Drift, Part, sorted_drifts
-from reconciler.compare.envfile import compare_envfile, compare_host, secret_source_errors
+from reconciler.compare.envfile import (
+    compare_envfile,
+    compare_host,
+    envfile_source,
+    secret_source_errors,
+    stale_sources,
+    under_home,
+)
 from reconciler.compare.gateway import compare_auth, compare_contract
 from reconciler.compare.partial import partial_result
 from reconciler.compare.render_basis import for_desired
@@ -23,8 +32,38 @@ from reconciler.observe.document import (
     ConvergeHolder,
     Fault,
     Observed,
+    SourceSpec,
 )
 from reconciler.scrub import scrub_text
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a saved observation (a snapshot's box) is replayed against beyond the expectation:
+    the desired state's deployment directory (`~/...`, as it gives it) and ssh_user, each
+    secret's desired source, and why the box's file is not the one saved (None: it is, or the
+    index recorded no digest). A live answer was made for the desired state itself (the run's
+    payload named all of it); a snapshot's may have been made for another one."""
+
+    directory: str | None  # None: not known (an expectation built by hand), not checked
+    user: str | None
+    sources: Mapping[str, SourceSpec] = field(default_factory=dict)
+    altered: str | None = None
+
+
+def replayed(
+    directory: str | None,
+    user: str | None,
+    secrets: Mapping[str, Mapping[str, str]],
+    altered: str | None = None,
+) -> Replayed:
+    """`Replayed` from plain values: each secret's source as the collector is told it
+    (observe/payload.py: a box_file's `{"path", "key"}`, a controller_env's `{"variable"}`)."""
+    sources = {
+        name: SourceSpec(path=src.get("path"), key=src.get("key"), variable=src.get("variable"))
+        for name, src in secrets.items()
+    }
+    return Replayed(directory, user, sources, altered)
 
 
 def compare_box(
@@ -33,12 +72,30 @@ def compare_box(
     controller: ControllerProbes = NO_PROBES,
     fault: Fault | str | None = None,
     connection: str | None = None,
+    replay: Replayed | None = None,
 ) -> BoxResult:
     """`connection`: why the box was reached only through an existing SSH connection
-    (observe.BoxObservation.connection), an error of the box however complete its answer."""
+    (observe.BoxObservation.connection), an error of the box however complete its answer.
+    `replay`: `doc` is a snapshot's, replayed against this desired state (`Replayed`)."""
+    altered = [] if replay is None or not replay.altered else [_altered(replay.altered)]
     if doc is None:
         why = BoxError(Part.OBSERVATION, str(fault) if fault is not None else "not observed")
-        return partial_result(exp, controller, why)
+        result = partial_result(exp, controller, why)
+        return replace(result, errors=(*result.errors, *altered)) if altered else result
+    stale: dict[str, str] = {}
+    if replay is not None:
+        elsewhere = misplaced(doc, replay)
+        if elsewhere is not None:
+            # Everything it holds is another deployment's (or another user's): compared with
+            # this one, it would report that one's drift, and none of this one's.
+            said = [BoxError(Part.CONNECTION, "ssh", connection)] if connection else []
+            return BoxResult(
+                exp.name,
+                reachable=True,
+                errors=(*said, elsewhere, *altered),
+                facts=facts(doc, controller),
+            )
+        doc, stale = replayed_sources(doc, replay)
     doc = for_desired(doc, exp.env)  # a snapshot's render of this state's .env, if it has one
     envfile = doc.envfile_by_key()  # read by two comparators: built once
     drifts: list[Drift] = []
@@ -53,15 +110,56 @@ def compare_box(
         exp.name,
         reachable=True,
         drifts=sorted_drifts(drifts),
-        errors=tuple(observation_errors(exp, doc, connection)),
+        errors=(*observation_errors(exp, doc, connection, stale), *altered),
         facts=facts(doc, controller),
     )
 
 
+def replayed_sources(doc: Observed, replay: Replayed) -> tuple[Observed, dict[str, str]]:
+    """`doc` with only the secret sources it read as `replay` names them, and what each other
+    one read (envfile.stale_sources): one read elsewhere is not observed, as in an answer
+    without it (its .env line not compared, compare_envfile; said, secret_source_errors). A
+    source that is the deployment's own `.env` is read from the answer's `envfile`, as live."""
+    stale = stale_sources(doc, replay.sources, doc.home)
+    sources = {k: v for k, v in doc.secret_sources.items() if k not in stale}
+    changed = bool(stale)
+    for name, want in replay.sources.items():
+        found = None if name in sources else envfile_source(doc, want, doc.home)
+        if found is not None:
+            sources[name], changed = found, True
+            stale.pop(name, None)
+    return (replace(doc, secret_sources=sources) if changed else doc), stale
+
+
+def misplaced(doc: Observed, replay: Replayed) -> BoxError | None:
+    """The error of a snapshot's box observed in another deployment directory, or as another
+    user, than the desired state names (either changed since it was saved): None where it is
+    the same one, or where the answer does not say (an older or cut-down snapshot). The
+    directory is expanded under the box's home as the collector expands it (its
+    `os.path.expanduser`), so an answer for the desired directory always matches."""
+    user_differs = None not in (doc.user, replay.user) and doc.user != replay.user
+    want = None if user_differs else under_home(replay.directory, doc.home)
+    dir_differs = want is not None and doc.deploy_dir is not None and doc.deploy_dir != want
+    if not (user_differs or dir_differs):
+        return None
+    seen = f"observed {scrub_text(doc.deploy_dir or '?')} as {scrub_text(doc.user or '?')}"
+    desired = f"desired {want or replay.directory} as {replay.user or doc.user}"
+    return BoxError(Part.DEPLOYMENT, "snapshot", f"{seen}; {desired}: not compared")
+
+
+def _altered(why: str) -> BoxError:
+    # The box's file is not the one saved: what it holds may be anything, whatever else it says.
+    return BoxError(Part.OBSERVATION, "snapshot", why)
+
+
 def observation_errors(
-    exp: BoxExpectation, doc: Observed, connection: str | None = None
+    exp: BoxExpectation,
+    doc: Observed,
+    connection: str | None = None,
+    stale: Mapping[str, str] | None = None,
 ) -> list[BoxError]:
-    """Parts of the box that could not be observed: each one is a fault, not drift."""
+    """Parts of the box that could not be observed: each one is a fault, not drift. `stale`:
+    the secrets a replayed snapshot read from another source (envfile.stale_sources)."""
     errors = [BoxError(Part.CONNECTION, "ssh", connection)] if connection else []
     if not doc.deploy_dir_exists:
         where = f"deployment directory {doc.deploy_dir} does not exist"
@@ -93,7 +191,7 @@ def observation_errors(
         # observe/document.py `_answered`): either way what it would tell was not compared.
         if probe is not None and probe.error:
             errors.append(BoxError(Part.GATEWAY_PROBE, f"gateway {name} (loopback)", probe.error))
-    errors += secret_source_errors(exp, doc)
+    errors += secret_source_errors(exp, doc, stale)
     return errors
 
 

@@ -102,10 +102,19 @@ class BoxExpectation:
     lanes: dict[str, LaneExpectation]  # by service
     gateway_image: str
     mesh_members: dict[str, str] = field(default_factory=dict)  # role -> box expected to host it
+    # Where the desired state deploys (`~/...`) and as whom, and each secret's source as the
+    # collector is told it (observe/payload.py: `{"path", "key"}`, `{"variable"}`): a replayed
+    # snapshot's answer may be for other ones (compare/box.py `Replayed`). None: not known.
+    directory: str | None = None
+    user: str | None = None
+    secret_sources: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> BoxExpectation:
-    """`hosts`: role -> the box whose contract serves it (for proxied-role checks)."""
+def expectation(
+    box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str], user: str | None = None
+) -> BoxExpectation:
+    """`hosts`: role -> the box whose contract serves it (for proxied-role checks). `user`:
+    the inventory's ssh_user of the box."""
     plain = plain_env(env)
     lanes = {}
     for name, lane in box.lanes.items():
@@ -137,6 +146,14 @@ def expectation(box: BoxSpec, env: list[EnvEntry], hosts: dict[str, str]) -> Box
         lanes=lanes,
         gateway_image=box.image_ref(gw.image),
         mesh_members=dict(hosts),
+        directory=box.deployment.directory,
+        user=user,
+        secret_sources={
+            name: {"path": src.path, "key": src.key}
+            if src.source == "box_file"
+            else {"variable": src.variable}
+            for name, src in box.secrets.items()
+        },
     )
 
 

@@ -14,7 +14,15 @@ from reconciler.compare.drift import Action, BoxError, Drift, Part
 from reconciler.compare.inline import desired_value, hashed_inline, may_carry_secret, shown
 from reconciler.compare.rules import rule
 from reconciler.compare.values import flags_of
-from reconciler.observe.document import Container, EnvLine, Observed, Service
+from reconciler.observe.document import (
+    Container,
+    EnvLine,
+    Observed,
+    SecretSource,
+    SecretValue,
+    Service,
+    SourceSpec,
+)
 from reconciler.scrub import scrub_text
 
 GIB_KIB = 1024 * 1024
@@ -169,9 +177,13 @@ def _empty_is_off(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in EMPTY_IS_OFF)
 
 
-def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
+def secret_source_errors(
+    exp: BoxExpectation, doc: Observed, stale: Mapping[str, str] | None = None
+) -> list[BoxError]:
     """A secret whose box file or key is missing, or a controller_env secret the box was not
-    sent (a pyinfra fact's run), cannot be compared or written: an error."""
+    sent (a pyinfra fact's run), cannot be compared or written: an error. `stale`: the
+    secrets a replayed snapshot read from another source than the desired one (taken out of
+    `doc.secret_sources`, `stale_sources`), each with what it read."""
     errors = []
     used = {secret_of(e) for e in exp.env} - {None}
     for name in sorted(n for n in used if n is not None):
@@ -179,13 +191,16 @@ def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
         if src is None:
             # Every live run sends the box each secret it reads or stops first, and the box
             # answers for each: an answer without one (a snapshot saved before controller_env
-            # secrets were sent, a broken or hostile box) leaves the secret's .env line
-            # uncompared (compare_envfile), which is said, never "in sync".
+            # secrets were sent, a broken or hostile box, or one that read another source)
+            # leaves the secret's .env line uncompared (compare_envfile), which is said, never
+            # "in sync".
+            other = (stale or {}).get(name)
+            why = f": {other}" if other else ""
             errors.append(
                 BoxError(
                     Part.SECRET_SOURCE,
                     f"secret {name}",
-                    "not in this observation's secret_sources: its .env line not compared",
+                    f"not in this observation's secret_sources{why}: its .env line not compared",
                 )
             )
             continue
@@ -194,6 +209,79 @@ def secret_source_errors(exp: BoxExpectation, doc: Observed) -> list[BoxError]:
                 BoxError(Part.SECRET_SOURCE, f"secret {name}", f"{src.status} ({src.path})")
             )
     return errors
+
+
+def stale_sources(
+    doc: Observed, desired: Mapping[str, SourceSpec], home: str | None = None
+) -> dict[str, str]:
+    """The secrets of `doc` (a snapshot's) read from another source than `desired` names (a
+    path, a key, a variable, or the kind of source changed since it was saved), each with
+    what it read and what is desired: its digest is another secret's, which compared as this
+    one's would call a changed secret in sync, or a missing one there. A live answer always
+    read the desired sources (the payload named them). An answer from before the collector
+    recorded its sources tells them only by `path` (a box_file's as given, a controller_env's
+    `$VAR on the controller`): there a key changed alone is not seen. `home`: the box's, which
+    a box_file's path is expanded under as the collector expands it."""
+    out = {}
+    for name, seen in doc.secret_sources.items():
+        want = desired.get(name)
+        if want is None or _same_source(seen, want, home):
+            continue
+        read = _described(seen.spec) if seen.spec is not None else scrub_text(seen.path or "?")
+        out[name] = f"the snapshot read another source ({read}; desired {_described(want)})"
+    return out
+
+
+def envfile_source(doc: Observed, want: SourceSpec, home: str | None) -> SecretSource | None:
+    """What a box_file source that is the deployment's own `.env` (`reconcile import` points a
+    key no other file holds at its `.env` line) reads, from the answer's `envfile`: the same
+    file, read as compose reads it, its secrets hashed as the collector hashes a source's (the
+    run's key). So a snapshot replays against it as a live drift reads it. None: another file,
+    or a line whose value is not hashed (a key no secret pattern names: the collector's digest
+    of it is not known here)."""
+    if doc.envfile is None or doc.deploy_dir is None or want.key is None:
+        return None
+    if under_home(want.path, home) != f"{doc.deploy_dir.rstrip('/')}/.env":
+        return None
+    line = doc.envfile_by_key().get(want.key)
+    if line is None:
+        return SecretSource("key-missing", want.path, None, want)
+    if isinstance(line.value, SecretValue):
+        return SecretSource("ok", want.path, line.value, want)
+    return None
+
+
+def _same_source(seen: SecretSource, want: SourceSpec, home: str | None) -> bool:
+    spec = seen.spec
+    if spec is None:
+        return seen.path == _shown_path(want)
+    if want.variable is not None or spec.variable is not None:
+        return spec.variable == want.variable
+    if spec.key != want.key:
+        return False
+    expanded = under_home(want.path, home)
+    return spec.path == want.path or (expanded is not None and spec.expanded == expanded)
+
+
+def _shown_path(spec: SourceSpec) -> str | None:
+    """The `path` a collector's answer gives this source (collector.py `secret_sources`)."""
+    return f"${spec.variable} on the controller" if spec.variable is not None else spec.path
+
+
+def _described(spec: SourceSpec) -> str:
+    if spec.variable is not None:
+        return scrub_text(f"${spec.variable} on the controller")
+    return scrub_text(f"{spec.path}, key {spec.key}")
+
+
+def under_home(path: str | None, home: str | None) -> str | None:
+    """A desired `~/...` path (desired/types.py `check_home_path`) expanded under the box's
+    `home` as the collector's os.path.expanduser expands it (the home's trailing `/` dropped,
+    `/` itself giving `/...`): what its answer says for that path. None if either is not
+    known."""
+    if path is None or home is None or not path.startswith("~/"):
+        return None
+    return (home.rstrip("/") + path[1:]) or "/"
 
 
 # Drift actions after which a converge boots the lane they name (plan.py `_collect`).

@@ -46,9 +46,14 @@ def fact_files(
 
 def facts_of(fleet: Fleet) -> dict[str, str]:
     """The files outside group_vars that decided `fleet` (every box's, whichever are judged:
-    the whole inventory is loaded again when the snapshot is replayed)."""
+    the whole inventory is loaded again when the snapshot is replayed). A replay saved again
+    keeps its snapshot's facts, but for a box that snapshot holds none of (added to the
+    inventory since: `with_facts`), which its replays judge against the inventory's own."""
     inv = fleet.inventory
-    return fact_files(fleet.root, inv.image_overlay, inv.box_overlay, inv.boxes)
+    files = fact_files(fleet.root, inv.image_overlay, inv.box_overlay, inv.boxes)
+    # A live run's are all there (the loader read each); a replay's box overlay that is not
+    # is one its snapshot lacked (`with_facts`), and a replay of the new snapshot does as it did.
+    return {name: path for name, path in files.items() if name == IMAGES or os.path.lexists(path)}
 
 
 def write_facts(snapshot: Path, files: Mapping[str, str]) -> None:
@@ -80,7 +85,10 @@ def snapshot_facts(snapshot: Path) -> Path | None:
 
 
 def with_facts(inv: InventorySpec, facts: Path) -> InventorySpec:
-    """The inventory with each overlay it names read from `facts` (a snapshot's) instead."""
+    """The inventory with each overlay it names read from `facts` (a snapshot's) instead. A
+    box whose overlay `facts` does not hold (added to the inventory since the snapshot was
+    saved; the snapshot holds no observation of it either) keeps the inventory's own: the
+    loader reads that one for it (load.py `_box_overlays`), never a file that is not there."""
     update = {}
     if inv.image_overlay is not None:
         update["image_overlay"] = str(facts / IMAGES)

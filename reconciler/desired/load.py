@@ -77,6 +77,7 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     # The inventory's own overlays, even where a snapshot's facts/ replaces them (chosen by
     # --from-snapshot, read wherever that is): an inventory naming a file out there is wrong.
     problems = _overlay_problems(root, inv_path, inv, inv_doc)
+    own_box_overlay = inv.box_overlay  # a box the snapshot's facts do not hold reads its own
     if facts is not None:
         inv = with_facts(inv, facts)  # every overlay read from the snapshot's facts/ instead
     problems += _group_membership(inv, inv_doc)
@@ -94,7 +95,7 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     boxes: dict[str, BoxSpec] = {}
     positions: dict[str, dict[PathKey, Location]] = {}
     layers: dict[str, tuple[str, ...]] = {}
-    box_overlays, more = _box_overlays(root, inv, inv_doc, files)
+    box_overlays, more = _box_overlays(root, inv, inv_doc, files, own_box_overlay)
     if more:
         raise DesiredStateError(more)
     overlays = [*([overlay] if overlay is not None else []), *box_overlays.values()]
@@ -497,15 +498,24 @@ def _outside(places: list[str], root: Path, value: str, boxes: Iterable[str | No
 
 
 def _box_overlays(
-    root: Path, inv: InventorySpec, inv_doc: SourceDoc, files: list[tuple[Path, SourceDoc]]
+    root: Path,
+    inv: InventorySpec,
+    inv_doc: SourceDoc,
+    files: list[tuple[Path, SourceDoc]],
+    own: str | None = None,
 ) -> tuple[dict[str, SourceDoc], list[Problem]]:
-    """Per-box last layers (the lab writes the digests of the deployment it rendered)."""
+    """Per-box last layers (the lab writes the digests of the deployment it rendered). `own`:
+    the inventory's own box_overlay, where `inv`'s is a snapshot's facts (facts.with_facts)."""
     if inv.box_overlay is None:
         return {}, []
     at = inv_doc.positions.get(("box_overlay",), inv_doc.positions[()])
     docs, problems = {}, []
     for name in inv.boxes:
         path = _overlay_file(root, inv.box_overlay, name)
+        if own is not None and own != inv.box_overlay and not os.path.lexists(path):
+            # A box the snapshot does not hold (added to the inventory since it was saved):
+            # judged against the inventory's own facts, as a snapshot without facts/ is.
+            path = _overlay_file(root, own, name)
         if not os.path.lexists(path):  # anything else there is load_yaml's located error
             hint = " (run `reconcile lab up` first)" if ".lab" in str(path) else ""
             problems.append(

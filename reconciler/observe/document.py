@@ -652,13 +652,28 @@ SourceStatus = Literal["ok", "file-missing", "file-unreadable", "key-missing", "
 
 
 @document()
+class SourceSpec:
+    """The source a secret was read from, as the run's payload named it (the answer's
+    `source`): a box_file's `path` as given (`~/...`), as `expanded` on the box, and its `key`;
+    a controller_env's `variable`. Names, never a value. A replay tells by it a snapshot that
+    read another source than the desired one (compare/envfile.py `stale_sources`)."""
+
+    path: str | None = None
+    expanded: str | None = None
+    key: str | None = None
+    variable: str | None = None
+
+
+@document()
 class SecretSource:
     """A secret's source as the collector read it (box_file) or was sent it on stdin
-    (controller_env, `path` "$VAR on the controller"); digest only when found."""
+    (controller_env, `path` "$VAR on the controller"); digest only when found. `spec`: which
+    source that was (None: an answer from before the collector said so)."""
 
     status: SourceStatus
     path: str | None
     digest: SecretValue | None
+    spec: SourceSpec | None = None
 
 
 @document()
@@ -1184,6 +1199,20 @@ def _secret_source(raw: Any, path: str) -> SecretSource:
         status=status,
         path=_opt_text(obj.get("path"), f"{path}.path"),
         digest=SecretValue(digest) if digest is not None else None,
+        spec=_source_spec(obj.get("source"), f"{path}.source"),
+    )
+
+
+def _source_spec(raw: Any, path: str) -> SourceSpec | None:
+    """A secret source's `source` (None where an older collector wrote none)."""
+    if raw is None:
+        return None
+    obj = _obj(raw, path)
+    return SourceSpec(
+        path=_opt_text(obj.get("path"), f"{path}.path"),
+        expanded=_opt_text(obj.get("expanded"), f"{path}.expanded"),
+        key=_opt_name(obj.get("key"), f"{path}.key"),
+        variable=_opt_name(obj.get("variable"), f"{path}.variable"),
     )
 
 

@@ -78,6 +78,9 @@ class BoxObservation:
     def __post_init__(self, complete: bool, fault: Fault | None, parsed: Observed | None) -> None:
         self._complete = complete
         self._fault = fault
+        # A snapshot's box file whose bytes are not those its index recorded: why (the box's
+        # error in a replay, compare/box.py). Not a field: never saved with the observation.
+        self.altered: str | None = None
         self.reread(parsed)
 
     def reread(self, parsed: Observed | None = None) -> None:
@@ -255,6 +258,7 @@ def snapshot_observation(
     straight into the document (document_c.py), which gives what the two steps below give.
     `data`: the file's bytes as `snapshot_box_bytes` read them, for a caller that keeps them
     too (a recorded replay packs them for the history): read once, not twice."""
+    altered = None
     try:
         if data is None:
             data = _read_limited(path)
@@ -266,6 +270,10 @@ def snapshot_observation(
         raw = Fault(FaultKind.NOT_OBSERVED, f"{path.name} cannot be read ({_os_reason(exc)})")
     else:
         unique = _written_as(data, sha256)
+        if sha256 is not None and not unique:
+            # Edited since it was saved (by hand, a tool, a damaged disk): whatever it says
+            # now (a render of another .env, a section gone) is read as it is, and this said.
+            altered = f"{path.name} changed since it was saved (its sha256 is not the index's)"
         if in_c and unique and not raw_kept and len(data) <= SNAPSHOT_FILE_LIMIT:
             typed = _typed_snapshot(box, data)
             if typed is not None:
@@ -276,13 +284,17 @@ def snapshot_observation(
     if not isinstance(raw, Fault) and not isinstance(raw, dict):
         raw = Fault(FaultKind.MALFORMED, "expected an object", box)
     if isinstance(raw, Fault):
-        return BoxObservation(box, None, str(raw), fault=raw)
-    controller = raw.get("controller")
-    if controller is not None and not isinstance(controller, dict):
-        bad = Fault(FaultKind.MALFORMED, "expected an object", "controller")
-        return BoxObservation(box, None, str(bad), fault=bad)
-    fields = (raw.get("error"), raw.get("elapsed_s"), raw.get("connection"))
-    return _from_file(box, raw.get("collected"), *fields, controller)
+        obs = BoxObservation(box, None, str(raw), fault=raw)
+    else:
+        controller = raw.get("controller")
+        if controller is not None and not isinstance(controller, dict):
+            bad = Fault(FaultKind.MALFORMED, "expected an object", "controller")
+            obs = BoxObservation(box, None, str(bad), fault=bad)
+        else:
+            fields = (raw.get("error"), raw.get("elapsed_s"), raw.get("connection"))
+            obs = _from_file(box, raw.get("collected"), *fields, controller)
+    obs.altered = altered
+    return obs
 
 
 def _from_file(

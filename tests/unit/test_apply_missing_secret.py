@@ -43,7 +43,10 @@ def test_an_unset_controller_variable_fails_the_box_before_anything_is_sent(
 ) -> None:
     monkeypatch.delenv("FLEET_TEST_MESH_KEY", raising=False)
     fleet = load_fleet(controller_sourced, "lab")
-    run = run_drift_on(drift_inputs(fleet), ["thor"], from_snapshot=controller_sourced / "snapshot")
+    # The drift of the state the snapshot was saved against: replayed against this one, whose
+    # mesh key it never read, the key's line is not compared and the plan refused.
+    saved = drift_inputs(load_fleet(EXAMPLE, "lab"))
+    run = run_drift_on(saved, ["thor"], from_snapshot=controller_sourced / "snapshot")
     prep = engine.prepare(fleet, "thor", run)
     assert not prep.plan.empty and not prep.plan.blocked  # the incidents need a converge
 

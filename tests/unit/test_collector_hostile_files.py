@@ -74,6 +74,11 @@ def box(tmp_path: Path) -> Path:
     return home
 
 
+def read_from(home: Path) -> dict[str, str]:
+    """The `source` the collector records for the box_file secret `collect` names."""
+    return {"path": "~/secrets.env", "expanded": str(home / "secrets.env"), "key": "GW"}
+
+
 def collect(home: Path, engine: str | None = None) -> tuple[str, dict[str, Any]]:
     """The collector's stdout, run over `home` as the controller runs it, and its document;
     `engine`: the unix socket of a Docker Engine to ask (DOCKER_HOST), else the default."""
@@ -230,7 +235,11 @@ def test_any_other_fifo_the_collector_reads_is_named_too(
     assert doc["file_errors"] == {shown: "not a regular file (fifo)"}
     assert doc["envfile"] is not None  # the .env itself was read
     if shown == "~/secrets.env":
-        assert doc["secret_sources"]["gw"] == {"status": "file-unreadable", "path": "~/secrets.env"}
+        assert doc["secret_sources"]["gw"] == {
+            "status": "file-unreadable",
+            "path": "~/secrets.env",
+            "source": read_from(box),
+        }
 
 
 def test_a_regular_file_reads_as_before(box: Path) -> None:
@@ -504,10 +513,18 @@ def test_a_secret_source_that_is_a_symlink_to_nothing_is_named_so_not_missing(bo
     (box / "secrets.env").symlink_to("/nonexistent-fleet-test/secrets.env")
     _, raw = collect(box)
     assert raw["file_errors"] == {"~/secrets.env": "a symlink that leads to no file"}
-    assert raw["secret_sources"]["gw"] == {"status": "file-unreadable", "path": "~/secrets.env"}
+    assert raw["secret_sources"]["gw"] == {
+        "status": "file-unreadable",
+        "path": "~/secrets.env",
+        "source": read_from(box),
+    }
     (box / "secrets.env").unlink()  # no file and no link: missing, and no error of the box's
     _, raw = collect(box)
-    assert raw["secret_sources"]["gw"] == {"status": "file-missing", "path": "~/secrets.env"}
+    assert raw["secret_sources"]["gw"] == {
+        "status": "file-missing",
+        "path": "~/secrets.env",
+        "source": read_from(box),
+    }
     assert "file_errors" not in raw or not raw["file_errors"]
 
 

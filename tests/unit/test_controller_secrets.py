@@ -171,8 +171,13 @@ def test_the_box_hashes_a_sent_value_as_it_hashes_its_own_file(tmp_path: Path) -
         "status": "ok",
         "path": "$FLEET_KEY on the controller",
         "digest": shown["file_key"]["digest"],
+        "source": {"variable": "FLEET_KEY"},
     }
-    assert shown["lost_key"] == {"status": "not-sent", "path": "$FLEET_LOST on the controller"}
+    assert shown["lost_key"] == {
+        "status": "not-sent",
+        "path": "$FLEET_LOST on the controller",
+        "source": {"variable": "FLEET_LOST"},
+    }
     assert values["sent_key"] == CANARY  # rendered into the desired .env, used by the probe
     assert CANARY not in module.without_known_secrets({"shown": shown, "echo": f"x {CANARY}"})
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ def replay(directory: Path, exp: BoxExpectation, in_parts: bool = False) -> BoxR
     """`drift --from-snapshot` against desired state `exp`: the run that keeps observations
     (load_snapshot), or the one that keeps only the report (the replayer, as a large replay
     reads it: msgspec straight into the document)."""
+    # The answer is a collector's run over a deployment in tmp_path, not the lab thor's own
+    # directory and user: not told apart here (compare/box.py `misplaced`).
+    exp = replace(exp, directory=None, user=None)
     inputs = DriftInputs("inventory/lab.yaml", ("thor",), {"thor": exp}, {}, {}, {})
     run = run_drift_on(inputs, ["thor"], from_snapshot=directory, keep_observations=not in_parts)
     return run.report.boxes[0]

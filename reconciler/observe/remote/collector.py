@@ -1944,18 +1944,26 @@ def secret_sources(run, sent=None):
     """Read every box_file secret source and take the controller_env secrets the controller
     `sent` on stdin; return digests for the report, values for rendering and the audit probe.
     A controller value is hashed exactly like a value read here: every comparison (`.env`,
-    the render, the containers, keyed access) treats both sources alike."""
+    the render, the containers, keyed access) treats both sources alike.
+    Each entry's `source` is the source as the payload named it (a box_file's path as given
+    and as expanded here, and its key; a controller_env's variable): names, never a value. A
+    snapshot replayed against a desired state whose source changed since has read another
+    source, which the controller tells by it (compare/envfile.py `stale_sources`). Under
+    `source` (a record's metadata): a snapshot keeps it as it is (history/masking.py)."""
     shown, values, cache, refusals = {}, {}, {}, {}  # type: dict, dict, dict, dict
     for name, variable in sorted((run.p.get("controller_secrets") or {}).items()):
         value = (sent or {}).get(name)
         where = "$%s on the controller" % variable
+        spec = {"variable": variable}
         if isinstance(value, str) and value.strip():
             values[name] = value
             shown[name] = {"status": "ok", "path": where, "digest": run.digest(value)}
         else:
             shown[name] = {"status": "not-sent", "path": where}
+        shown[name]["source"] = spec
     for name, src in sorted(run.p.get("box_secrets", {}).items()):
         path = os.path.expanduser(src["path"])
+        spec = {"path": src["path"], "expanded": path, "key": src["key"]}
         if path not in cache:
             text, problem = run.box_file(path, src["path"])
             # As the converger reads it: compose's reading, else a line at a time (a shell's
@@ -1981,6 +1989,7 @@ def secret_sources(run, sent=None):
                 "path": src["path"],
                 "digest": run.digest(found[src["key"]]),
             }
+        shown[name]["source"] = spec
     return shown, values
 
 
