@@ -223,7 +223,8 @@ def _replayed(inputs: DriftInputs, name: str, obs: BoxObservation) -> Replayed:
     directory, user and secret sources its answer may not be for, and whether its file is
     the one saved."""
     exp = inputs.expectations[name]
-    return replayed(exp.directory, exp.user, exp.secret_sources, obs.altered)
+    base = inputs.bases.get(name)
+    return replayed(exp.directory, exp.user, exp.secret_sources, obs.altered, base)
 
 
 def _new_run_id() -> str:

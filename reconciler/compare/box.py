@@ -49,6 +49,8 @@ class Replayed:
     user: str | None
     sources: Mapping[str, SourceSpec] = field(default_factory=dict)
     altered: str | None = None
+    # Where the controller reaches the box's gateway in the desired state (None: not checked).
+    base: str | None = None
 
 
 def replayed(
@@ -56,6 +58,7 @@ def replayed(
     user: str | None,
     secrets: Mapping[str, Mapping[str, str]],
     altered: str | None = None,
+    base: str | None = None,
 ) -> Replayed:
     """`Replayed` from plain values: each secret's source as the collector is told it
     (observe/payload.py: a box_file's `{"path", "key"}`, a controller_env's `{"variable"}`)."""
@@ -63,7 +66,21 @@ def replayed(
         name: SourceSpec(path=src.get("path"), key=src.get("key"), variable=src.get("variable"))
         for name, src in secrets.items()
     }
-    return Replayed(directory, user, sources, altered)
+    return Replayed(directory, user, sources, altered, base)
+
+
+def _probed_at(
+    controller: ControllerProbes, replay: Replayed
+) -> tuple[ControllerProbes, list[BoxError]]:
+    """The controller's probes of a snapshot's box, if they were made where the desired state
+    reaches its gateway. Made at another address or port (`gateway.port` or the box's address
+    changed since the save), their answers are another gateway's: not compared, and said, as a
+    live run would probe the desired one."""
+    made, wanted = controller.base, replay.base
+    if made is None or wanted is None or made == wanted:
+        return controller, []
+    said = f"made at {made}; desired {wanted}: not compared (the auth posture from the network)"
+    return ControllerProbes(base=made), [BoxError(Part.GATEWAY_PROBE, "controller probes", said)]
 
 
 def compare_box(
@@ -78,6 +95,9 @@ def compare_box(
     (observe.BoxObservation.connection), an error of the box however complete its answer.
     `replay`: `doc` is a snapshot's, replayed against this desired state (`Replayed`)."""
     altered = [] if replay is None or not replay.altered else [_altered(replay.altered)]
+    if replay is not None:
+        controller, probed_elsewhere = _probed_at(controller, replay)
+        altered += probed_elsewhere
     if doc is None:
         why = BoxError(Part.OBSERVATION, str(fault) if fault is not None else "not observed")
         result = partial_result(exp, controller, why)

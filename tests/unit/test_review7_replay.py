@@ -409,3 +409,44 @@ def test_a_box_added_since_the_snapshot_keeps_its_own_facts(tmp_path: Path) -> N
         "spark.yaml",
         "thor.yaml",
     ]
+
+
+# -- 5. the controller's probes made at another address or port -----------------------------------
+PORT_CHANGED = {"group_vars/all.yaml": ("  port: 8000", "  port: 8001")}
+
+
+def replay_with_probes(found: DriftInputs, box: str) -> BoxResult:
+    """compare_box as a replay calls it, the controller's probes of the snapshot included and
+    the desired base the controller reaches the box at (drift._replayed)."""
+    obs = load_snapshot(SNAPSHOT)[1][box]
+    assert obs.document is not None and obs.probes.base is not None
+    wanted = replace(against(found, box), base=found.bases[box])
+    return compare_box(found.expectations[box], obs.document, obs.probes, replay=wanted)
+
+
+def test_probes_made_where_the_desired_state_reaches_the_gateway_are_compared(
+    tmp_path: Path,
+) -> None:
+    found = inputs(fleet_root(tmp_path))
+    for box in ("spark", "thor"):
+        result = replay_with_probes(found, box)
+        assert errors_of(result, Part.GATEWAY_PROBE) == [], box
+        assert result.facts["controller_health"] is not None, box
+
+
+def test_probes_made_at_another_port_are_not_compared_and_said(tmp_path: Path) -> None:
+    """e8b: `gateway.port` changed since the save. The snapshot's controller probes asked
+    :8000, another gateway than the desired :8001; their answers were judged as its auth
+    posture (`401 -> 200`) without a word."""
+    found = inputs(fleet_root(tmp_path, PORT_CHANGED))
+    for box in ("spark", "thor"):
+        result = replay_with_probes(found, box)
+        made = load_snapshot(SNAPSHOT)[1][box].probes.base
+        assert made is not None and made.endswith(":8000")
+        said = [e for e in errors_of(result, Part.GATEWAY_PROBE) if "controller probes" in e]
+        assert said == [
+            f"controller probes: made at {made}; desired {made[:-4]}8001: not compared "
+            "(the auth posture from the network)"
+        ], box
+        assert not [d for d in result.drifts if "(controller)" in d.path], box
+        assert result.facts["controller_health"] is None
