@@ -24,7 +24,7 @@ from reconciler.compare.envfile import (
 )
 from reconciler.compare.gateway import compare_auth, compare_contract
 from reconciler.compare.partial import partial_result
-from reconciler.compare.render_basis import for_desired
+from reconciler.compare.render_basis import for_desired, stale_without_basis
 from reconciler.compare.shell import compare_shell
 from reconciler.observe.document import (
     NO_PROBES,
@@ -116,6 +116,7 @@ def compare_box(
                 facts=facts(doc, controller),
             )
         doc, stale = replayed_sources(doc, replay)
+        doc = stale_without_basis(doc, exp.env)  # an older snapshot's render of another .env
     doc = for_desired(doc, exp.env)  # a snapshot's render of this state's .env, if it has one
     envfile = doc.envfile_by_key()  # read by two comparators: built once
     drifts: list[Drift] = []

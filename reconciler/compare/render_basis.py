@@ -90,6 +90,57 @@ NO_RENDER = (
 )
 
 
+def _basis_less_render(key: str) -> str:
+    return (
+        f"not in this snapshot: its compose render (saved by an older version, without the "
+        f"basis of its .env) disagrees with the desired .env on {key}: made from another "
+        "desired state; the services' command lines, environments, runtimes and rendered "
+        "images (dead knobs) not compared; save the snapshot again, or a live drift renders it"
+    )
+
+
+def stale_without_basis(doc: Observed, env: Iterable[EnvEntry]) -> Observed:
+    """A replayed snapshot whose render records no basis (saved before renders had one) is
+    read as made from the desired `.env`, which it was for the desired state it was saved
+    against. Replayed against one edited since, its services' environments still carry the
+    old values (a lane's `triton` where the desired `.env` now says `flashinfer`), compared
+    and reported as the desired state's. Told by the services that read the `.env` whole
+    through `env_file:` (`env_file_readers`): a managed key a converge would write (its desired
+    value is not the box's line) that every such service holds with one other plain value was
+    rendered from another `.env`. Then the renders are not read, as for a snapshot with bases
+    (`for_desired`), with an error that says why. Only for a replay: a live answer's render is
+    made from the desired `.env` by the collector itself.
+    Told only by the keys the operator's desired state sets (group_vars, lanes, the gateway),
+    not those the inventory derives (the box's name and address, the other members' seeds): a
+    basis-less snapshot replayed after the mesh's membership changed keeps comparing its
+    render, as before (the seeds its lanes hold are the old members'); so does the 1,000-box
+    fleet bench/scale_fleet.py builds from three boxes' answers."""
+    if doc.render.basis is not None or doc.render_current is not None:
+        return doc  # bases recorded: for_desired chooses by them
+    services = doc.render.services
+    if not services or doc.envfile is None:
+        return doc
+    current = doc.envfile_by_key()
+    written = [
+        (e.key, e.value)
+        for e in env
+        if type(e.value) is str
+        and not e.origin.startswith("inventory")  # see below
+        and not (e.key in current and current[e.key].value == e.value)
+        and not (doc.envfile_desired and e.key in doc.envfile_desired)  # masked inline secret
+    ]
+    if not written:
+        return doc
+    readers = [services[name].environment for name in env_file_readers(services, current.keys())]
+    for key, want in written:
+        held = {r.get(key) for r in readers}
+        if len(held) == 1 and type(rendered := next(iter(held))) is str and rendered != want:
+            missing = Render(None, error=_basis_less_render(key))
+            login = None if doc.render_login is None else missing
+            return replace(doc, render=missing, render_login=login)
+    return doc
+
+
 def for_desired(doc: Observed, env: Iterable[EnvEntry]) -> Observed:
     """`doc` with the renders of the desired state's `.env` in `render` and `render_login`.
     An answer without bases (every live drift: the collector records them only for a snapshot,
