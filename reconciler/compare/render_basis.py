@@ -131,8 +131,14 @@ def stale_without_basis(doc: Observed, env: Iterable[EnvEntry]) -> Observed:
     ]
     if not written:
         return doc
-    readers = [services[name].environment for name in env_file_readers(services, current.keys())]
+    environments = [spec.environment for spec in services.values()]
+    readers: list[Mapping[str, EnvValue]] | None = None
     for key, want in written:
+        if all(env.get(key, want) == want for env in environments):
+            continue  # no service holds another value: the common case, without the readers
+        if readers is None:
+            names = env_file_readers(services, current.keys())
+            readers = [services[name].environment for name in names]
         held = {r.get(key) for r in readers}
         if len(held) == 1 and type(rendered := next(iter(held))) is str and rendered != want:
             missing = Render(None, error=_basis_less_render(key))
