@@ -70,7 +70,18 @@ def test_an_edited_desired_value_is_a_change_in_text_and_json(
         "[cause envfile:VLLM_GDN_DECODE_KERNEL] (desired triton -> flashinfer; "
         "was desired triton, observed null)"
     ) in out.splitlines(), out
-    assert out.splitlines()[-1].startswith("diff: 0 entries appeared, 0 cleared, 1 changed")
+    # The example's renders predate bases: edited, thor's no longer reads as this state's
+    # (render_basis.stale_without_basis), so its lanes, and the `KEY=` line only a render's
+    # env_file readers tell from no line, are not compared in the second run, and said so.
+    assert (
+        "  thor: render not observed in run 2: its entries on the lanes and the gateway not "
+        "compared" in out.splitlines()
+    ), out
+    assert out.splitlines()[-1].startswith("diff: 0 entries appeared, 1 cleared, 1 changed"), out
+    assert (
+        "  - thor envfile file:.env CULTURE_VLLM_API_KEY: desired , observed null "
+        "[cause envfile:CULTURE_VLLM_API_KEY]" in out.splitlines()
+    ), out
     code, out, _ = reconcile(capsys, "diff", "--history", str(db), "--format", "json", root=fleet)
     doc = json.loads(out)
     assert code == 2 and doc["changed"] is True
