@@ -39,6 +39,13 @@ def history_path(chosen: str | None, repo_root: Path | None) -> Path:
     path = Path(os.path.realpath(path))
     if path.is_dir():
         raise HistoryLocationError(f"history: {chosen or path} is a directory, not a file")
+    blocked = _not_a_directory(path.parent)
+    if blocked is not None:
+        # `prepare` makes the missing directories; one that is a file would fail it only once
+        # the run is done, as a warning after every box was observed.
+        raise HistoryLocationError(
+            f"history: {chosen or path} cannot be used: {blocked} is not a directory"
+        )
     if repo_root is not None:
         root = Path(os.path.realpath(repo_root))
         if path == root or root in path.parents:
@@ -47,6 +54,15 @@ def history_path(chosen: str | None, repo_root: Path | None) -> Path:
                 "choose a path outside it (--history PATH) or --no-history"
             )
     return path
+
+
+def _not_a_directory(directory: Path) -> Path | None:
+    """The nearest existing ancestor of `directory` (itself included) when it is not a
+    directory, else None."""
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
 
 
 def prepare(path: Path) -> None:

@@ -173,6 +173,35 @@ def test_a_live_store_is_never_inside_the_fleet_repository(
     assert history_path(str(tmp_path / "x.db"), tmp_path / "repo") == tmp_path / "x.db"
 
 
+def test_a_store_under_a_file_is_refused_before_the_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Guard: a --history path under a file was refused only after every box was replayed
+    (or observed), as a warning, exit 2; it is a bad option, said first, exit 1."""
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("not a directory\n")
+    target = blocker / "sub" / "history.sqlite3"
+    report = tmp_path / "report.json"
+    code, out, err = reconcile(
+        capsys,
+        "drift",
+        "--from-snapshot",
+        str(SNAPSHOT),
+        "--history",
+        str(target),
+        "--format",
+        "json",
+        "-o",
+        str(report),
+    )
+    assert code == 1 and out == ""
+    assert f"{blocker} is not a directory" in err
+    assert not report.exists()  # nothing replayed
+    assert blocker.read_text() == "not a directory\n"
+    # A missing directory is still made by the store (prepare), so it is no error here.
+    assert history_path(str(tmp_path / "new" / "h.db"), None) == tmp_path / "new" / "h.db"
+
+
 def test_the_default_is_the_users_state_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")
     assert default_path() == Path("/srv/state/fleet-reconciler/history.sqlite3")
