@@ -42,9 +42,23 @@ def target_problem(option: str, path: str) -> str | None:
         return f"{option} {path}: {exc.strerror or exc}"
     if mode is not None and stat.S_ISDIR(mode):
         return f"{option} {path}: is a directory, not a file"
-    parent = Path(os.path.realpath(path)).parent
+    real = Path(os.path.realpath(path))
+    parent = real.parent
     if mode is None and not parent.is_dir():
         return f"{option} {path}: the directory {parent} does not exist"
+    if mode is not None and not stat.S_ISREG(mode):  # a device, a FIFO: written into
+        return None if os.access(real, os.W_OK) else f"{option} {path}: not writable"
+    # A regular file is replaced by a file written beside it (write_whole): checked by making
+    # one, since what stat or access(2) say is not what a write meets (a read-only mount, a
+    # directory root may not write in without CAP_DAC_OVERRIDE). Found only after every box
+    # was observed, the run was lost.
+    probe = parent / f".{_short(real.name)}.{os.getpid()}.{os.urandom(6).hex()}.probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except OSError as exc:
+        return f"{option} {path}: cannot write in {parent}: {exc.strerror or exc}"
+    with suppress(OSError):
+        os.unlink(probe)
     return None
 
 

@@ -141,3 +141,62 @@ def test_target_problem_accepts_a_new_file_or_a_regular_one(tmp_path: Path) -> N
     assert target_problem("-o", str(tmp_path / "file" / "x")) == (
         f"-o {tmp_path}/file/x: Not a directory"
     )
+
+
+def test_a_directory_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """Guard: `-o` and `--metrics` in a directory the user may not write in were accepted by
+    the check (it exists), and the write failed only after every box was observed: the run
+    was lost. Root writes anywhere, so the run drops CAP_DAC_OVERRIDE (setpriv), as a user
+    without it meets the directory."""
+    import subprocess
+    import sys
+
+    shut = tmp_path / "shut"
+    shut.mkdir()
+    if os.geteuid() == 0:
+        os.chown(shut, 65534, 65534)  # nobody's: root is then only "other"
+    shut.chmod(0o755)
+    drop = (
+        [
+            "setpriv",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--inh-caps=-dac_override,-dac_read_search",
+        ]
+        if os.geteuid() == 0
+        else []
+    )
+    for option in ("-o", "--metrics"):
+        target = shut / "report.txt"
+        done = subprocess.run(
+            [
+                *drop,
+                sys.executable,
+                "-m",
+                "reconciler",
+                "--root",
+                str(ROOT / "examples" / "lab-incidents"),
+                "-i",
+                "lab",
+                "drift",
+                "--from-snapshot",
+                str(SNAPSHOT),
+                "--no-history",
+                option,
+                str(target),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == (
+            f"error: {option} {target}: cannot write in {shut}: Permission denied\n"
+        )
+        assert list(shut.iterdir()) == []
+
+
+def test_the_write_check_leaves_nothing_behind(tmp_path: Path) -> None:
+    assert target_problem("-o", str(tmp_path / "report.txt")) is None
+    assert target_problem("--metrics", str(tmp_path / "m.prom")) is None
+    assert list(tmp_path.iterdir()) == []
