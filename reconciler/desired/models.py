@@ -21,6 +21,7 @@ from pydantic import (
     StringConstraints,
     Tag,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails
@@ -373,6 +374,15 @@ class InventorySpec(Strict):
         description="a last group_vars layer per box, `{box}` in the path (the lab's facts)",
     )
     boxes: dict[BoxName, InventoryBox]
+
+    @field_validator("boxes")
+    @classmethod
+    def _some_box(cls, boxes: dict[str, InventoryBox]) -> dict[str, InventoryBox]:
+        # Without one, every check passed, and a drift, audit or apply gate pointed at an
+        # emptied or template inventory reported green having judged nothing.
+        if not boxes:
+            raise ValueError("no boxes: an inventory names at least one box")
+        return boxes
 
     @model_validator(mode="after")
     def _one_box_per_machine(self) -> Self:
