@@ -44,10 +44,10 @@ def drift_registry(
 
     A box not observed in full (unreachable, or a fault left part of it unseen) has no 0
     written: its zero is not known, and an alert must not resolve on it. The kinds it was
-    found drifting in are written (a lower bound), and `fleet_drift_box_observed` is 0. An
-    entry under a part its faults left unseen is not counted at all: dockerd down makes
-    compare say "no container for this service" of every lane, which is not drift found but
-    a part not seen (`reconcile diff` does not compare those entries either)."""
+    found drifting in are written (a lower bound), and `fleet_drift_box_observed` is 0. Every
+    entry is counted, in a part with a fault too: compare makes none where it could not look
+    (dockerd down says no lane is missing), so what a faulted part still showed (the
+    controller's probes of a gateway whose /health timed out) is drift found."""
     from prometheus_client import CollectorRegistry, Gauge
 
     from reconciler.history.parts import (
@@ -56,7 +56,6 @@ def drift_registry(
         GATEWAY,
         LANES,
         NOT_RECORDED,
-        counted,
         known,
         unseen_columns,
     )
@@ -87,8 +86,7 @@ def drift_registry(
     entries = Gauge(
         "fleet_drift_entries",
         "drift entries of the box by kind in the last drift run (a box not observed in full: "
-        "only the kinds found, a lower bound, none under a part not observed; no 0 is written "
-        "for it)",
+        "only the kinds found, a lower bound; no 0 is written for it)",
         ["box", "kind"],
         registry=registry,
     )
@@ -118,9 +116,10 @@ def drift_registry(
         observed.labels(name).set(1 if whole else 0)
         for part in (LANES, GATEWAY, BOX_WIDE):
             part_observed.labels(name, part).set(1 if part in seen_parts else 0)
-        # A partial box's entries (its gateway as the controller saw it) are counted: its
-        # fault is the observation's, under no part.
-        drifts = counted(box["drifts"], unseen)
+        # Every entry is drift the run saw, in a part with a fault too (a gateway answering
+        # without a key to the controller's probes while its /health timed out): compare
+        # makes none where it could not look (dockerd down: no "no container" lanes).
+        drifts = box["drifts"]
         for kind in dict.fromkeys([*(kinds if whole else ()), *(d["kind"] for d in drifts)]):
             entries.labels(name, kind).set(sum(1 for d in drifts if d["kind"] == kind))
         if whole or drifts:

@@ -127,26 +127,6 @@ def complete(
     return observation == "full" and not unseen_columns(known(errors, faults, texts))
 
 
-def counted(drifts: Iterable[Any], unseen: frozenset[str]) -> list[Any]:
-    """The drift entries (report dicts, or compare's Drift) outside the `unseen` columns: what
-    the metrics and the page's badge count. An entry under a part not observed (dockerd down:
-    "no container for this service" on every lane) is no drift found, only a part not seen,
-    which the box's observed gauge says; `reconcile diff` does not compare it either."""
-    if not unseen:
-        return list(drifts)
-    return [d for d in drifts if column(_subject(d)) not in unseen]
-
-
-def found(box: Any) -> int:
-    """A run's box (compare.drift.BoxResult): its entries outside the columns its faults left
-    not observed (`counted`): what the HTML page's badge says it found."""
-    return len(counted(box.drifts, unseen_columns(faults_of(box.errors))))
-
-
-def _subject(drift: Any) -> str:
-    return str(drift["subject"] if isinstance(drift, dict) else drift.subject)
-
-
 def seen_in_full(box: Any) -> bool:
     """The same of a run's box (compare.drift.BoxResult): what the HTML page's badge and its
     sparkline's last point go by."""

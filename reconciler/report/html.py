@@ -84,7 +84,6 @@ def sparkline(counts: Sequence[int], width: int = 120, height: int = 24) -> dict
 def drift_matrix(
     report: DriftReport, lanes: Mapping[str, Sequence[str]]
 ) -> tuple[list[str], dict[str, dict[str, Cell]]]:
-    from reconciler.history.parts import counted, faults_of, unseen_columns
 
     seen = {column_of(d.subject) for d in report.drifts}
     cols = columns(lanes, [b.box for b in report.boxes], seen)
@@ -92,13 +91,14 @@ def drift_matrix(
     for box in report.boxes:
         own = set(lanes.get(box.box, ())) | {GATEWAY, BOX_WIDE}
         unseen = unobserved(box)
-        # An entry under a part its faults left unseen (dockerd down: "no container for this
-        # service" on every lane) is no drift found: its cell says "not observed", as the
-        # metrics and `reconcile diff` read it (history/parts.counted).
-        found = counted(box.drifts, unseen_columns(faults_of(box.errors)))
+        # Every entry is drift the run saw: compare makes none where it could not look
+        # (dockerd down: no "no container" lanes), and what a faulted part still showed (the
+        # controller's own probes of a gateway whose /health timed out, a `.env` read while
+        # the login shell hung) keeps its cell's colour, its hover saying what was not seen.
+        # Greyed, a gateway answering without a key read "not observed".
         row: dict[str, Cell] = {}
         for col in cols:
-            drifts = [d for d in found if column_of(d.subject) == col]
+            drifts = [d for d in box.drifts if column_of(d.subject) == col]
             if not box.reachable and box.partial is None:
                 row[col] = Cell("unobserved", title="not observed")
                 continue
@@ -199,7 +199,7 @@ def render_drift_html(
 ) -> str:
     """`lanes`: each box's desired lanes (services); `history`: each box's drift entry counts,
     oldest first, this run last (no sparkline for a box without)."""
-    from reconciler.history.parts import found, seen_in_full
+    from reconciler.history.parts import seen_in_full
     from reconciler.report.summary import summarize
 
     report = guarded(report)
@@ -212,11 +212,10 @@ def render_drift_html(
                 "observation": clean(box.observation),
                 "partial": free_text(box.partial) if box.partial else None,
                 "errors": [free_text(str(e)) for e in box.errors],
-                # The entries outside the parts its faults left unseen (history/parts.found,
-                # what the metrics count). Every part observed (history/parts.py): else its
-                # count is a lower bound, and a 0 is not known (dockerd down is no box in
-                # sync): the badge says so.
-                "entries": found(box),
+                # Every entry found (what the metrics count). Unless every part was observed
+                # (history/parts.py) the count is a lower bound, and a 0 is not known
+                # (dockerd down is no box in sync): the badge says so.
+                "entries": len(box.drifts),
                 "seen": seen_in_full(box),
                 "spark": sparkline((history or {}).get(box.box, ())),
             }

@@ -135,7 +135,7 @@ def test_history_retention_with_a_file_on_the_stores_way_is_an_error(
     code, out, err = reconcile(capsys, "history", *limit, "--history", str(db))
     assert code == 1 and not out
     assert err == (
-        f"error: history: {db} cannot be used: {db.parent}: not a directory (ENOTDIR)\n"
+        f"error: history: {db} cannot be used: {tmp_path / 'afile'} is not a directory\n"
     ), err
 
 
