@@ -147,7 +147,13 @@ def _cmd_history(args: argparse.Namespace) -> int:
         print(f"error: {_unusable(path, exc)}", file=sys.stderr)
         return EXIT_ERROR
     if missing:  # nothing recorded yet: an empty history
-        print(f"no runs recorded in {path} (no store there yet)")
+        if args.format == "json":  # what a script reads on a fresh machine: still JSON
+            from reconciler.history.listing import render_json
+
+            sys.stdout.write(render_json([], args.box, path))
+            print(f"no runs recorded in {path} (no store there yet)", file=sys.stderr)
+        else:
+            print(f"no runs recorded in {path} (no store there yet)")
         return EXIT_OK
     try:
         # OSError: store.opened says the file system's refusals (its directory cannot be

@@ -29,14 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write Prometheus metrics to FILE (atomically; for node_exporter's textfile "
         "collector)",
     )
-    parser.add_argument(
+    # Both given, the store named was silently not written: one or the other.
+    recording = parser.add_mutually_exclusive_group()
+    recording.add_argument(
         "--history",
         metavar="PATH",
         type=file_path,
         help="record the run in this SQLite store (default: $XDG_STATE_HOME/fleet-reconciler/"
         "history.sqlite3; a replay --from-snapshot is recorded only with --history)",
     )
-    parser.add_argument("--no-history", action="store_true", help="do not record this run")
+    recording.add_argument("--no-history", action="store_true", help="do not record this run")
 
 
 class RunOutputs:
@@ -75,8 +77,31 @@ def prepare(args: argparse.Namespace) -> RunOutputs | None:
         except HistoryLocationError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return None
+        problem = _foreign_store(history) if args.history else None
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return None
     root = _fleet_root(args) if history is not None else None  # only the page's trend reads it
     return RunOutputs(history, Path(args.metrics) if args.metrics else None, root)
+
+
+def _foreign_store(path: Path) -> str | None:
+    """Why the store a run was pointed at (`--history PATH`) would refuse its record, when
+    that is known before the run: another application's database, not a database at all, a
+    newer reconciler's store. Found once every box was observed, it was a warning and exit 2,
+    which a timer counts as a success: it never recorded. Only for a path given: the default
+    store is this tool's own, and opening it costs a live run's critical path ~4 ms."""
+    from reconciler.history.store import HistoryError, reading
+
+    try:
+        if not path.is_file():
+            return None  # a new store: made when the run is recorded
+        with reading(path):
+            return None
+    except HistoryError as exc:
+        return str(exc)
+    except OSError:  # not permitted to look: the record says it
+        return None
 
 
 def _observing_problem(args: argparse.Namespace) -> str | None:

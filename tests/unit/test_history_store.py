@@ -217,7 +217,8 @@ def test_a_replay_without_history_path_and_no_history_record_nothing(
     reconcile(capsys, "drift", "--from-snapshot", str(SNAPSHOT))
     assert not (tmp_path / "state").exists()  # a replay is not a new observation
     db = tmp_path / "h.sqlite3"
-    drift_replay(capsys, db, "--no-history")
+    with pytest.raises(SystemExit):  # one or the other (review 8: it silently recorded nothing)
+        drift_replay(capsys, db, "--no-history")
     assert not db.exists()
 
 
@@ -347,11 +348,11 @@ def test_a_store_from_a_newer_reconciler_is_refused_not_touched(
     conn.close()
     code, out, err = reconcile(capsys, "history", "--history", str(db))
     assert (code, out) == (1, "") and "newer than this reconciler" in err
-    code, _, err = reconcile(
+    code, out, err = reconcile(
         capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(db)
     )
-    assert code == 2  # the report's exit code: the store's trouble is a warning
-    assert "warning: the run was not recorded" in err
+    # Known before the run: refused first (review 8: after it, a warning and exit 2).
+    assert (code, out) == (1, "") and "newer than this reconciler" in err
 
 
 def test_an_old_store_is_migrated_on_open(tmp_path: Path) -> None:
@@ -492,11 +493,15 @@ def test_a_run_recorded_into_a_damaged_store_is_a_warning_and_not_written(
         conn.execute(damage)
     conn.close()
     before = dump(db)
-    code, _, err = reconcile(
+    code, out, err = reconcile(
         capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(db)
     )
-    assert code == 2  # the report's exit code: the store's trouble is a warning
-    assert err.startswith(f"warning: the run was not recorded in the history: history: {db} is")
+    if "schema_version" in damage:  # a reader meets it too: refused before the run
+        assert (code, out) == (1, "")
+        assert err.startswith(f"error: history: {db} is")
+    else:  # only the record meets it: the report's exit code, the store's trouble a warning
+        assert code == 2
+        assert err.startswith(f"warning: the run was not recorded in the history: history: {db} is")
     assert "is damaged: " in err and "Traceback" not in err
     assert dump(db) == before
 
@@ -621,7 +626,7 @@ def test_a_run_without_history_or_metrics_imports_neither(tmp_path: Path) -> Non
         "import sys\n"
         "from reconciler import cli\n"
         f"cli.main(['--root', {str(INCIDENTS)!r}, '-i', 'lab', 'drift', '--from-snapshot',\n"
-        f"          {str(SNAPSHOT)!r}, '--history', {str(tmp_path / 'h.db')!r}, '--no-history'])\n"
+        f"          {str(SNAPSHOT)!r}, '--no-history'])\n"
         "heavy = ('sqlite3', 'deepdiff', 'prometheus_client')\n"
         "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
     )
