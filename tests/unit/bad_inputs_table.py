@@ -594,7 +594,7 @@ BAD_INPUTS = [
         "path: ~/.lobes/.secrets.env",
         "path: ~root/.ssh/id_ed25519",
         [
-            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: '~root/.ssh/id_ed25519' names another user's home: only ~ or ~/... is allowed",
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: the value (not shown: under secrets:, 21 characters) names another user's home: only ~ or ~/... is allowed",
         ],
     ),
     (
@@ -603,7 +603,7 @@ BAD_INPUTS = [
         "path: ~/.lobes/.secrets.env",
         "path: /etc/shadow",
         [
-            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: '/etc/shadow' is absolute: write it inside the deploy user's home as ~/...",
+            "group_vars/all.yaml:9:39: secrets.gateway_api_key.path: the value (not shown: under secrets:, 11 characters) is absolute: write it inside the deploy user's home as ~/...",
         ],
     ),
     (
@@ -648,7 +648,7 @@ BAD_INPUTS = [
         "    role: cortex\n",
         '    role: cortex\n    model: "Qwen/Qwen3\\nGATEWAY_API_KEY=x"\n',
         [
-            "group_vars/spark.yaml:7:5: lanes.cortex.model: 'Qwen/Qwen3\\nGATEWAY_API_KEY=x' is not a model id (name or namespace/name: letters, digits, . _ -, no -- or ..)",
+            "group_vars/spark.yaml:7:5: lanes.cortex.model: the value (not shown: it may carry a secret, 28 characters) is not a model id (name or namespace/name: letters, digits, . _ -, no -- or ..)",
         ],
     ),
     (
