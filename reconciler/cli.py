@@ -55,8 +55,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
             f"error: unknown box {unknown[0]!r} (boxes: {', '.join(fleet.boxes)})", file=sys.stderr
         )
         return EXIT_ERROR
-    render = show.show_json if args.format == "json" else show.show_text
-    sys.stdout.write("\n".join(render(fleet, b) for b in boxes))
+    if args.format == "json":
+        # One box: its document; every box: one document holding them all (a document per
+        # box one after the other was no JSON).
+        text = show.show_json(fleet, args.box) if args.box else show.show_json_boxes(fleet, boxes)
+    else:
+        text = "\n".join(show.show_text(fleet, b) for b in boxes)
+    sys.stdout.write(text)
     return EXIT_OK
 
 
@@ -404,10 +409,17 @@ def _register_show(sub: Any) -> None:
         "print a box's merged desired state and its managed .env",
         "Print the merged desired state of BOX (or every box), each value annotated with the "
         "group_vars file and line that set it, then the .env keys a converge would write. "
-        "Secrets are always ***.",
+        "Secrets are always ***, also one a value carries inline (under the built-in names "
+        "and every box's secret_patterns, as drift judges them).",
     )
     show_p.add_argument("box", nargs="?", metavar="BOX", help="thor, spark, orin (default: all)")
-    show_p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    show_p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="output format; json: BOX's document, or without BOX one document "
+        '{"boxes": {BOX: its document, ...}} in inventory order',
+    )
 
 
 def _register_schema(sub: Any) -> None:
@@ -606,9 +618,15 @@ def _end_now(code: int) -> NoReturn:
     module apart one by one (~13 ms of a repeated run's CPU), so the OS takes the process back
     whole instead, once what is buffered for stdout and stderr is out."""
     _stores_done()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that left, a closed stream
-            stream.flush()
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as exc:  # _run flushed already; should any be left and fail, it is said
+        code = _output_failed(exc)
+    except ValueError:  # a closed stream: nothing left to write to
+        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # stderr: nowhere to say it
+        sys.stderr.flush()
     os._exit(code)
 
 
@@ -620,15 +638,90 @@ def _stores_done() -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if sys.stdout is None:  # `reconcile show >&-`
+        # Refused before anything runs: a file this run opened would take descriptor 1, and
+        # a child (ssh, docker) that inherits its stdout would write into that file.
+        _say("error: writing the output: standard output is closed")
+        return EXIT_ERROR
+    out = _Output(sys.stdout)
+    sys.stdout = out  # the same stream; its errors remembered
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        out.flush()  # what is buffered is written now, while a failure can still be said
+        return code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `reconcile show | head`: the reader left; no traceback for that
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_ERROR
+    except OSError as exc:
+        # A BrokenPipeError is taken for stdout's wherever it was raised, as it always was
+        # (`reconcile show | head`: the reader left); any other only if writing stdout raised it.
+        if isinstance(exc, BrokenPipeError) or out.raised(exc):
+            return _output_failed(exc)
+        return _reported(exc)
     except Exception as exc:
         return _reported(exc)
+    finally:
+        sys.stdout = out.stream
+
+
+class _Output:
+    """sys.stdout while a command runs: the stream itself, with an OSError raised writing it
+    remembered, so that a failed output (`>/dev/full`, a reader gone, a descriptor open for
+    reading only) is told from any other OSError (a file, a socket), which is raised on."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.errors: list[OSError] = []
+
+    def write(self, text: str) -> Any:  # the stream's answer, whatever it is (a count)
+        return self._through(self.stream.write, text)
+
+    def writelines(self, lines: Any) -> None:
+        self._through(self.stream.writelines, lines)
+
+    def flush(self) -> None:
+        self._through(self.stream.flush)
+
+    def _through(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except OSError as exc:
+            self.errors.append(exc)
+            raise
+
+    def raised(self, exc: BaseException) -> bool:
+        """Whether `exc`, or one it was raised from or during, is an error of this stream."""
+        seen: BaseException | None = exc
+        while seen is not None:
+            if any(seen is e for e in self.errors):
+                return True
+            seen = seen.__cause__ or seen.__context__
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...: the stream's
+        return getattr(self.stream, name)
+
+
+def _output_failed(exc: OSError) -> int:
+    """EXIT_ERROR for an error writing stdout, said on stderr (not for a reader that left:
+    `reconcile show | head`). What is still buffered goes to /dev/null: flushed at exit, it
+    failed again, with a traceback and exit code 120."""
+    if not isinstance(exc, BrokenPipeError):
+        _say(f"error: writing the output: {exc.strerror or exc}")
+    stream = sys.stdout.stream if isinstance(sys.stdout, _Output) else sys.stdout
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor (a test's)
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
+    return EXIT_ERROR
+
+
+def _say(line: str) -> None:
+    """`line` on stderr, if there is one to say it on (`print(file=None)` means stdout)."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            print(line, file=sys.stderr)
 
 
 def _reported(exc: Exception) -> int:

@@ -11,7 +11,6 @@ The deploys load the desired state from `fleet_root` and `fleet_inventory`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -40,9 +39,10 @@ def host_data(fleet: Fleet, box: str) -> dict[str, Any]:
     # The merged desired state and the managed .env keys as `reconcile show` prints them: a
     # value whose key is no secret may still carry one inline (`--api-key sk-...`, a URL's
     # password, `Authorization: Bearer ...`), and debug-inventory prints host.data unmasked.
-    from reconciler.desired.show import show_json  # ruamel and the maskers: only when asked
+    # show_doc judges secret names under the fleet's own `secret_patterns` too, as drift does.
+    from reconciler.desired.show import show_doc  # ruamel and the maskers: only when asked
 
-    shown = json.loads(show_json(fleet, box))
+    shown = show_doc(fleet, box)  # JSON-able already (model_dump(mode="json"))
     data["desired"] = shown["desired"]
     # A secret is its reference ({"secret": name}), never a value.
     data["desired_env"] = {

@@ -7,6 +7,9 @@ The secret words are `***` (history/masking.py's `argv`, the rule `reconcile dif
 history store mask a command line's clear secrets by), the rest of the value stays; a value
 drift's judgement (inline.may_carry_secret) still finds a secret in after that (a quoted
 secret, `Authorization: Bearer x`) is `***` whole.
+
+Secret names are judged as a drift run judges them: under the built-in floor and every box's
+`secret_patterns` (`adopt_patterns`), so a value drift shows as `***` is never shown in clear.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -24,14 +29,33 @@ from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.desired.envfile import box_env
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.problems import Location, PathKey
+from reconciler.desired.secret_names import adopt_fleet_patterns, fleet_patterns
 from reconciler.history.masking import argv
 
 MASK = "***"
 _WORDS = re.compile(r"(\s+)")
 
+# The fleet whose patterns were adopted last, and what they were: a 1,000-box show renders a
+# box at a time, and the union of every box's patterns is the same for each.
+_adopted: tuple[weakref.ref[Fleet], tuple[str, ...]] | None = None
+
+
+def adopt_patterns(fleet: Fleet) -> None:
+    """Judge secret names under `fleet`'s own patterns, as a drift run of it does: the union of
+    every box's `secret_patterns` (drift_inputs' `secret_patterns`, which drift.py hands to
+    `adopt_fleet_patterns`). The maskers `shown_value` relies on (`argv`'s secret flags,
+    `may_carry_secret`'s assignments) judge a name under the adopted patterns only: without
+    this, `DB_PW=x` under a fleet's `*_PW` was shown in clear where drift shows `***`."""
+    global _adopted
+    if _adopted is not None and _adopted[0]() is fleet and _adopted[1] == fleet_patterns():
+        return
+    adopt_fleet_patterns(p for spec in fleet.boxes.values() for p in spec.secret_patterns)
+    _adopted = (weakref.ref(fleet), fleet_patterns())
+
 
 def shown_value(value: str) -> str:
-    """An `.env` value as show prints it: any secret it carries inline as `***`."""
+    """An `.env` value as show prints it: any secret it carries inline as `***` (secret names
+    as the last `adopt_patterns` made them: show_text and show_json adopt their fleet's)."""
     if not may_carry_secret(value):
         return value
     parts = _WORDS.split(value)  # words at even indices, the blanks between them kept
@@ -64,6 +88,7 @@ def env_lines(entries: list[EnvEntry]) -> list[str]:
 
 
 def show_text(fleet: Fleet, box: str) -> str:
+    adopt_patterns(fleet)
     spec = fleet.boxes[box]
     data = _desired(spec.model_dump(mode="json", exclude={"name"}))
     annotated = _annotate(data, (), fleet.positions[box])
@@ -88,6 +113,21 @@ def show_text(fleet: Fleet, box: str) -> str:
 
 
 def show_json(fleet: Fleet, box: str) -> str:
+    """One box's document (`reconcile show BOX --format json`)."""
+    return json.dumps(show_doc(fleet, box), indent=2) + "\n"
+
+
+def show_json_boxes(fleet: Fleet, boxes: Iterable[str]) -> str:
+    """Several boxes as one JSON document, `{"boxes": {name: show_json's document}}` in the
+    order given (`reconcile show --format json`): one document per box, one after the other,
+    was no JSON a reader could parse."""
+    return json.dumps({"boxes": {box: show_doc(fleet, box) for box in boxes}}, indent=2) + "\n"
+
+
+def show_doc(fleet: Fleet, box: str) -> dict[str, Any]:
+    """One box's document as `show --format json` prints it (JSON-able as it is: pyinfra's
+    host.data takes its parts, reconciler/desired/pyinfra_data.py)."""
+    adopt_patterns(fleet)
     spec = fleet.boxes[box]
     env = {
         e.key: {"value": _shown_entry(e.value)}
@@ -95,14 +135,13 @@ def show_json(fleet: Fleet, box: str) -> str:
         | ({"secret": e.value.secret} if isinstance(e.value, SecretName) else {})
         for e in box_env(fleet, box)
     }
-    doc = {
+    return {
         "box": box,
         "layers": list(fleet.layers[box]),
         "connection": fleet.connection(box).model_dump(mode="json"),
         "desired": _desired(spec.model_dump(mode="json", exclude={"name"})),
         "env": env,
     }
-    return json.dumps(doc, indent=2) + "\n"
 
 
 def _shown_entry(value: str | SecretName | None) -> str | None:
@@ -128,10 +167,9 @@ def _annotate(node: Any, path: PathKey, where: dict[PathKey, Location]) -> Any:
         for key, value in node.items():
             child = (*path, key)
             out[key] = _annotate(value, child, where)
-            if not isinstance(value, dict | list) and child in where:
-                out.yaml_add_eol_comment(_where(where[child]), key, column=0)
-            elif not isinstance(value, dict | list):
-                out.yaml_add_eol_comment("default", key, column=0)
+            comment = _origin(value, child, where)
+            if comment is not None:
+                out.yaml_add_eol_comment(comment, key, column=0)
         return out
     if isinstance(node, list):
         seq = CommentedSeq(_annotate(v, (*path, i), where) for i, v in enumerate(node))
@@ -143,6 +181,27 @@ def _annotate(node: Any, path: PathKey, where: dict[PathKey, Location]) -> Any:
             seq.fa.set_flow_style()  # a list of values stays on its key's line
         return seq
     return node
+
+
+def _origin(value: Any, path: PathKey, where: dict[PathKey, Location]) -> str | None:
+    """The end-of-line comment of the key at `path`: the file:line that set its value, or
+    `default`. None for a mapping that holds keys: each of them names its own (they may come
+    from several layers, and the mapping's own position is only the last one's)."""
+    if isinstance(value, dict) and value:
+        return None
+    if isinstance(value, list):
+        # A list is set whole by one layer, but `secret_patterns` is every layer's (a layer
+        # only adds names): each file its items came from, at its first item's line.
+        files: dict[str, Location] = {}
+        for i in range(len(value)):
+            loc = where.get((*path, i))
+            if loc is not None:
+                files.setdefault(loc.file, loc)
+        if len(files) > 1:
+            return ", ".join(_where(loc) for loc in files.values())
+    if path in where:
+        return _where(where[path])
+    return "default"
 
 
 def _where(loc: Location) -> str:
