@@ -56,6 +56,17 @@ except _DesiredStateError as _exc:
     raise SystemExit(1) from None
 
 _ops = _operations()
+if _ops is not None and any(_op.endswith(".py") for _op in _ops):
+    from reconciler.observe.fanout import settings_problem as _settings_problem
+
+    # A deploy observes every box it plans (reconciler/apply/session.py) with
+    # $FLEET_BOX_TIMEOUT and $FLEET_MAX_PARALLEL; a bad one is refused here, before pyinfra
+    # connects to any host, as `reconcile drift` and `apply` refuse it (debug-inventory, fact
+    # and exec read neither).
+    _problem = _settings_problem()
+    if _problem:
+        print(f"error: {_problem}; nothing changed", file=_sys.stderr)
+        raise SystemExit(1)
 _groups = _pyinfra_groups(
     _fleet, None if _ops is None else _deploy_boxes(_ops, _root, _fleet.boxes)
 )

@@ -92,8 +92,18 @@ def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply.engine import holder, prepare
     from reconciler.apply.summary import plan_lines
     from reconciler.drift import run_drift
+    from reconciler.observe import fanout
     from reconciler.report import render
 
+    # apply takes neither --timeout nor --max-parallel: the environment's values (or the
+    # defaults), not those an earlier command of this process was given.
+    fanout.configure()
+    problem = fanout.settings_problem()
+    if problem:
+        # Named before any box is observed, as drift and audit name it: read only once the
+        # observation starts, a bad value was a traceback.
+        print(f"error: {_line(problem)}; nothing changed", file=sys.stderr)
+        return EXIT_ERROR
     boxes = _boxes(list(fleet.boxes), args.boxes)
     if boxes is None:
         return EXIT_ERROR

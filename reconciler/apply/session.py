@@ -29,6 +29,7 @@ from reconciler.desired.fleet import Fleet
 from reconciler.desired.load import load_fleet
 from reconciler.desired.problems import DesiredStateError, Location, Problem
 from reconciler.observe.controller_secrets import MissingControllerSecret
+from reconciler.observe.fanout import settings_problem
 from reconciler.plan import Plan, mesh_order
 
 _fleet: list[Fleet] = []
@@ -110,6 +111,13 @@ def _plan(box: str, data: Mapping[str, Any]) -> Plan:
         if type(accept) is not bool and accept not in ("true", "false"):  # 1 == True: exact
             why = f"--data {ACCEPT_INTERRUPTED}= must be true or false"
             return _block(box, Part.CONNECTION, ACCEPT_INTERRUPTED, why)
+        problem = settings_problem()
+        if problem:
+            # A bad $FLEET_BOX_TIMEOUT or $FLEET_MAX_PARALLEL, read only once the box is
+            # observed, raised out of the deploy file: pyinfra's "An exception occurred" and a
+            # traceback. Its host fails here instead, with the variable's name on one line.
+            variable, _, why = problem.partition(": ")
+            return _block(box, Part.OBSERVATION, variable, why)
         _prepared[box] = prepare(f, box)
         # `reconcile apply --accept-interrupted` for the pyinfra route: converge from the state a
         # killed converge or rollback left (the box refuses otherwise, naming its snapshot).

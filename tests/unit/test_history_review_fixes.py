@@ -399,9 +399,8 @@ def test_a_run_is_not_recorded_into_another_applications_database(
     code, _, err = reconcile(
         capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(other_db)
     )
-    assert code == 2  # the report's exit code; the store's trouble is a warning
-    assert "warning: the run was not recorded in the history: " in err
-    assert "is not a history store of this tool" in err
+    assert code == 1  # said before the run (review 8), not a warning after it
+    assert err.startswith(f"error: history: {other_db} is not a history store of this tool")
     assert other_db.read_bytes() == before
 
 

@@ -398,7 +398,8 @@ def test_a_newer_store_is_refused_as_newer_and_never_changed(
     code, _, err = reconcile(
         capsys, "drift", "--from-snapshot", str(SNAPSHOT), "--history", str(db)
     )
-    assert code == 2 and "warning: the run was not recorded" in err and newer in err, err
+    # Said before the run (review 8), not as a warning after it: exit 1.
+    assert code == 1 and err.startswith("error: history: ") and newer in err, err
     assert db.read_bytes() == before, "the store was changed before it was refused"
     assert not Path(f"{db}-wal").exists()
 
