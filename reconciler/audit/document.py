@@ -17,7 +17,8 @@ SCHEMA_ID = "fleet-reconciler/audit-report"
 # outside the compose project), lane_probes also asks extra gateway and stray ports; 5:
 # `stray[*].expected_by` and `expected_host_network` (audit.expected_containers); 6: a box
 # whose gateway answered no gated request is observation `full` with its `evidence`, not
-# audited, fault `not-observed` at `gateway` (was `unreachable`, evidence null).
+# audited, fault `not-observed` at `gateway` (was `unreachable`, evidence null); later, no
+# meaning changed: `published.host_network_error` (docs/audit-report.md).
 VERSION = 6
 
 Count = Annotated[int, Field(ge=0)]
@@ -161,7 +162,14 @@ class LaneProbeDoc(_Doc):
 class PublishedDoc(_Doc):
     gateway: list[BindingDoc]
     lanes: list[BindingDoc] = Field(description="should be empty: lanes only via the gateway")
-    host_network: list[str]
+    host_network: list[str] = Field(
+        description="the project's containers on the host network, not stopped; empty with "
+        "host_network_error set: not listed, never none"
+    )
+    host_network_error: str | None = Field(
+        description="why the project's containers on the host network could not be listed "
+        "(the box's words, scrubbed); null: listed"
+    )
     lane_probes: list[LaneProbeDoc] = Field(
         description="GET /v1/models without a key from the controller, at the box's own "
         "inventory address only: each published lane, extra gateway and stray port"

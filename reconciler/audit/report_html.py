@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reconciler.audit.report import AuditReport
+from reconciler.audit.report_json import host_network_error
 from reconciler.report.html import BOX_WIDE, GATEWAY, Cell, environment, sparkline, worse
 
 
@@ -48,6 +49,9 @@ def audit_matrix(
                 reachable(row.box, lane, "fail", "runs on the host network")
     matrix: dict[str, dict[str, Cell]] = {}
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
+        # The host network's containers not listed: a lane publishing no port may still run on
+        # it, so no lane without a finding is "no host port" (docs/audit-report.md).
+        unlisted = host_network_error(row) is not None
         cells: dict[str, Cell] = {}
         for col in cols:
             # A box whose gateway alone is silent: its lanes' exposure was seen all the same.
@@ -59,6 +63,8 @@ def audit_matrix(
             elif col in published.get(row.box, {}):
                 state, why = published[row.box][col]
                 cells[col] = Cell(state, 1, f"{why}: reachable around the gateway")
+            elif (col in lanes.get(row.box, ()) or not lanes) and unlisted:
+                cells[col] = Cell("unobserved", title="host network not listed")
             elif col in lanes.get(row.box, ()) or not lanes:
                 cells[col] = Cell("ok", title="no host port")
             else:

@@ -9,6 +9,8 @@ within one run. Order is part of the format: boxes in inventory order, findings 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from reconciler.audit.evidence import (
@@ -26,6 +28,7 @@ from reconciler.compare.drift import SecretValue
 from reconciler.observe.document import Fault
 from reconciler.report.json_report import secret_digest
 from reconciler.report.values import free_json as scrub  # free text: via the scrubber
+from reconciler.report.values import scrub as name  # a name: wire digests masked, no more
 
 # Equal to document.SCHEMA_ID / VERSION (a test checks), so rendering needs no pydantic.
 SCHEMA_ID = "fleet-reconciler/audit-report"
@@ -35,7 +38,8 @@ SCHEMA_ID = "fleet-reconciler/audit-report"
 # outside the compose project), lane_probes also asks extra gateway and stray ports; 5:
 # `stray[*].expected_by` and `expected_host_network` (audit.expected_containers); 6: a box
 # whose gateway answered no gated request is observation `full` with its `evidence`, not
-# audited, fault `not-observed` at `gateway` (was `unreachable`, evidence null).
+# audited, fault `not-observed` at `gateway` (was `unreachable`, evidence null); later, no
+# meaning changed: `published.host_network_error` (docs/audit-report.md).
 VERSION = 6
 
 
@@ -73,24 +77,89 @@ def said(text: str | None) -> str | None:
     return scrub(text) if text else text
 
 
+# evidence.py (`_errors`) says a failed listing of the project's host-network containers as this
+# error of the box: `Published.host_network` is then empty, which must never read as "none".
+HOST_NETWORK_ERROR = "host network: "
+
+
+def host_network_error(row: BoxEvidence) -> str | None:
+    """Why the project's containers on the host network are unknown (the box's words,
+    scrubbed); None: they were listed (or the box's answer was not read at all)."""
+    if not row.collected:
+        return None
+    for error in row.errors:
+        if error.startswith(HOST_NETWORK_ERROR):
+            return scrub(error.removeprefix(HOST_NETWORK_ERROR)) or "no detail"
+    return None
+
+
+def names_of(row: BoxEvidence) -> set[str]:
+    """The names a box's findings and reasons may hold: its containers' (the project's and
+    any other running one's), their services and images, the desired expected_containers
+    entries naming them. The parser let through only printable text for each
+    (observe/document.py `_name`); they are shown as the drift report shows a name."""
+    out = {row.box}
+    if row.gateway_container:
+        out.add(row.gateway_container)
+    pub = row.published
+    if pub is not None:
+        for b in (*pub.gateway, *pub.lanes, *pub.stray):
+            out.update(n for n in (b.container, b.service, b.expected_by) if n)
+        out.update(pub.host_network, pub.stray_host_network, pub.host_network_services.values())
+        out.update(p.container for p in pub.lane_probes)
+        out.update(pub.declared)
+        out.update(pub.declared.values())
+    return out
+
+
+# A held name is `<marker><index><marker>`, the marker a character the text does not hold (a
+# box's text could hold any one of them) and that no masking rule reads as part of a word.
+_MARKERS = "\u27e6\u27e7\u2983\u2984\u27ec\u27ed"
+# What a key-shaped run is made of (scrub.py `_RUN`): a name is held only where it is a whole
+# word of such characters, never a piece of a longer run (a key holding a name stays masked).
+_RUN_CHARS = r"A-Za-z0-9_+/=\-"
+
+
+def naming(text: str, names: Iterable[str]) -> str:
+    """A finding's or a reason's free text (`scrub`, i.e. free_json), each of `names` in it
+    shown as the drift report shows a name (wire digests masked, no more): the scrubber's
+    key-shaped-run rule would mask `qwen3-8b-eval-run-20261206` as `***`. Everything else in the
+    text is scrubbed as before, with each name held in place, so the rules that read
+    context still read it (`HF_TOKEN=<name>`, whatever follows `Bearer`: masked, name or not)."""
+    wanted = sorted({n for n in names if n and n in text}, key=len, reverse=True)
+    marker = next((m for m in _MARKERS if m not in text), None)
+    if not wanted or marker is None:  # no marker free: masked, the safe way
+        return scrub(text)
+    words = "|".join(map(re.escape, wanted))
+    found: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        found.append(match.group(0))
+        return f"{marker}{len(found) - 1}{marker}"
+
+    held = re.sub(rf"(?<![{_RUN_CHARS}])(?:{words})(?![{_RUN_CHARS}])", hold, text)
+    return re.sub(rf"{marker}(\d+){marker}", lambda m: name(found[int(m.group(1))]), scrub(held))
+
+
 def secret(value: SecretValue | None) -> dict[str, Any] | None:
     return None if value is None else {"secret": True, "digest": secret_digest(value)}
 
 
-def _verdict(v: Verdict) -> dict[str, Any]:
+def _verdict(v: Verdict, names: set[str]) -> dict[str, Any]:
     return {
         "verdict": v.verdict.value,
         "audited": v.audited,
         "findings": [
-            {"code": f.code, "severity": f.severity.value, "message": scrub(f.message)}
+            {"code": f.code, "severity": f.severity.value, "message": naming(f.message, names)}
             for f in v.findings
         ],
-        "reasons": [scrub(r) for r in v.reasons],
+        "reasons": [naming(r, names) for r in v.reasons],
     }
 
 
 def _box(row: BoxEvidence, v: Verdict, rows: list[BoxEvidence]) -> dict[str, Any]:
-    out: dict[str, Any] = {"box": row.box, **_verdict(v), "errors": [scrub(e) for e in row.errors]}
+    verdict = _verdict(v, names_of(row))
+    out: dict[str, Any] = {"box": row.box, **verdict, "errors": [scrub(e) for e in row.errors]}
     out["fault"] = _fault(row.fault) if row.fault is not None else None
     out["intent"] = _intent(row)
     # A box whose gateway alone answered nothing is not audited, yet its own answer was read:
@@ -163,29 +232,26 @@ def _evidence(row: BoxEvidence, rows: list[BoxEvidence]) -> dict[str, Any]:
         "published": {
             "gateway": [_binding(b) for b in pub.gateway] if pub else [],
             "lanes": [_binding(b) for b in pub.lanes] if pub else [],
-            "host_network": list(pub.host_network) if pub else [],
+            "host_network": [name(n) for n in pub.host_network] if pub else [],
+            "host_network_error": host_network_error(row),
             "lane_probes": [
                 {
-                    "container": p.container,
+                    "container": name(p.container),
                     "url": said(p.url),
                     "status": p.status,
                     "error": scrub(p.error) if p.error else None,
                 }
                 for p in (pub.lane_probes if pub else ())
             ],
-            # a container outside the project: its name and image are the box's own words
+            # a container outside the project: its name and image are the box's own words,
+            # names all the same (never masked as a key would be: the drift report's way)
             "stray": [
-                {
-                    **_binding(b),
-                    "container": said(b.container),
-                    "service": said(b.service),
-                    "expected_by": b.expected_by,  # the desired state's own pattern
-                }
+                {**_binding(b), "expected_by": b.expected_by}  # the desired state's pattern
                 for b in (pub.stray if pub else ())
             ],
-            "stray_host_network": list(pub.stray_host_network) if pub else [],
+            "stray_host_network": [name(n) for n in pub.stray_host_network] if pub else [],
             "expected_host_network": (
-                [n for n in pub.stray_host_network if n in pub.declared] if pub else []
+                [name(n) for n in pub.stray_host_network if n in pub.declared] if pub else []
             ),
             "running": said(pub.running) if pub and pub.running else None,
         },
@@ -226,8 +292,8 @@ def _keyed(k: KeyedProbe | None) -> dict[str, Any] | None:
 
 def _binding(b: Any) -> dict[str, Any]:
     return {
-        "container": b.container,
-        "service": b.service,
+        "container": name(b.container),
+        "service": name(b.service) if b.service else None,
         "address": b.address,
         "container_port": b.container_port,
     }
@@ -241,10 +307,15 @@ def _key_use(u: KeyUse) -> dict[str, Any]:
     }
 
 
+def mesh_names(report: AuditReport) -> set[str]:
+    """The names the mesh's findings may hold: its boxes' and members'."""
+    return {*(r.box for r in report.rows), *report.mesh.members}
+
+
 def _mesh(report: AuditReport) -> dict[str, Any]:
     m = report.mesh
     return {
-        **_verdict(report.mesh_verdict),
+        **_verdict(report.mesh_verdict, mesh_names(report)),
         "members": list(m.members),
         "live_members": list(m.live_members),
         "open": m.open_members,

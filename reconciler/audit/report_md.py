@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from reconciler.audit import report_text as cells
 from reconciler.audit.evidence import BoxEvidence
 from reconciler.audit.report import AuditReport
+from reconciler.audit.report_json import mesh_names, names_of, naming
 from reconciler.audit.verdict import Verdict
 from reconciler.report.markdown import code, text
-from reconciler.report.values import free_json
 
 EXIT_MEANING = cells.EXIT_MEANING
 
@@ -61,8 +61,9 @@ def render_markdown(report: AuditReport) -> str:
         "API = `GATEWAY_API_KEY`, CULTURE = `CULTURE_VLLM_API_KEY`, MESH = `LOBES_MESH_KEY`. "
         "Digests compare within this run only; no key value is ever shown.",
     ]
-    for verdict in (*report.verdicts, report.mesh_verdict):
-        lines += ["", *_verdict(verdict)]
+    named = [names_of(r) for r in report.rows] + [mesh_names(report)]
+    for verdict, names in zip((*report.verdicts, report.mesh_verdict), named, strict=True):
+        lines += ["", *_verdict(verdict, names)]
     return "\n".join(lines) + "\n"
 
 
@@ -80,18 +81,22 @@ def _keys(row: BoxEvidence, rows: list[BoxEvidence]) -> list[str]:
     return [_cell(str(v)) for v in cells.key_cells(row, rows)]
 
 
-def _verdict(v: Verdict) -> list[str]:
+def _verdict(v: Verdict, names: set[str]) -> list[str]:
     head = f"## {text(v.subject)}: {v.verdict.value}"
     if not v.audited:
         head += " (not audited)"
     out = [head, ""]
-    out += [f"- {text(free_json(r))}" for r in v.reasons]
+    # Free text, scrubbed, the names in it shown as names (report_json.naming), then escaped.
+    out += [f"- {text(naming(r, names))}" for r in v.reasons]
     if v.findings:
         out += [
             "",
             *_table(
                 ("severity", "code", "finding"),
-                [[f.severity.value, code(f.code), text(free_json(f.message))] for f in v.findings],
+                [
+                    [f.severity.value, code(f.code), text(naming(f.message, names))]
+                    for f in v.findings
+                ],
             ),
         ]
     return out

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from reconciler.audit import phrases
 from reconciler.audit.evidence import BoxEvidence, Carried, EnvLine, ShellExport, Side, key_use
 from reconciler.audit.report import AuditReport
+from reconciler.audit.report_json import host_network_error, mesh_names, names_of, naming
 from reconciler.audit.verdict import Severity, Verdict
-from reconciler.report.values import clean, free_text
+from reconciler.report.values import clean
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,9 +74,9 @@ def render_text(report: AuditReport, color: bool = False, width: int = 100) -> s
     console.print(_styled(LEGEND, "meta"))
     for row, verdict in zip(report.rows, report.verdicts, strict=True):
         console.print()
-        _verdict_block(console, row.box, verdict)
+        _verdict_block(console, row.box, verdict, names_of(row))
     console.print()
-    _verdict_block(console, "mesh", report.mesh_verdict)
+    _verdict_block(console, "mesh", report.mesh_verdict, mesh_names(report))
     console.print()
     console.print(_styled(sentence(report), "head"))
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
@@ -241,13 +242,18 @@ def _published(row: BoxEvidence) -> str:
     if pub is None:
         return "-"
     lines = [f"gw {b.address}" for b in pub.gateway] or ["gw none"]
-    lines += [f"LANE {b.service or b.container} {b.address}" for b in pub.lanes]
-    lines += [f"HOST-NET {name}" for name in pub.host_network]
+    lines += [f"LANE {clean(b.service or b.container)} {b.address}" for b in pub.lanes]
+    lines += [f"HOST-NET {clean(name)}" for name in pub.host_network]
+    if host_network_error(row) is not None:
+        # Not listed: which lanes run on the host network is unknown, never "none" (the why is
+        # among the box's findings, audit.unobserved).
+        lines.append("HOST-NET ?")
     lines += [
-        f"{'expected' if b.expected_by else 'STRAY'} {b.container} {b.address}" for b in pub.stray
+        f"{'expected' if b.expected_by else 'STRAY'} {clean(b.container)} {b.address}"
+        for b in pub.stray
     ]
     lines += [
-        f"{'expected' if name in pub.declared else 'STRAY'} HOST-NET {name}"
+        f"{'expected' if name in pub.declared else 'STRAY'} HOST-NET {clean(name)}"
         for name in pub.stray_host_network
     ]
     return "\n".join(lines)
@@ -266,7 +272,7 @@ def _keys(row: BoxEvidence, rows: list[BoxEvidence]) -> str:
     return "\n".join(lines) or "-"
 
 
-def _verdict_block(console: Console, subject: str, verdict: Verdict) -> None:
+def _verdict_block(console: Console, subject: str, verdict: Verdict, names: set[str]) -> None:
     from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
@@ -282,12 +288,13 @@ def _verdict_block(console: Console, subject: str, verdict: Verdict) -> None:
     grid = Table.grid(padding=(0, 2, 0, 0))
     grid.add_column(width=4)
     grid.add_column(overflow="fold")
+    # Free text, scrubbed; the names in it shown as names (report_json.naming), then cleaned.
     for reason in verdict.reasons:
-        grid.add_row(_styled("·", "reason"), _styled(free_text(reason), "reason"))
+        grid.add_row(_styled("·", "reason"), _styled(clean(naming(reason, names)), "reason"))
     for f in verdict.findings:
         line = Text()
         line.append(f"{f.code}: ", style=STYLE["head"])
-        line.append(free_text(f.message))
+        line.append(clean(naming(f.message, names)))
         grid.add_row(_styled(f.severity.value, f.severity), line)
     console.print(Padding(grid, (0, 0, 0, 2)))
 
