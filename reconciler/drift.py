@@ -108,7 +108,7 @@ def run_drift_on(
             observations[name].probes,
             observations[name].failure,
             observations[name].connection,
-            None if from_snapshot is None else _replayed(inputs, name, observations[name]),
+            None if from_snapshot is None else replay_checks(inputs, name, observations[name]),
         )
         for name in boxes
     )
@@ -212,13 +212,13 @@ def _replayer(
             obs.probes,
             obs.failure,
             obs.connection,
-            _replayed(inputs, name, obs),
+            replay_checks(inputs, name, obs),
         )
 
     return index, order, replay_box, in_c
 
 
-def _replayed(inputs: DriftInputs, name: str, obs: BoxObservation) -> Replayed:
+def replay_checks(inputs: DriftInputs, name: str, obs: BoxObservation) -> Replayed:
     """What a snapshot's box is replayed against (compare/box.py `Replayed`): the desired
     directory, user and secret sources its answer may not be for, and whether its file is
     the one saved."""

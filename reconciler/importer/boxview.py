@@ -16,18 +16,41 @@ from typing import get_args
 from pydantic import TypeAdapter, ValidationError
 
 from reconciler.compare.inline import hashed_inline, may_carry_secret
+from reconciler.desired import secret_names
 from reconciler.desired.roles import GATEWAY_SERVICE
+from reconciler.importer.policy import SECRET_PATTERNS
 from reconciler.importer.sourced import Finding, Sourced
 from reconciler.observe.document import Container, EnvLine, EnvValue, Observed, SecretValue
 from reconciler.scrub import mask_credentials
 
 
-def shown(value: EnvValue | None) -> str:
-    """How a finding quotes a value: secrets never, not even as a digest."""
+def secret_name(key: str) -> bool:
+    """Whether `key` names a secret: the floor, the secret_patterns the adopted state carries
+    (policy.py), and the fleet's own where a run adopted them (desired/secret_names.py)."""
+    return secret_names.is_secret_name(key, (*SECRET_PATTERNS, *secret_names.fleet_patterns()))
+
+
+def clear_secret(key: str, value: EnvValue | None) -> bool:
+    """A value the box would have hashed (its key names a secret), held in clear: a snapshot
+    saved before the box hashed that name, or edited since. A blank one is no secret (the
+    collector's `masked` reads it as empty, lobes as no key)."""
+    return isinstance(value, str) and bool(value.strip()) and secret_name(key)
+
+
+def is_secret(key: str, value: EnvValue | None) -> bool:
+    """A secret, hashed by the box or held in clear (`clear_secret`)."""
+    return isinstance(value, SecretValue) or clear_secret(key, value)
+
+
+def shown(value: EnvValue | None, key: str) -> str:
+    """How a finding quotes `key`'s value: secrets never, not even as a digest. A value is
+    judged by its key's name too: a clear one under a secret's name (`clear_secret`) is that
+    secret itself, which the box's hashing never saw."""
     if value is None:
         return "(absent)"
-    if isinstance(value, SecretValue):
+    if is_secret(key, value):
         return "a secret (***)"
+    assert isinstance(value, str)  # not a SecretValue (is_secret)
     if carries_secret(value):
         return "a value carrying a secret (***)"
     return repr(value) if len(value) <= 80 else repr(value[:77] + "...")
@@ -41,11 +64,14 @@ def carries_secret(value: str) -> bool:
     return hashed_inline(value) or may_carry_secret(value) or mask_credentials(value) != value
 
 
-def _taken(running: EnvValue) -> str:
+def _taken(running: EnvValue, key: str) -> str:
     """What was done with the value a container runs. A secret is adopted only as a reference
     to a file holding it (secrets.py), which may not exist: its own note says which."""
     if isinstance(running, SecretValue):
         return "the key in use is looked for in the box's files (see secrets)"
+    if clear_secret(key, running):
+        # No digest to match with the box's files (secrets.py), and never written as a value.
+        return "a secret held in clear by the snapshot is never adopted as a value"
     if carries_secret(running):
         # `text` refuses it: saying "adopted" here would contradict its own note.
         return "what runs is not adopted"
@@ -138,8 +164,8 @@ class BoxView:
             c, v = differs[0]
             names = ", ".join(sorted(c.name for c, _ in differs))
             self.note(
-                f".env:{found.line} sets {key} to {shown(found.value)}, but {names} "
-                f"run{'s' if len(differs) == 1 else ''} with {shown(v)}; {_taken(v)}"
+                f".env:{found.line} sets {key} to {shown(found.value, key)}, but {names} "
+                f"run{'s' if len(differs) == 1 else ''} with {shown(v, key)}; {_taken(v, key)}"
             )
             return Sourced(v, f"docker inspect ({c.name}; .env:{found.line} differs)")
         if running:
@@ -147,10 +173,10 @@ class BoxView:
             if all(value == "" for _, value in running):
                 # compose's `${KEY:-}`: an absent key runs empty; nothing to report.
                 return Sourced("", f"docker inspect ({c.name}; not in .env)")
-            if isinstance(v, str) and not carries_secret(v):
-                taken = f"adopted {shown(v)} from {c.name}"
+            if isinstance(v, str) and not carries_secret(v) and not clear_secret(key, v):
+                taken = f"adopted {shown(v, key)} from {c.name}"
             else:  # a secret, or a value carrying one: never adopted as it runs
-                taken = f"{c.name} runs {shown(v)}; {_taken(v)}"
+                taken = f"{c.name} runs {shown(v, key)}; {_taken(v, key)}"
             self.note(f"{key} is not in .env; {taken}")
             return Sourced(v, f"docker inspect ({c.name})")
         return None
@@ -168,6 +194,14 @@ class BoxView:
                 # A lane's knob hidden whole by the box (a secret-named key): said, since the
                 # lane then runs with something this desired state does not hold.
                 self.note(f"{_owner(where)}{key} is a secret (***): not adopted{_unset(where)}")
+            return None
+        if clear_secret(key, got.value):
+            # The same secret the box would have hashed, in clear (an older or edited
+            # snapshot): a plain value written into group_vars would put it in the repository.
+            self.note(
+                f"{_owner(where)}{key} is a secret (***) held in clear by the snapshot: not "
+                f"adopted{_unset(where)}"
+            )
             return None
         if carries_secret(got.value):
             # The box hashed it in place: the text is no value a converge could write back

@@ -4,7 +4,7 @@ in use becomes a reference to where its value was found (secrets.py)."""
 
 from __future__ import annotations
 
-from reconciler.importer.boxview import BoxView
+from reconciler.importer.boxview import BoxView, is_secret
 from reconciler.importer.images import running_digest
 from reconciler.importer.secrets import Candidate, source_for, traced, unfound, unfound_path
 from reconciler.importer.sourced import Sourced, Tree, put
@@ -58,11 +58,11 @@ def adopt_gateway(
         auth = "keyed" if status == 401 else "open"
         origin = f"GET /v1/models without key: {status}"
     else:
-        auth = "keyed" if key is not None and isinstance(key.value, SecretValue) else "open"
+        auth = "keyed" if key is not None and is_secret("GATEWAY_API_KEY", key.value) else "open"
         origin = key.origin if key is not None else "no GATEWAY_API_KEY anywhere"
     put(tree, ("gateway", "auth"), Sourced(auth, origin))
     if auth == "keyed":
-        if key is None or not isinstance(key.value, SecretValue):
+        if key is None or not is_secret("GATEWAY_API_KEY", key.value):
             view.note(
                 "the gateway refuses callers without a key, but neither .env nor the "
                 "gateway container holds GATEWAY_API_KEY (a login shell export?)"
@@ -70,7 +70,7 @@ def adopt_gateway(
             return
         put(tree, ("gateway", "api_key"), Sourced({"secret": "gateway_api_key"}, key.origin))
         _reference(view, tree, "gateway_api_key", "GATEWAY_API_KEY", key, deploy, found)
-    elif key is not None and isinstance(key.value, SecretValue):
+    elif key is not None and is_secret("GATEWAY_API_KEY", key.value):
         # The key's name is never followed by a colon: the report's scrubber takes
         # `GATEWAY_API_KEY: <text>` for an assignment and masks the text.
         view.note(
@@ -89,6 +89,9 @@ def _reference(
     found: list[Candidate],
 ) -> None:
     """`secrets.<secret>`: where the value in use was found, else a placeholder, said."""
+    if not isinstance(key.value, SecretValue):
+        _clear_reference(view, tree, secret, env_key, key, deploy)
+        return
     source = source_for(key.value, env_key, key.origin, deploy, found, view.line(env_key))
     if source is None:
         exported = traced(key.value, env_key, found)
@@ -120,9 +123,39 @@ def _reference(
     put(tree, ("secrets", secret), source)
 
 
+def _clear_reference(
+    view: BoxView, tree: Tree, secret: str, env_key: str, key: Sourced, deploy: str
+) -> None:
+    """`secrets.<secret>` for a key in use that the snapshot holds in clear (saved before the
+    box hashed it, or edited): a reference, never the value (group_vars would hold the
+    secret). Its files are matched by the box's keyed digests (`source_for`), which a clear
+    value has none of: the `.env` line is pointed at only where it holds that same value,
+    else the placeholder, said (a converge refuses until the operator points it)."""
+    line = view.line(env_key)
+    if line is not None and line.value == key.value:
+        where = f"{key.origin} (in clear in the snapshot; no other file can be matched)"
+        source = Sourced({"source": "box_file", "path": f"{deploy}/.env", "key": env_key}, where)
+        view.note(
+            f"the {env_key} in use ({key.origin}) is held in clear by the snapshot: its "
+            f"files cannot be matched by digest; secrets.{secret} points at .env:{line.line}, "
+            "which holds the same value"
+        )
+    else:
+        source = unfound(env_key, deploy, clear=True)
+        view.note(
+            f"the {env_key} in use ({key.origin}) is held in clear by the snapshot: its "
+            "files cannot be matched by digest, and .env "
+            f"{'holds another value' if line is not None else 'has no such line'}: not "
+            f"adopted; secrets.{secret} points at {unfound_path(deploy)}, which is not on "
+            "the box; put the key in use there (or point the reference at a file that holds "
+            "it) before a converge, which refuses until then"
+        )
+    put(tree, ("secrets", secret), source)
+
+
 def adopt_mesh(view: BoxView, tree: Tree, deploy: str, found: list[Candidate]) -> None:
     key = view.value("LOBES_MESH_KEY", (view.gateway,) if view.gateway else ())
-    if key is None or not isinstance(key.value, SecretValue):
+    if key is None or not is_secret("LOBES_MESH_KEY", key.value):
         put(tree, ("mesh", "enabled"), Sourced(False, key.origin if key else "no LOBES_MESH_KEY"))
         return
     seeds = view.text("LOBES_MESH_SEEDS")

@@ -40,6 +40,16 @@ class Inventory:
         self._data = self._yaml.load(source.read_text(encoding="utf-8"))
         self._order = {name: i for i, name in enumerate(self._data["boxes"])}
 
+    def where(self, box: str, key: str) -> str:
+        """`inventory/lab.yaml:12` (its path under the root, 1-based line) of `box`'s `key`, as
+        an error names it; the file alone where the line is not known."""
+        name = os.path.relpath(self.source, self.root)
+        try:
+            line, _ = self._data["boxes"][box].lc.key(key)
+        except (AttributeError, KeyError, TypeError):
+            return name
+        return f"{name}:{line + 1}"
+
     def copy(self, boxes: Iterable[str], origins: Mapping[str, str], partial: str = "") -> str:
         """The inventory holding only `boxes` (in the inventory's order). `partial`: what a
         partial import says of the boxes it left out (run.py), in the header: the inventory

@@ -144,7 +144,7 @@ def _against_command(
         return None  # compose's empty knob puts no flag: nothing to compare
     wanted = parse_argv(knob_tokens(flag, got.value))[1]
     running = {f: flags[f] for f in wanted if f in flags}
-    said = f"lane {lane}: {knob}: {_knob_source(view, knob, got, c)} says {shown(got.value)}"
+    said = f"lane {lane}: {knob}: {_knob_source(view, knob, got, c)} says {shown(got.value, knob)}"
     unset = f" (the adopted state does not set lanes.{lane}.env.{knob}: the operator must set it)"
     if not running:
         spec = (current_render(view.doc).services or {}).get(c.key)

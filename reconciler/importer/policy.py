@@ -4,9 +4,13 @@ documented defaults (group_vars/all.yaml), each marked as such in its comment.""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from reconciler.desired import secret_names
-from reconciler.importer.boxview import BoxView
 from reconciler.importer.sourced import Sourced, Tree, put
+
+if TYPE_CHECKING:  # boxview judges secret names by SECRET_PATTERNS: no import cycle at run time
+    from reconciler.importer.boxview import BoxView
 
 POLICY = "policy default (not observed)"
 # group_vars/all.yaml's policy: what a box cannot tell us about what it must never do.

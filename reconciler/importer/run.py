@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from reconciler.compare.box import Replayed, misplaced
 from reconciler.desired.explain import explain
 from reconciler.desired.load import find_root, load_fleet
 from reconciler.desired.locate import inventory_file
@@ -19,7 +20,7 @@ from reconciler.desired.problems import DesiredStateError
 from reconciler.desired.types import check_origin, url_host
 from reconciler.desired.yaml_source import load_yaml
 from reconciler.importer import observations as observing
-from reconciler.importer.adopt import adopt_box, summary
+from reconciler.importer.adopt import adopt_box, home_path, summary
 from reconciler.importer.contract import unhosted
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
@@ -39,6 +40,7 @@ from reconciler.importer.write import (
 from reconciler.importer.yaml_out import dump_layer
 from reconciler.observe.observe import BoxObservation
 from reconciler.report.values import clean, free_text
+from reconciler.scrub import scrub_text
 
 # How many boxes a line names before saying how many more (_some).
 SHOWN = 5
@@ -279,7 +281,11 @@ def run_import(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {clean(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
+    source = Inventory(inv_path, root)  # parsed once for every repository the import builds
     failed = _not_observed(boxes, obs, snapshot)
+    if snapshot:
+        failed.update(_observed_elsewhere(source, inv, obs, boxes, failed))
+        failed = {b: failed[b] for b in boxes if b in failed}  # named in the inventory's order
     if failed and not partial:
         for name, why in failed.items():
             print(f"error: {name} {why[0]}", file=sys.stderr)
@@ -291,8 +297,9 @@ def run_import(args: argparse.Namespace) -> int:
             print(f"error: {name} {why[0]}", file=sys.stderr)
         print("error: no box to adopt; nothing written", file=sys.stderr)
         return EXIT_ERROR
-    # Parsed once: the repository and, if the whole does not validate, each box's own.
-    args_of = (root, Inventory(inv_path, root), inv)
+    # The inventory parsed once: the repository and, if the whole does not validate, each
+    # box's own.
+    args_of = (root, source, inv)
     live = not snapshot
     try:
         whole = _files(*args_of, valid, came_from, failed)
@@ -334,6 +341,41 @@ def _not_observed(
         elif got.document is None:
             where = f" ({clean(str(Path(snapshot) / f'{name}.json'))})" if snapshot else ""
             out[name] = [f"not observed: {got.failure or got.error}{where}"]
+    return out
+
+
+def _observed_elsewhere(
+    source: Inventory,
+    inv: InventorySpec,
+    obs: dict[str, BoxObservation],
+    boxes: list[str],
+    failed: dict[str, list[str]],
+) -> dict[str, list[str]]:
+    """Each box whose snapshot was observed in another deployment directory or as another
+    user than the repository this import writes (the directory it adopts, under the box's
+    home: adopt.home_path; the inventory's ssh_user), with both. Its values are another
+    deployment's: drift replays the box against the written repository as `misplaced`
+    (compare/box.py) and compares nothing, so adopted it would end "adopted, nothing found"
+    for a deployment no one observed (a lab snapshot imported with the production inventory).
+    Judged by `misplaced` itself, so the import refuses exactly what the replay would not
+    compare."""
+    out: dict[str, list[str]] = {}
+    for name in boxes:
+        got = obs.get(name)
+        doc = got.document if got is not None and name not in failed else None
+        if doc is None:
+            continue
+        user = inv.boxes[name].ssh_user
+        directory = home_path(doc, doc.deploy_dir)
+        if misplaced(doc, Replayed(directory, user)) is None:
+            continue
+        seen = f"{scrub_text(doc.deploy_dir or '?')} as {scrub_text(doc.user or '?')}"
+        out[name] = [
+            f"was observed in {seen}; the repository this import writes deploys it to "
+            f"{directory} as {user} (ssh_user, {source.where(name, 'ssh_user')}): the "
+            "snapshot is another deployment's (import it with the inventory it was saved "
+            "against, -i)"
+        ]
     return out
 
 

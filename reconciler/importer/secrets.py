@@ -115,14 +115,18 @@ def unfound_path(deploy_dir: str) -> str:
     return f"{deploy_dir}/{UNFOUND_FILE}"
 
 
-def unfound(env_key: str, deploy_dir: str, exported: Candidate | None = None) -> Sourced:
+def unfound(
+    env_key: str, deploy_dir: str, exported: Candidate | None = None, clear: bool = False
+) -> Sourced:
     """The placeholder for a key in use that no file holds (see the module's docstring);
-    `exported`: the login-shell line that assigned it, named in the comment."""
-    why = (
-        f"the {env_key} in use is exported at {exported.origin}"
-        if exported is not None
-        else f"no file on the box holds the {env_key} in use"
-    )
+    `exported`: the login-shell line that assigned it, named in the comment; `clear`: the
+    snapshot holds the key in use in clear (older or edited), so no file could be matched."""
+    if exported is not None:
+        why = f"the {env_key} in use is exported at {exported.origin}"
+    elif clear:
+        why = f"the {env_key} in use is in clear in the snapshot, matched with no file"
+    else:
+        why = f"no file on the box holds the {env_key} in use"
     return Sourced(
         {"source": "box_file", "path": unfound_path(deploy_dir), "key": env_key},
         f"{UNFOUND}: {why}; put it here",

@@ -417,7 +417,7 @@ PORT_CHANGED = {"group_vars/all.yaml": ("  port: 8000", "  port: 8001")}
 
 def replay_with_probes(found: DriftInputs, box: str) -> BoxResult:
     """compare_box as a replay calls it, the controller's probes of the snapshot included and
-    the desired base the controller reaches the box at (drift._replayed)."""
+    the desired base the controller reaches the box at (drift.replay_checks)."""
     obs = load_snapshot(SNAPSHOT)[1][box]
     assert obs.document is not None and obs.probes.base is not None
     wanted = replace(against(found, box), base=found.bases[box])
