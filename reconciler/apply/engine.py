@@ -202,13 +202,33 @@ def _roll_back(
     out: Outcome, prep: Prepared, who: str, remaining: list[str], on_event: OnEvent | None
 ) -> Outcome:
     out.failed = "verification failed: " + "; ".join(remaining)
-    rolled = rollback(prep.fleet, prep.box, out.snapshot, who, on_event, reason=out.failed)
+    reason = rollback_reason(remaining)
+    rolled = rollback(prep.fleet, prep.box, out.snapshot, who, on_event, reason=reason)
     _keep(out, rolled)
     out.rollback = rolled.result
     # A rollback that may have run and never answered may still be running: as a converge.
     out.state_unknown = rolled.may_have_run
     out.drift_after = run_drift(prep.fleet, [prep.box]).report
     return out
+
+
+# The rollback's reason names this many of what the verification left, each one scrubbed to one
+# line of at most REASON_ENTRY_CHARS: at most ~1.1k characters, well within the box's payload
+# rule (converge.py `_text("reason", ..., 4096)`), which refused the whole list of a box with
+# many drifts, and the rollback was never sent. The operator's `failed` keeps every entry.
+REASON_ENTRIES = 5
+REASON_ENTRY_CHARS = 200
+REASON_CHARS = 1500  # any reason rollback() sends: one line, cut there
+
+
+def rollback_reason(remaining: list[str]) -> str:
+    """The reason an automatic rollback carries: the first REASON_ENTRIES entries of what the
+    verification left, one line each, then how many more."""
+    shown = [scrub_text(entry, limit=REASON_ENTRY_CHARS) for entry in remaining[:REASON_ENTRIES]]
+    more = len(remaining) - len(shown)
+    if more > 0:
+        shown.append(f"and {more} more")
+    return "verification failed: " + "; ".join(shown)
 
 
 def _mark_good(out: Outcome, prep: Prepared, who: str, strays: Collection[str] = ()) -> None:
@@ -321,7 +341,8 @@ def rollback(
     exp = expectations(fleet, [box])[box]
     payload = base_payload(exp, fleet.boxes[box], "rollback", who) | {
         "snapshot": snapshot,
-        "reason": reason,
+        # One clean line within the box's rule, whoever built it: refused, no rollback is sent.
+        "reason": scrub_text(reason, limit=REASON_CHARS),
     }
     return call_box(_target(fleet, box), payload, on_event)
 

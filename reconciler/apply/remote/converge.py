@@ -103,7 +103,10 @@ def _is_number(value):
 def _text(where, value, limit=4096):
     """A free text (a holder, a reason, a title): a string, one line, bounded."""
     if not isinstance(value, str) or len(value) > limit or _CONTROL.search(value):
-        raise Failed("%s: must be one line of text (no control characters)" % where)
+        raise Failed(
+            "%s: must be one line of text of at most %d characters (no control characters)"
+            % (where, limit)
+        )
 
 
 def _named(where, value, pattern):
@@ -1411,7 +1414,11 @@ def parse_env(text, name=".env"):
 
 def quote(value, bare=True):
     """A value compose's dotenv reads back unchanged: bare where it can be (and `bare`), else
-    in single quotes (literal: no interpolation, no escapes), else in double quotes."""
+    in single quotes (literal: no interpolation, no escapes), else in double quotes.
+    The collector renders the desired `.env` in the same form (collector.py `_quoted`): a value
+    ending in an odd run of backslashes (`abc\\`, which compose reads as an unterminated
+    `'abc\\'`) is written so and refused by `reads_back` before anything is stopped, as the
+    collector's render of it fails the plan (the loader refuses such a value in group_vars)."""
     if "\n" in value or "\r" in value or "\0" in value:
         raise Failed("a managed .env value spans lines or holds a NUL; lobes' .env cannot hold it")
     if bare and (value == "" or re.match(r"^[A-Za-z0-9_./:,@+=%-]+$", value)):
@@ -1591,9 +1598,50 @@ def write_env(box, keys, desired):
     written = "".join(lines)
     if removed:
         written = without_keys(written, removed)
+    if changed:
+        reads_back(written, keys, desired, text)
     if changed or mode != 0o600:
         write_managed(box, ".env", written.encode("utf-8"), 0o600)
     return changed
+
+
+def reads_back(text, keys, desired, before="", name=".env"):
+    """Refuse, naming the line (never a value), a `.env` text about to be written that compose
+    would refuse, or in which a managed key would not read as desired: read here with the same
+    reader as compose's (_dotenv_read), before the write and so before any service is stopped.
+    What this catches is a text that only the edit made unreadable (`before`, the file as it
+    was, compose reads): a key appended after a last line with no `=` and no line end (`see
+    docs`: ignored at the end of the file, refused once a line follows it), or a value whose
+    quoting compose would read otherwise."""
+    statements, problem = _dotenv_read(text)
+    if problem is not None:
+        line, why = problem
+        hint = ""
+        if before and not before.endswith("\n") and line == before.count("\n") + 1:
+            hint = (
+                ": it was the last line, with no `=` and no line end, which compose ignores "
+                "only while nothing follows it; make it a comment or remove it by hand"
+            )
+        raise Failed(
+            "%s line %d: docker compose would refuse the file this converge writes (%s); "
+            "nothing was written%s" % (name, line, why, hint)
+        )
+    found = {}  # type: dict # key -> (value, line) of the assignment compose keeps
+    for key, value, line, _, _, _, _ in statements:
+        found[key] = (value, line)
+    env = _compose_env()
+    for key in keys:
+        if key in env:
+            continue  # compose takes the environment's value whatever the file says
+        want = desired[key]
+        have = found.get(key)
+        if (have is None) if want is None else (have is not None and have[0] == want):
+            continue
+        where = "line %d" % have[1] if have is not None else "no line"
+        raise Failed(
+            "%s: %s would not read back as the value this converge writes (%s); nothing was "
+            "written" % (name, key, where)
+        )
 
 
 def write_managed(box, name, data, mode):
@@ -1966,10 +2014,11 @@ def prune(box, keep, protect=()):
     undoes the last real apply), nor one that a kept snapshot's rollback needs (chain_needs).
 
     A snapshot goes whole, with the files a rollback to it moved into its `removed/`
-    (remove_created): they are what a converge wrote, proved by digest, kept for the operator
-    to look at, and no rollback reads them (a rollback reads its own snapshot's copies and the
-    later snapshots' records only). Kept for ever they piled up, `.env` copies with secrets
-    among them; they go with their snapshot, said in a note."""
+    (remove_created: what a converge wrote, proved by digest; edited_since: the copy of an edit
+    the rollback restored over), kept for the operator to look at, and no rollback reads them
+    (a rollback reads its own snapshot's copies and the later snapshots' records only). Kept
+    for ever they piled up, `.env` copies with secrets among them; they go with their
+    snapshot, said in a note."""
     root = snapshots_dir(box)
     ids = list_snapshots(box)
     old = ids[:-keep] if keep > 0 else []
@@ -2495,6 +2544,11 @@ def http_status(url, timeout=REQUEST_S):
     within `timeout` seconds in all, and for an error status (status, None)."""
     try:
         status, body = http_get(url, time.monotonic() + timeout)
+    except Stopped:
+        # A SIGTERM/SIGINT while the request waited (on_stop): the converge's stop, never "no
+        # answer yet". Swallowed, it was lost for good (on_stop disarms itself before raising)
+        # and the converge went on to end applied.
+        raise
     except Exception:  # a gateway still booting, or too slow: not an answer yet
         return None, None
     if not 200 <= status < 300:
@@ -2604,21 +2658,15 @@ def converge(box, lock):
     if left and not p.get("accept_interrupted"):
         return refuse_interrupted(left[-1])
     sweep_temp_files(box)
-    for old, meta in left:
-        # Accepted: converged over. Its snapshot stays (a rollback to it undoes both).
-        what = "rollback to it" if half_restored(meta) else "converge"
-        set_status(box, old, "interrupted", reason="converged over (--accept-interrupted)")
-        emit(
-            "note",
-            message="snapshot %s: its %s did not finish; converging from the state it "
-            "left (--accept-interrupted), a rollback to it undoes both" % (old, what),
-        )
     if stale.get("pid"):
         emit(
             "note",
             message="took over the lock left by %s (pid %s, since %s)"
             % (stale.get("holder"), stale.get("pid"), stale.get("since")),
         )
+    # The fingerprint and the snapshot before the --accept-interrupted is recorded: a converge
+    # refused here (a stale plan) or that cannot take its snapshot changed nothing, and the
+    # next one must still refuse the interrupted snapshot, not find it accepted.
     check_fingerprint(box)
     # `wrote`: what this converge writes, by digest (record_write). Present, even empty, in
     # the snapshot of every converge that keeps the record; a snapshot without it was taken by
@@ -2640,6 +2688,9 @@ def converge(box, lock):
     strays = {}  # type: dict # {service: id} of `removes`: stopped, removed at mark-good
     hashes = None  # the render before any change: what this converge's rollback compares with
     try:
+        # In the try: a status that cannot be written is rolled back as any failure (nothing
+        # was changed yet), never a `running` snapshot left behind for the next converge.
+        accept_interrupted(box, left)
         hashes = hashes_or_empty(box)
         if p.get("env_keys"):
             emit("step", step="write-env", subject=".env", status="start")
@@ -2702,6 +2753,19 @@ def converge(box, lock):
     )  # fmt: skip
     prune_after(box, sid)
     return {"ok": True, "snapshot": sid, "touched": touched, "strays": sorted(strays)}
+
+
+def accept_interrupted(box, left):
+    """The snapshots `left` (interrupted_converges) accepted by --accept-interrupted: converged
+    over. Each stays (a rollback to it undoes both), its status `interrupted`."""
+    for old, meta in left:
+        what = "rollback to it" if half_restored(meta) else "converge"
+        set_status(box, old, "interrupted", reason="converged over (--accept-interrupted)")
+        emit(
+            "note",
+            message="snapshot %s: its %s did not finish; converging from the state it "
+            "left (--accept-interrupted), a rollback to it undoes both" % (old, what),
+        )
 
 
 def interrupted_converges(box):
@@ -2879,13 +2943,14 @@ def restore_snapshot_files(box, sid, chain=None, first_change=None):
         target = box.path(name)
         if os.path.isdir(target) and not os.path.islink(target):
             raise Failed("cannot remove %s: it is a directory now; nothing was restored" % name)
+    edited = edited_since(box, files, created, chain)
     # Where each file this rollback may remove goes, prepared and checked here, before the first
     # change: a `removed` that is no directory of ours (damaged, a symlink) fails the rollback
     # with nothing restored, never half way, after files were already put back.
     keep = ""
     dest = {}  # type: dict
     present = [n for n in sorted(created) if os.path.lexists(box.path(n))]
-    if present:
+    if present or edited:
         keep = os.path.join(src, REMOVED_DIR)
         try:
             private_dir(keep)
@@ -2896,6 +2961,26 @@ def restore_snapshot_files(box, sid, chain=None, first_change=None):
             ) from None
         for name in present:
             dest[name] = fresh_name(keep, name, set(dest.values()))
+    # An edit since (bytes neither the snapshot's nor any a converge since wrote: a key rotated
+    # by hand) is copied aside before the snapshot's copy replaces it, as a removal is: the
+    # rollback restores, and the edit can be taken back by hand. Copied here, before the first
+    # change: a copy that cannot be made fails the rollback with nothing restored.
+    set_aside = []  # type: list
+    for name, data in edited:
+        aside = os.path.join(keep, fresh_name(keep, name, set(dest.values())))
+        try:
+            atomic_write(aside, data, 0o600, owner=None)
+        except OSError as exc:
+            raise Failed(
+                "cannot keep a copy of %s, edited since snapshot %s, before restoring it (%s); "
+                "nothing was restored" % (name, sid, reason_of(exc, box.secrets))
+            ) from None
+        why = (
+            "edited since snapshot %s (not what it held, nor what a converge since wrote): "
+            "restored, the edited file kept as %s" % (sid, shown(aside))
+        )
+        emit("note", message="%s %s" % (name, why))
+        set_aside.append({"name": name, "why": why})
     if first_change is not None:
         first_change()
     changed = [
@@ -2915,10 +3000,47 @@ def restore_snapshot_files(box, sid, chain=None, first_change=None):
             emit("note", message="kept %s: %s" % (name, why))
         else:
             removed.append(name)
-    return meta, sorted(changed + removed), removed, kept
+    return meta, sorted(changed + removed), removed, kept, set_aside
 
 
-REMOVED_DIR = "removed"  # in the snapshot rolled back to: the files its rollback removed
+def edited_since(box, files, created, chain):
+    """[(name, bytes)] of the files a rollback to chain[0] replaces (there at the snapshot, not
+    `created`) that are regular files now holding bytes no one can get back once replaced:
+    neither the snapshot's copy (its sha256) nor any a converge of the chain recorded writing
+    (`wrote`). An operator's edit since: restore_snapshot_files keeps a copy. A symlink is
+    replaced, its target never touched: nothing is lost. A regular file that cannot be read to
+    compare (over READ_LIMIT, unreadable) fails the rollback here, before any change: replaced,
+    it might be an operator's only copy."""
+    wrote = {}  # type: dict
+    for _, later in chain:
+        for name, digests in (wrote_record(later) or {}).items():
+            wrote.setdefault(name, set()).update(digests)
+    out = []
+    for name, info in sorted(files.items()):
+        if info is None or name in created:
+            continue
+        target = box.path(name)
+        try:
+            if not stat.S_ISREG(os.lstat(target).st_mode):
+                continue
+            data, _ = read_regular(target)
+        except FileNotFoundError:
+            continue
+        except (OSError, Failed) as exc:
+            raise Failed(
+                "cannot restore %s: it cannot be read to tell whether it holds edits since "
+                "snapshot %s (%s); nothing was restored"
+                % (name, chain[0][0], reason_of(exc, box.secrets))
+            ) from None
+        sha = hashlib.sha256(data).hexdigest()
+        if sha != info["sha256"] and sha not in wrote.get(name, ()):
+            out.append((name, data))
+    return out
+
+
+# In the snapshot rolled back to: the files its rollback removed (remove_created), and copies
+# of the files it restored over an edit since (edited_since).
+REMOVED_DIR = "removed"
 
 
 def snapshot_chain(box, sid):
@@ -3176,7 +3298,7 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
             box, sid, ROLLING_BACK, reason=reason, rollback_started_at=now_iso(),
             rollback_holder=box.p.get("holder"), rollback_from=status_before(chain[0][1]),
         )  # fmt: skip
-        meta, restored, removed, kept = restore_snapshot_files(
+        meta, restored, removed, kept, set_aside = restore_snapshot_files(
             box, sid, chain, first_change=lambda: changing.append(True)
         )
         lanes = {lane["service"]: lane for lane in box.p["lane_specs"]}
@@ -3259,6 +3381,9 @@ def rollback(box, sid, touched=None, created=None, reason="requested", original=
             "files": restored,
             "removed": removed,
             "kept": kept,
+            # Restored over an edit since, the edited file copied aside first (edited_since):
+            # [{name, why}], `why` naming where the copy is.
+            "set_aside": set_aside,
             "removed_containers": gone,
             "recreated": recreated,
             "not_started": [s for s in recreated if modes[s] == CREATE],
