@@ -31,7 +31,7 @@ def register(sub: Any, load: Any) -> None:
 
     def add(name: str, handler: Any, help_text: str, description: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description)
-        p.set_defaults(handler=lambda args: handler(args, load(args)))
+        p.set_defaults(handler=lambda args: handler(args, _judging_secrets(load(args))))
         return p
 
     apply_p = add(
@@ -85,6 +85,16 @@ def register(sub: Any, load: Any) -> None:
         "with their outcome, and the current holder of the box's converge lock.",
     )
     snaps_p.add_argument("box", metavar="BOX")
+
+
+def _judging_secrets(fleet: Fleet) -> Fleet:
+    """`fleet`, its own `secret_patterns` adopted first, as its drift adopts them: what a box
+    says during a rollback or a snapshot listing (`DB_PW=...` under `*_PW`) was printed in
+    clear, no drift having run before it."""
+    from reconciler.desired.show import adopt_patterns
+
+    adopt_patterns(fleet)
+    return fleet
 
 
 def _cmd_apply(args: argparse.Namespace, fleet: Fleet) -> int:

@@ -15,6 +15,7 @@ from reconciler.audit.report import AuditReport
 from reconciler.audit.verdict import box_verdict, mesh_verdict
 from reconciler.desired.facts import facts_of
 from reconciler.desired.fleet import Fleet
+from reconciler.desired.secret_names import adopt_fleet_patterns
 from reconciler.observe.document import Fault, FaultKind
 from reconciler.observe.observe import BoxObservation, load_snapshot, save_snapshot
 from reconciler.observe.payload import new_run_key
@@ -28,6 +29,9 @@ def run_audit(
     keep: dict[str, BoxObservation] | None = None,
 ) -> AuditReport:
     """`keep`: filled with the run's observations (what the history records)."""
+    # Secret names judged under the fleet's own patterns, as its drift judges them: a replayed
+    # box's text (`DB_PW=...` under `*_PW`) was reported, and recorded, in clear.
+    adopt_fleet_patterns(p for spec in fleet.boxes.values() for p in spec.secret_patterns)
     run_id = _now("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
     if from_snapshot is not None:
         index, observations = load_snapshot(from_snapshot)

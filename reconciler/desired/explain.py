@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from reconciler.compare.inline import may_carry_secret
 from reconciler.desired.near import nearest
 from reconciler.desired.problems import Location, PathKey, Problem, dotted
-from reconciler.desired.secret_names import is_secret_name
+from reconciler.desired.secret_names import adopt_fleet_patterns, fleet_patterns, is_secret_name
 
 HIDDEN = "(value not shown: a secret-named key)"
 # A value an overlay set: a file a tool wrote, or whatever the inventory names as one.
@@ -101,6 +101,25 @@ def explain(
         for hint in _nearest(str(path[-1]), _keys_at(schema, path[:-1], data))
     }
     patterns = _patterns(data)
+    # The inline judgement (may_carry_secret) reads the adopted fleet patterns: this layer's
+    # own too (`--db-pw x` under `*_PW`), for these messages only.
+    before = fleet_patterns()
+    adopt_fleet_patterns((*before, *patterns))
+    try:
+        return _problems(located, suggested, patterns, schema, data, positions, hidden_files)
+    finally:
+        adopt_fleet_patterns(before)
+
+
+def _problems(
+    located: list[tuple[PathKey, Any]],
+    suggested: set[PathKey],
+    patterns: tuple[str, ...],
+    schema: dict[str, Any],
+    data: Any,
+    positions: dict[PathKey, Location],
+    hidden_files: frozenset[str],
+) -> list[Problem]:
     problems = []
     for path, error in located:
         if error["type"] == "missing" and path in suggested:

@@ -188,6 +188,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
         sides = snapshot_sides(args, *args.from_snapshot)
     else:
+        _adopt_fleet_patterns(args)
         sides = _run_sides(args)
     if sides is None:
         return EXIT_ERROR
@@ -210,6 +211,28 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(result))
     return EXIT_CHANGED if result.changed else EXIT_OK
+
+
+def _adopt_fleet_patterns(args: argparse.Namespace) -> None:
+    """Judge secret names under the fleet's own `secret_patterns`, as its drift runs did (a
+    diff of snapshots does it by replaying them): a value a run recorded before its pattern
+    was added (`*_PW`), or that an older reconciler stored, was printed in clear. Outside a
+    fleet repository, or with a desired state that does not load, the built-in names only,
+    said on stderr."""
+    from reconciler import cli
+    from reconciler.desired.problems import DesiredStateError
+    from reconciler.desired.secret_names import adopt_fleet_patterns
+
+    here = argparse.Namespace(**{**vars(args), "from_snapshot": None, "boxes": []})
+    try:
+        adopt_fleet_patterns(cli._drift_inputs(here).secret_patterns)
+    except (DesiredStateError, OSError, ValueError) as exc:
+        what = f"{len(exc.problems)} problems" if isinstance(exc, DesiredStateError) else exc
+        print(
+            f"note: the fleet's secret_patterns are not known (the desired state did not load: "
+            f"{what}): values are masked under the built-in secret names only",
+            file=sys.stderr,
+        )
 
 
 def _run_sides(args: argparse.Namespace) -> tuple[Side, Side] | None:
