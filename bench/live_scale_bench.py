@@ -3,7 +3,9 @@ one run.
 
 Needs `python -m lab up` and `python -m lab scale up --boxes 50` (lab/scale.py). Both fleet
 sizes are boxes of the same scale lab (`reconcile drift thor spark orin` for 3), so the two
-rows differ in the number of boxes only. Per size, interleaved rounds (each row once a round,
+rows differ in the number of boxes only. Its boxes' containers are created, never started
+(lab/scale.py): no lane probe is made, a lighter workload than a real fleet's, which the
+section says (NOT_STARTED). Per size, interleaved rounds (each row once a round,
 in an order shuffled anew each round, seeded; the seed is in the output) of:
 
 - floor: N parallel OpenSSH `ssh ... docker inspect` of the box's compose project's
@@ -307,6 +309,8 @@ def section(
         "work (planning a converge of the mesh deploy, not a drift check), run once after the "
         "rounds: its time only, no ratio to the drift floors.",
         "",
+        *NOT_STARTED,
+        "",
         "| boxes | what | median s | × floor | × warm floor | controller CPU s | machine CPU s |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
@@ -358,6 +362,25 @@ def section(
         END,
     ]
     return lines
+
+
+# What the scale lab's boxes are not (lab/scale.py, its docstring: "The containers are created
+# ... but not started"), and so what the rows above do not measure.
+NOT_STARTED = [
+    "**A lighter workload than a real fleet's.** Every box of the scale lab (the 3-box rows' "
+    "too) has its containers created but not started (`docker compose up --no-start`, "
+    "lab/scale.py: 5 lanes with health checks every 5 s and a gateway heart-beating every "
+    "peer, on every box, would swamp 2 cores, and the gateways could not all publish :8000 "
+    "on one engine's address). So no lane or gateway answers: the collector makes no lane "
+    "probes there (it probes a vLLM lane only when its container is running, collector.py "
+    "`lane_probes`), its gateway probes and the controller's find nothing listening, and "
+    "none of these containers runs a health check (the three-box lab's own containers, on the "
+    "same engines, do). Drift reports each box's lanes not running and its "
+    "gateway unreachable; the observation (every container's inspect over the Engine API, the "
+    "compose renders, the files' digests, the login shell's trace), the comparison and the "
+    "report do their full work for every box, but the lanes' HTTP answers a running fleet "
+    "would send, read and compare are missing from these times.",
+]
 
 
 def verdict(ratio: float, limit: float) -> str:

@@ -15,6 +15,11 @@ and nothing else:
 - snapshot/index.json: the boxes, and each file's SHA-256, as `--save-snapshot` records them
   (observe.save_snapshot), so a replay reads them as it reads a snapshot the tool saved.
 
+DIR is new or empty, or a fleet this script built (its .scale-fleet.json lists the files it
+wrote: those are removed before the new fleet is written, so a 3-box fleet built over a 6-box
+one holds no thor-1, which a replay would read). Any other directory is refused, nothing in it
+touched: it may be a repository (its inventory/lab.yaml was overwritten).
+
     .venv/bin/python bench/scale_fleet.py DIR N   # then: reconcile --root DIR -i lab drift \
         --from-snapshot DIR/snapshot
 """
@@ -33,6 +38,13 @@ EXAMPLE = ROOT / "examples" / "lab-incidents"
 ORIGINALS = ("thor", "spark", "orin")
 GROUPS = {"thor": "[gpu, jetson]", "spark": "[gpu, dgx]", "orin": "[gpu, jetson]"}
 LAST_OCTET = {"thor": 11, "spark": 12, "orin": 13}
+# Written into DIR first: what this script generated there (paths relative to DIR).
+MARKER = ".scale-fleet.json"
+GENERATOR = "bench/scale_fleet.py"
+
+
+class FleetDirError(Exception):
+    """DIR cannot take a fleet: not empty and not one this script built (nothing touched)."""
 
 
 def box_name(index: int) -> str:
@@ -104,9 +116,66 @@ def _renamed(value: Any, original: str, name: str) -> Any:
     return out
 
 
+def generated_files(boxes: list[str]) -> list[str]:
+    """Every file build_fleet writes for `boxes`, relative to the fleet's directory."""
+    out = ["inventory/lab.yaml", "facts/images.yaml", "snapshot/index.json"]
+    out += [f"group_vars/{layer}.yaml" for layer in ("all", "gpu", "jetson", "dgx")]
+    for name in boxes:
+        out += [f"group_vars/{name}.yaml", f"facts/overlay/{name}.yaml", f"snapshot/{name}.json"]
+    return out
+
+
+def _previous_files(directory: Path) -> list[str]:
+    """The files an earlier build wrote into `directory` (none if it is new or empty); a
+    directory with anything else in it and no marker of this script is refused."""
+    if directory.exists() and not directory.is_dir():
+        raise FleetDirError(f"{directory}: not a directory")
+    if not directory.exists() or not any(directory.iterdir()):
+        return []
+    marker = directory / MARKER
+    if not marker.is_file():
+        raise FleetDirError(
+            f"{directory}: not empty and not a fleet {GENERATOR} built (no {MARKER}): "
+            "refusing to write into it, nothing touched; give a new or empty directory"
+        )
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+        files = data["files"]
+        ok = data.get("generator") == GENERATOR and isinstance(files, list)
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    # Only plain relative paths under DIR: a marker edited to name ../x or /etc/x (or a path
+    # through a symlink out of DIR) must not make a rebuild delete it.
+    if not ok or not all(_inside(directory.resolve(), rel) for rel in files):
+        raise FleetDirError(
+            f"{marker}: not a list of files {GENERATOR} wrote: refusing to clear {directory}, "
+            "nothing touched"
+        )
+    return list(files)
+
+
+def _inside(directory: Path, rel: object) -> bool:
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        return False
+    return directory in (directory / rel).resolve().parents
+
+
 def build_fleet(directory: Path, count: int) -> list[str]:
-    """Write a `count`-box fleet into `directory` (a repository root); return its box names."""
+    """Write a `count`-box fleet into `directory` (a repository root); return its box names.
+    `directory` is new, empty, or a fleet built here before (FleetDirError otherwise, before
+    anything is written): what that build wrote is removed first."""
+    if count < 1:
+        raise FleetDirError(f"N must be at least 1, not {count}")
+    previous = _previous_files(directory)
     boxes = names(count)
+    for rel in previous:
+        (directory / rel).unlink(missing_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    # The marker before the files: a build cut short still leaves a directory the next build
+    # recognises and clears (it lists what this build may have written, and what it removed).
+    files = sorted(set(generated_files(boxes)) | set(previous))
+    marker = {"generator": GENERATOR, "boxes": count, "files": files}
+    (directory / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
     for sub in ("inventory", "group_vars", "facts/overlay", "snapshot"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     for layer in ("all", "gpu", "jetson", "dgx"):
@@ -131,11 +200,29 @@ def build_fleet(directory: Path, count: int) -> list[str]:
     index["boxes"] = sorted(boxes)
     index["sha256"] = dict(sorted(digests.items()))
     (directory / "snapshot" / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    # This build's own files alone, now that the earlier build's are gone.
+    marker["files"] = generated_files(boxes)
+    (directory / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
     return boxes
 
 
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 1
+    count = int(argv[1]) if argv[1].isascii() and argv[1].isdigit() else 0
+    if count < 1:
+        print(f"error: N must be a whole number of boxes, at least 1, not {argv[1]!r}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    try:
+        built = build_fleet(Path(argv[0]), count)
+    except FleetDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(built)} boxes in {argv[0]}")
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__)
-    built = build_fleet(Path(sys.argv[1]), int(sys.argv[2]))
-    print(f"{len(built)} boxes in {sys.argv[1]}")
+    sys.exit(main(sys.argv[1:]))
