@@ -206,7 +206,7 @@ def _replayer(
             trust_observation(obs, inputs.expectations[name], key)
         else:
             obs = BoxObservation(name, None, None, fault=NOT_IN_SNAPSHOT)
-        return compare_box(
+        result = compare_box(
             inputs.expectations[name],
             obs.document,
             obs.probes,
@@ -214,6 +214,10 @@ def _replayer(
             obs.connection,
             replay_checks(inputs, name, obs),
         )
+        forget = getattr(inputs.expectations, "forget", None)  # remembered ones (_PerBox)
+        if forget is not None:
+            forget(name)
+        return result
 
     return index, order, replay_box, in_c
 

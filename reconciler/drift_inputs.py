@@ -215,6 +215,12 @@ class _PerBox(Mapping[str, Any]):
             self._value[box] = value
         return self._value[box]
 
+    def forget(self, box: str) -> None:
+        """Drop `box`'s unpickled value (asked for again, it is unpickled again): a replay
+        compares each box once, and a worker that kept every box it compared held each one's
+        mesh seeds, which name every member: memory growing as the square of the fleet."""
+        self._value.pop(box, None)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
 

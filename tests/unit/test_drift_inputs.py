@@ -190,3 +190,23 @@ def test_seeds_other_than_the_meshs_are_stored_as_they_are(repo: Path) -> None:
     back = pickle.loads(data)
     assert back.payloads["thor"]["managed_env"]["LOBES_MESH_SEEDS"] == odd
     assert back.payloads == changed.payloads
+
+
+def test_a_replay_keeps_no_box_expectation_it_compared(repo: Path, tmp_path: Path) -> None:
+    """Each box's remembered expectation holds its mesh seeds, which name every member: a
+    replay (each worker its share) that kept every box it compared held memory growing as the
+    square of the fleet (~17 MB a worker at 1,000 boxes, BENCHMARKS.md's linearity). A box's
+    is unpickled for its comparison and dropped after it; asked for again, it is the same."""
+    from reconciler.drift import run_drift_on
+
+    remembered_inputs(load_fleet(repo, "hosts"), hosts_inventory(repo))
+    inputs = cached_inputs(repo, hosts_inventory(repo))
+    assert inputs is not None and isinstance(inputs.expectations, module._PerBox)
+    fresh = drift_inputs(load_fleet(repo, "hosts"))
+    snapshot = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents" / "snapshot"
+    run = run_drift_on(
+        inputs, ["thor", "spark", "orin"], from_snapshot=snapshot, keep_observations=False
+    )
+    assert [b.box for b in run.report.boxes] == ["thor", "spark", "orin"]
+    assert inputs.expectations._value == {}  # none kept
+    assert inputs.expectations["thor"] == fresh.expectations["thor"]  # asked again: the same
