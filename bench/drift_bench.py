@@ -158,7 +158,8 @@ def drift_cli(tree: Path = ROOT) -> Callable[[list[Target]], None]:
             env=env,
         )
         if result.returncode not in (0, 2):
-            raise SystemExit(f"reconcile drift exited {result.returncode}: {result.stderr[-500:]}")
+            said = result.stderr[-500:].decode("utf-8", "replace")
+            raise SystemExit(f"reconcile drift exited {result.returncode}: {said}")
 
     return run
 
