@@ -5,6 +5,7 @@ Each check returns (yaml path, message) pairs; the loader turns paths into file:
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 
 from reconciler.compare.shell import redirecting_variable
@@ -39,6 +40,7 @@ def check_box(box: BoxSpec, env: list[EnvEntry]) -> list[Finding]:
     findings += _compose_project(box)
     findings += _control_pins(box)
     findings += _env_keys(env)
+    findings += _patterns(box, env)
     findings += left_out_image_problems(box)
     return findings
 
@@ -184,6 +186,112 @@ def _secrets(box: BoxSpec) -> Iterator[Finding]:
         if isinstance(value, SecretRef) and not secret_name:
             yield path, f"{key} takes a secret but matches no secret_patterns; add a pattern"
     # A box_file secret's path is an InsideHome (types.py): inside the home, checked on load.
+
+
+# A few of the tool's own names, quoted when a pattern matches one (else another name it does).
+_OWN_NAMES = ("box", "version", "status", "error", "name", "key", "env", "elapsed_s")
+# What a name of the tool's own may hold besides lowercase letters: `elapsed_s`, a container's
+# port `8000/tcp`, a deployment file `.env`.
+_OWN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_-./"
+# Keys one pattern's finding names before "and others".
+_SHOWN_KEYS = 3
+
+
+def _patterns(box: BoxSpec, env: list[EnvEntry]) -> Iterator[Finding]:
+    """What a `secret_patterns` entry must not match, blamed at its line (secret_names.py
+    keeps each layer's FILE:LINE):
+    - a `.env` key the fleet derives with a literal value (LOBES_MESH_NAME, the box's name
+      when the mesh is on; a lane's `*_MODEL`): the collector hashes the value of a
+      secret-named key on the box and the controller holds only the clear desired value, so
+      drift reports it on every run as not comparable, a converge rewrites it, and the
+      render basis (the desired `.env` hashed) never matches a saved render. A pin (`env:`,
+      `lanes.*.env`) is said at its own line (`_secrets`). An empty value is no secret (the
+      box reads it as empty);
+    - a lowercase name: the tool's own names are lowercase (a box file's `box`, `version`,
+      a probe's `status`), and a secret name masks whatever it holds wherever one is masked (a
+      saved snapshot, the history store, the reports), so `box: ***` could not be read back.
+      Variables holding secrets are upper case, and the floor matches a lowercase spelling of
+      its own names (`hf_token`)."""
+    derived = [
+        e for e in env if isinstance(e.value, str) and e.value != "" and not _is_pin(e.origin)
+    ]
+    for index, pattern in enumerate(box.secret_patterns):
+        at: PathKey = ("secret_patterns", index)
+        problem = own_names_problem(pattern)
+        if problem is not None:
+            yield at, problem
+        hit = [e for e in derived if fnmatch.fnmatchcase(e.key, pattern)]
+        if hit:
+            named = ", ".join(f"{e.key} (from {e.origin})" for e in hit[:_SHOWN_KEYS])
+            # No count: boxes whose lanes add keys then say the same, one line for them all.
+            more = " and others" if len(hit) > _SHOWN_KEYS else ""
+            yield at, literal_keys_problem(pattern, f"{named}{more}")
+
+
+def literal_keys_problem(pattern: str, named: str) -> str:
+    """Why `pattern` cannot be a secret pattern: it matches `named`, `.env` keys the fleet
+    sets to a literal value. Also the importer's (importer/policy.py)."""
+    return (
+        f"{pattern!r} matches {named}: .env keys the fleet sets to a literal value, which the "
+        "box would hash while the controller holds it in clear (a difference drift can never "
+        "compare, on every run, and a rewrite each converge); narrow the pattern (a secret's "
+        "value comes through `secrets:`, as {secret: NAME})"
+    )
+
+
+def own_names_problem(pattern: str) -> str | None:
+    """Why a `secret_patterns` entry cannot be one (it matches the tool's own names), or None.
+    Also the importer's rule for the patterns it adopts (importer/policy.py)."""
+    own = own_name_matched(pattern)
+    if own is None:
+        return None
+    return (
+        f"{pattern!r} matches lowercase names such as {own!r}, the tool's own (a box file's "
+        "`box` and `version`, a probe's `status`): saved snapshots and reports would hide them "
+        "as *** and could not be read back; a secret pattern names variables in upper case"
+    )
+
+
+def own_name_matched(pattern: str) -> str | None:
+    """A name with no upper-case letter that the glob `pattern` matches (one of `_OWN_NAMES`
+    if it matches one), or None when every name it matches holds an upper-case letter.
+
+    Built by choosing, for each part of the glob as fnmatch reads it, a character that is no
+    upper-case letter (`*` none, `?` `a`, a class its first such member); the glob matches
+    such a name exactly when each literal character and each class allows it. Checked with
+    fnmatch itself, so a name returned is always one the pattern matches."""
+    for name in _OWN_NAMES:
+        if fnmatch.fnmatchcase(name, pattern):
+            return name
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            continue
+        if c == "?":
+            out.append("a")
+            continue
+        if c == "[":
+            # fnmatch's reading of a class: `[!...]`, a `]` first is a member, unclosed is `[`.
+            j = i + (i < n and pattern[i] == "!")
+            j += j < n and pattern[j] == "]"
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j < n:
+                members = pattern[i - 1 : j + 1]
+                i = j + 1
+                chosen = next((x for x in _OWN_CHARS if fnmatch.fnmatchcase(x, members)), None)
+                if chosen is None:
+                    return None
+                out.append(chosen)
+                continue
+        out.append(c)
+    name = "".join(out) or "a"
+    if name.lower() != name or not fnmatch.fnmatchcase(name, pattern):
+        return None
+    return name
 
 
 def _auth(box: BoxSpec) -> Iterator[Finding]:

@@ -18,7 +18,7 @@ from reconciler.importer.boxview import BoxView, secret_name
 from reconciler.importer.contract import adopt_contract
 from reconciler.importer.gateway import adopt_gateway, adopt_mesh
 from reconciler.importer.lanes import adopt_lanes
-from reconciler.importer.policy import adopt_policy
+from reconciler.importer.policy import NO_PATTERNS, OwnPatterns, adopt_policy
 from reconciler.importer.secrets import UNFOUND, candidates
 from reconciler.importer.sourced import Sourced, Tree, put
 from reconciler.observe.document import Observed
@@ -50,9 +50,14 @@ def home_path(doc: Observed, path: str | None) -> str:
 
 
 def adopt_box(
-    name: str, doc: Observed, names: dict[str, str], members: set[str]
+    name: str,
+    doc: Observed,
+    names: dict[str, str],
+    members: set[str],
+    own: OwnPatterns = NO_PATTERNS,
 ) -> tuple[Tree, BoxView]:
-    """`names`: the catalog (digest -> name); `members`: every box adopted in this run."""
+    """`names`: the catalog (digest -> name); `members`: every box adopted in this run; `own`:
+    the secret patterns the repository imported in already lists (policy.own_patterns)."""
     view = BoxView(name, doc)
     tree: Tree = {}
     _lobes(view, tree)
@@ -70,7 +75,7 @@ def adopt_box(
         tree["contract"] = contract
     _env_pins(view, tree)
     _left_out(view, tree)
-    adopt_policy(view, tree)
+    adopt_policy(view, tree, own)
     return tree, view
 
 

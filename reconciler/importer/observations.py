@@ -8,10 +8,13 @@ box's own `.env`, the one being adopted), and, as secret sources to digest, the 
 chain compose renders with is lobes' base file until the box's `.env` names its chain
 (COMPOSE_FILE), and the gateway is probed on lobes' port 8000 until `docker inspect` shows
 where it is published: a box whose chain or port differs is observed once more with them.
+The secret patterns sent are the adopted policy's and those the repository's group_vars already
+list, if it has any (policy.own_patterns): what the fleet named a secret is hashed on the box.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,11 @@ def from_snapshot(directory: Path, boxes: list[str]) -> dict[str, BoxObservation
     return {b: observations[b] for b in boxes if b in observations}
 
 
-def discovery_payload(chain: list[str], port: int = GATEWAY_PORT) -> dict[str, Any]:
+def discovery_payload(
+    chain: list[str], port: int = GATEWAY_PORT, own: Iterable[str] = ()
+) -> dict[str, Any]:
+    """`own`: the secret patterns the repository imported in lists (policy.own_patterns): the
+    box hashes what they name, as it does for a drift of that repository."""
     return {
         "directory": DIRECTORY,
         "project": "lobes",
@@ -47,7 +54,7 @@ def discovery_payload(chain: list[str], port: int = GATEWAY_PORT) -> dict[str, A
             for name, key in SECRET_KEYS.items()
         },
         "controller_secrets": {},
-        "secret_patterns": list(effective(SECRET_PATTERNS)),
+        "secret_patterns": list(effective((*SECRET_PATTERNS, *own))),
         "gateway_port": port,
         "timeout_s": 20,
         "probe_timeout_s": 3,
@@ -55,7 +62,11 @@ def discovery_payload(chain: list[str], port: int = GATEWAY_PORT) -> dict[str, A
 
 
 def _inputs(
-    root: Path, inv: InventorySpec, chains: dict[str, list[str]], ports: dict[str, int]
+    root: Path,
+    inv: InventorySpec,
+    chains: dict[str, list[str]],
+    ports: dict[str, int],
+    own: tuple[str, ...] = (),
 ) -> DriftInputs:
     def path(value: str | None) -> str | None:
         if value is None:
@@ -73,7 +84,9 @@ def _inputs(
         boxes=tuple(inv.boxes),
         expectations={},
         payloads={
-            name: discovery_payload(chains.get(name, BASE_CHAIN), ports.get(name, GATEWAY_PORT))
+            name: discovery_payload(
+                chains.get(name, BASE_CHAIN), ports.get(name, GATEWAY_PORT), own
+            )
             for name in inv.boxes
         },
         targets=targets,
@@ -102,11 +115,14 @@ def _port(obs: BoxObservation) -> int | None:
     return int(port) if port.isascii() and port.isdigit() and 0 < int(port) < 65536 else None
 
 
-def live(root: Path, inv: InventorySpec, boxes: list[str]) -> dict[str, BoxObservation]:
-    found = observe(_inputs(root, inv, {}, {}), boxes, new_run_key())
+def live(
+    root: Path, inv: InventorySpec, boxes: list[str], own: tuple[str, ...] = ()
+) -> dict[str, BoxObservation]:
+    """`own`: the repository's own secret patterns (policy.own_patterns)."""
+    found = observe(_inputs(root, inv, {}, {}, own), boxes, new_run_key())
     chains = {b: c for b, o in found.items() if (c := _chain(o)) and c != BASE_CHAIN}
     ports = {b: p for b, o in found.items() if (p := _port(o)) and p != GATEWAY_PORT}
     again = sorted(set(chains) | set(ports))
     if again:
-        found.update(observe(_inputs(root, inv, chains, ports), again, new_run_key()))
+        found.update(observe(_inputs(root, inv, chains, ports, own), again, new_run_key()))
     return found

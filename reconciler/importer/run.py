@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reconciler.compare.box import Replayed, misplaced
+from reconciler.desired import secret_names
 from reconciler.desired.explain import explain
 from reconciler.desired.load import find_root, load_fleet
 from reconciler.desired.locate import inventory_file
@@ -25,6 +26,7 @@ from reconciler.importer.contract import unhosted
 from reconciler.importer.factor import factor
 from reconciler.importer.images import catalog, running_digest
 from reconciler.importer.inventory import Inventory
+from reconciler.importer.policy import NO_PATTERNS, OwnPatterns, own_patterns
 from reconciler.importer.result import EXIT_ERROR, Imported
 from reconciler.importer.sourced import Finding, Sourced, Tree
 from reconciler.importer.verify import observed_again, replayed
@@ -115,12 +117,14 @@ def _files(
     came_from: str,
     left_out: dict[str, list[str]],
     alone: bool = False,
+    own: OwnPatterns = NO_PATTERNS,
 ) -> tuple[dict[str, str], dict[str, Tree], list[Finding], str]:
     """The repository adopting the boxes of `obs` (relative path -> text), their trees, the
     findings, and the inventory's name in it. `source`: the inventory, parsed once for every
     repository an import builds. `left_out`: boxes a partial import does not adopt (each
     file's header says which, and why). `alone` (one box, to judge it on its own): its tree in
-    its own layer, as the full repository names a box's own values."""
+    its own layer, as the full repository names a box's own values. `own`: the repository's
+    own secret patterns (policy.own_patterns), kept in the adopted policy."""
     inv_path = source.source
     docs = {b: o.document for b, o in obs.items() if o.document is not None}
     refs = [running_digest(d, c) for d in docs.values() for c in d.containers]
@@ -128,7 +132,7 @@ def _files(
     trees: dict[str, Tree] = {}
     findings: list[Finding] = []
     for name, doc in docs.items():
-        trees[name], view = adopt_box(name, doc, names, set(docs))
+        trees[name], view = adopt_box(name, doc, names, set(docs), own)
         findings += view.findings
     findings += unhosted(trees)  # a role proxied to a member that serves none
     groups = {b: inv.boxes[b].groups for b in trees}
@@ -209,6 +213,7 @@ def invalid_alone(
     output: Path,
     came_from: str,
     findings: list[Finding],
+    own: OwnPatterns = NO_PATTERNS,
 ) -> dict[str, list[str]]:
     """The boxes whose adopted state does not validate on its own, each with the loader's
     problems (`group_vars/BOX.yaml:LINE:COL: key: message`, of a repository built beside
@@ -226,7 +231,7 @@ def invalid_alone(
         found.setdefault(finding.box, []).append(f"found: {finding.what}")
     for name in obs:
         files, _, _, inv_name = _files(
-            root, source, inv, {name: obs[name]}, came_from, {}, alone=True
+            root, source, inv, {name: obs[name]}, came_from, {}, alone=True, own=own
         )
         building = build(output, files)
         try:
@@ -256,6 +261,10 @@ def run_import(args: argparse.Namespace) -> int:
         print(f"error: --output {exc}; nothing written", file=sys.stderr)
         return EXIT_ERROR
     inv = _inventory(root, inv_path)
+    # The fleet's own secret patterns, if the repository lists any: adopted before anything is
+    # observed or printed (boxview, the reports' scrubbing), sent to the boxes, and written.
+    own = own_patterns(root, inv)
+    secret_names.adopt_fleet_patterns(own.patterns)
     wanted = list(getattr(args, "boxes", None) or [])
     unknown = [b for b in wanted if b not in inv.boxes]
     if unknown:
@@ -276,7 +285,7 @@ def run_import(args: argparse.Namespace) -> int:
             obs = observing.from_snapshot(Path(snapshot), boxes)
             came_from = f"the snapshot {clean(str(snapshot))}"
         else:
-            obs = observing.live(root, inv, boxes)
+            obs = observing.live(root, inv, boxes, own.patterns)
             came_from = "the live boxes"
     except (OSError, ValueError) as exc:
         print(f"error: {clean(str(exc))}", file=sys.stderr)
@@ -302,12 +311,12 @@ def run_import(args: argparse.Namespace) -> int:
     args_of = (root, source, inv)
     live = not snapshot
     try:
-        whole = _files(*args_of, valid, came_from, failed)
+        whole = _files(*args_of, valid, came_from, failed, own=own)
         try:
             done = adopt(whole, valid, output, force, live, failed)
         except DesiredStateError as exc:
             # Only now is each box judged alone, to say whose the problems are.
-            invalid = invalid_alone(*args_of, valid, output, came_from, whole[2])
+            invalid = invalid_alone(*args_of, valid, output, came_from, whole[2], own)
             left = [b for b in valid if b not in invalid]
             if not partial or not invalid or not left:
                 _refuse_invalid(exc, invalid, left, partial)
@@ -315,7 +324,7 @@ def run_import(args: argparse.Namespace) -> int:
             for name, problems in invalid.items():
                 failed[name] = ["its adopted state does not validate", *problems]
             valid = {b: valid[b] for b in left}
-            rest = _files(*args_of, valid, came_from, failed)
+            rest = _files(*args_of, valid, came_from, failed, own=own)
             done = adopt(rest, valid, output, force, live, failed)
     except OutputRefused as exc:
         print(f"error: --output {exc}; nothing written", file=sys.stderr)
