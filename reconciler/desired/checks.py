@@ -189,10 +189,145 @@ def _secrets(box: BoxSpec) -> Iterator[Finding]:
 
 
 # A few of the tool's own names, quoted when a pattern matches one (else another name it does).
-_OWN_NAMES = ("box", "version", "status", "error", "name", "key", "env", "elapsed_s")
-# What a name of the tool's own may hold besides lowercase letters: `elapsed_s`, a container's
-# port `8000/tcp`, a deployment file `.env`.
-_OWN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_-./"
+# The tool's own field names: the keys of a box's answer, a saved snapshot and a probe that are
+# no variable's (tests/unit/test_patterns_review8.py holds every such key of the captured box
+# files to this list). A secret name masks whatever it holds wherever one is masked, so a
+# pattern matching one (`*`, `status`, `*s`) made `box: ***` of a saved box file.
+_OWN_NAMES = (
+    "box",
+    "version",
+    "status",
+    "error",
+    "name",
+    "names",
+    "key",
+    "value",
+    "env",
+    "line",
+    "source",
+    "path",
+    "id",
+    "mode",
+    "digest",
+    "sha256",
+    "size",
+    "time",
+    "ms",
+    "elapsed_s",
+    "collected",
+    "collector",
+    "controller",
+    "docker",
+    "containers",
+    "container",
+    "container_name",
+    "images",
+    "image",
+    "image_id",
+    "image_ref",
+    "repo_digests",
+    "repo_tags",
+    "service",
+    "services",
+    "cmd",
+    "command",
+    "entrypoint",
+    "environment",
+    "health",
+    "state",
+    "running",
+    "ports",
+    "host_ip",
+    "host_network",
+    "ips",
+    "runtime",
+    "restart_count",
+    "exit_code",
+    "started_at",
+    "created",
+    "config_hash",
+    "config_files",
+    "labels",
+    "deploy_dir",
+    "deploy_dir_exists",
+    "current_env_keys",
+    "envfile",
+    "envfile_keys",
+    "files",
+    "exists",
+    "gateway",
+    "render",
+    "render_login",
+    "lanes",
+    "login_shell",
+    "exports",
+    "variables",
+    "secret_sources",
+    "secret",
+    "timings_ms",
+    "meminfo",
+    "home",
+    "user",
+    "host",
+    "base",
+    "body",
+    "headers",
+    "url",
+    "endpoint",
+    "reason",
+    "error_type",
+    "origin",
+    "target",
+    "via",
+    "probes",
+    "published",
+    "audit",
+    "mesh",
+    "mesh_detect",
+    "member",
+    "member_lanes",
+    "lane_ports",
+    "capabilities",
+    "capacity",
+    "context",
+    "models_key",
+    "models_noauth",
+    "models_mesh_key",
+    "chat_noauth",
+    "proxied",
+    "hosted_by",
+    "owned_by",
+    "object",
+    "data",
+    "model",
+    "role",
+    "responsibilities",
+    "forbidden_responsibilities",
+    "ready",
+    "loaded",
+    "busy",
+    "waiting",
+    "total",
+    "skipped",
+    "weight",
+    "parent",
+    "root",
+    "permission",
+    "protocol",
+    "inventory",
+    "snapshot",
+    "run_id",
+    "taken_at",
+    "schema_version",
+    "boxes",
+    "fingerprint",
+    "key_from",
+    "served_id",
+    "profiles",
+    "replicas",
+    "local",
+    "login",
+)
 # Keys one pattern's finding names before "and others".
 _SHOWN_KEYS = 3
 
@@ -207,11 +342,9 @@ def _patterns(box: BoxSpec, env: list[EnvEntry]) -> Iterator[Finding]:
       render basis (the desired `.env` hashed) never matches a saved render. A pin (`env:`,
       `lanes.*.env`) is said at its own line (`_secrets`). An empty value is no secret (the
       box reads it as empty);
-    - a lowercase name: the tool's own names are lowercase (a box file's `box`, `version`,
-      a probe's `status`), and a secret name masks whatever it holds wherever one is masked (a
-      saved snapshot, the history store, the reports), so `box: ***` could not be read back.
-      Variables holding secrets are upper case, and the floor matches a lowercase spelling of
-      its own names (`hf_token`)."""
+    - one of the tool's own field names (a box file's `box`, `version`, a probe's `status`,
+      `_OWN_NAMES`): a secret name masks whatever it holds wherever one is masked (a saved
+      snapshot, the history store, the reports), so `box: ***` could not be read back."""
     derived = [
         e for e in env if isinstance(e.value, str) and e.value != "" and not _is_pin(e.origin)
     ]
@@ -246,52 +379,17 @@ def own_names_problem(pattern: str) -> str | None:
     if own is None:
         return None
     return (
-        f"{pattern!r} matches lowercase names such as {own!r}, the tool's own (a box file's "
-        "`box` and `version`, a probe's `status`): saved snapshots and reports would hide them "
-        "as *** and could not be read back; a secret pattern names variables in upper case"
+        f"{pattern!r} matches {own!r}, one of the tool's own field names (a box file's `box` "
+        "and `version`, a probe's `status`): saved snapshots and reports would hide them as "
+        "*** and could not be read back; narrow the pattern to the variables it means"
     )
 
 
 def own_name_matched(pattern: str) -> str | None:
-    """A name with no upper-case letter that the glob `pattern` matches (one of `_OWN_NAMES`
-    if it matches one), or None when every name it matches holds an upper-case letter.
-
-    Built by choosing, for each part of the glob as fnmatch reads it, a character that is no
-    upper-case letter (`*` none, `?` `a`, a class its first such member); the glob matches
-    such a name exactly when each literal character and each class allows it. Checked with
-    fnmatch itself, so a name returned is always one the pattern matches."""
-    for name in _OWN_NAMES:
-        if fnmatch.fnmatchcase(name, pattern):
-            return name
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        i += 1
-        if c == "*":
-            continue
-        if c == "?":
-            out.append("a")
-            continue
-        if c == "[":
-            # fnmatch's reading of a class: `[!...]`, a `]` first is a member, unclosed is `[`.
-            j = i + (i < n and pattern[i] == "!")
-            j += j < n and pattern[j] == "]"
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j < n:
-                members = pattern[i - 1 : j + 1]
-                i = j + 1
-                chosen = next((x for x in _OWN_CHARS if fnmatch.fnmatchcase(x, members)), None)
-                if chosen is None:
-                    return None
-                out.append(chosen)
-                continue
-        out.append(c)
-    name = "".join(out) or "a"
-    if name.lower() != name or not fnmatch.fnmatchcase(name, pattern):
-        return None
-    return name
+    """The first of the tool's own field names (`_OWN_NAMES`) the glob `pattern` matches, or
+    None. Only those: a lower-case variable's pattern (`*_pw`) names no field of the tool's
+    and stays a fleet's to protect."""
+    return next((name for name in _OWN_NAMES if fnmatch.fnmatchcase(name, pattern)), None)
 
 
 def _auth(box: BoxSpec) -> Iterator[Finding]:

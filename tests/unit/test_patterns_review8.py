@@ -18,7 +18,6 @@ tests/fixtures/import/lab_desired the pristine lab saved against the lab's desir
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import shutil
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from tests.unit.test_import_review8 import LAB_DESIRED, edited_snapshot, lab_roo
 
 REPO = Path(__file__).resolve().parents[2]
 INCIDENTS = REPO / "examples/lab-incidents"
+AUDIT = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
 FIRST = "secret_patterns: [GATEWAY_API_KEY,"  # all.yaml's list opens so (line 43)
 
 
@@ -111,11 +111,12 @@ def test_a_pattern_matching_everything_is_refused(tmp_path: Path) -> None:
     root, at = _incidents_with(tmp_path, "*")
     problems = [p for p in _problems(root) if p.startswith(at)]
     assert any(" MODEL_GEAR_VERSION (from lobes.version)" in p for p in problems), problems
-    assert f"{at} lowercase names such as 'box', the tool's own" in "\n".join(problems)
+    assert f"{at} 'box', one of the tool's own field names" in "\n".join(problems)
 
 
 @pytest.mark.parametrize(
-    ("pattern", "name"), [("box", "box"), ("status", "status"), ("*s", "status"), ("?", "a")]
+    ("pattern", "name"),
+    [("box", "box"), ("status", "status"), ("*s", "status"), ("*_s", "elapsed_s")],
 )
 def test_a_pattern_matching_the_tools_own_names_is_refused(
     tmp_path: Path, pattern: str, name: str
@@ -124,13 +125,13 @@ def test_a_pattern_matching_the_tools_own_names_is_refused(
     answer is malformed: gateway.health.status: expected an integer`."""
     root, at = _incidents_with(tmp_path, pattern)
     assert _problems(root) == [
-        f"{at} lowercase names such as {name!r}, the tool's own (a box file's `box` and "
+        f"{at} {name!r}, one of the tool's own field names (a box file's `box` and "
         "`version`, a probe's `status`): saved snapshots and reports would hide them as *** "
-        "and could not be read back; a secret pattern names variables in upper case"
+        "and could not be read back; narrow the pattern to the variables it means"
     ]
 
 
-@pytest.mark.parametrize("pattern", ["*_PW", "DB_*", "[A-Z]*_PW", "SESAME_?"])
+@pytest.mark.parametrize("pattern", ["*_PW", "DB_*", "[A-Z]*_PW", "SESAME_?", "*_pw", "db_pw"])
 def test_a_pattern_naming_only_variables_of_its_own_still_validates(
     tmp_path: Path, pattern: str
 ) -> None:
@@ -138,12 +139,13 @@ def test_a_pattern_naming_only_variables_of_its_own_still_validates(
     assert pattern in load_fleet(root, "lab").boxes["thor"].secret_patterns
 
 
-def test_a_lowercase_name_found_is_one_the_pattern_matches() -> None:
-    """Every key of a real box file with no upper-case letter (the tool's own, and ports
-    `8000/tcp`) makes a pattern naming it refused; upper-case literals never are."""
-    from reconciler.desired.checks import own_name_matched  # new with the fix
-
-    thor = json.loads((INCIDENTS / "snapshot/thor.json").read_text(encoding="utf-8"))
+def test_every_field_name_of_a_captured_box_file_is_the_tools_own() -> None:
+    """Every key of the captured box files with no upper-case letter that names no variable,
+    lane, compose file or secret of the example's own is in the list a pattern may not match:
+    a pattern naming one is refused. A lower-case variable's pattern (`*_pw`) names none of
+    them (review 8: every pattern that could match a lower-case name was refused, so a fleet
+    could not protect `db_pw`)."""
+    from reconciler.desired.checks import _OWN_NAMES, own_name_matched
 
     def keys(node: Any) -> Iterator[str]:
         if isinstance(node, dict):
@@ -154,14 +156,29 @@ def test_a_lowercase_name_found_is_one_the_pattern_matches() -> None:
             for item in node:
                 yield from keys(item)
 
-    own = {k for k in keys(thor) if k == k.lower() and all(c not in k for c in ":=@ ")}
-    assert {"box", "version", "status", "elapsed_s", "8000/tcp"} <= own
+    files = [*(INCIDENTS / "snapshot").glob("*.json"), *AUDIT.glob("*/*.json")]
+    found = {k for f in files for k in keys(json.loads(f.read_text(encoding="utf-8")))}
+    data = {  # the example's own names: its lanes, roles, compose files, secrets and a port
+        k
+        for k in found
+        if k.startswith(("vllm-", "docker-compose")) or "/" in k or k in _DATA_NAMES
+    }
+    own = {k for k in found - data if k == k.lower() and all(c not in k for c in ":=@ .")}
+    assert {"box", "version", "status", "elapsed_s"} <= own
+    assert own <= set(_OWN_NAMES), sorted(own - set(_OWN_NAMES))
     for name in own:
-        glob = "".join("?" if c in ".-/" else c for c in name)  # what a VarGlob can spell
-        found = own_name_matched(glob)
-        assert found is not None and fnmatch.fnmatchcase(found, glob), name
-    for pattern in ("*_PW", "[A-Z]*", "GATEWAY_*", "*PASSWORD*", "[!a-z0-9_./-]*"):
+        assert own_name_matched(name) == name
+    for pattern in ("*_PW", "[A-Z]*", "GATEWAY_*", "*PASSWORD*", "*_pw", "db_pw", "?"):
         assert own_name_matched(pattern) is None, pattern
+
+
+_DATA_NAMES = {
+    "cortex", "decider", "embedder", "hand", "innereye", "muse", "reranker", "senses", "stt",
+    "tts", "worker", "gateway_api_key", "hf_token", "mesh_key", "associate", "calibrated",
+    "compatible", "feasible", "kv_cache_dtype", "max_model_len", "mtp", "quant",
+    "quantization", "reasoning_parser", "speculative_config", "tool_parser", "tools",
+    "weakest_link",
+}  # fmt: skip
 
 
 # -- 2. import ---------------------------------------------------------------------------------
@@ -239,8 +256,9 @@ def test_an_import_refuses_a_pattern_the_loader_refuses_at_its_line(tmp_path: Pa
     code, printed = run("--root", str(root), "-i", "lab", "import", "--from-snapshot",
                         str(LAB_DESIRED), "--output", str(out))  # fmt: skip
     assert code == 1, printed
-    assert "group_vars/all.yaml:2:27: secret_patterns[1]: 'status' matches lowercase names" in (
-        printed
+    assert (
+        "group_vars/all.yaml:2:27: secret_patterns[1]: 'status' matches 'status', one of the "
+        "tool's own" in printed
     )
     assert not out.exists()
 
