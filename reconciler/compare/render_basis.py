@@ -7,7 +7,12 @@ box's own `.env` where the two differ (`render_current`, `render_login_current`)
 snapshot replays against another desired state, such as one `reconcile import` adopted from
 that very `.env`. Each render of such a run records its basis: the sha256 of the `.env`'s
 assignments as the answer's `envfile` shows them (secrets as the run's keyed digests), which
-the controller computes here from `envfile` and the managed keys alone. The render whose
+the controller computes here from `envfile` and the managed keys alone. The desired `.env`'s
+is the box's own with each managed key set as desired (`desired_pairs`; the collector's
+`desired_basis`), not compose's reading of the text written: there a line the converge
+leaves alone may read otherwise (`C=${A}` reads A's new value), which `envfile`, values and
+not lines, cannot tell. Given the box's `.env`, those pairs tell the text a converge writes
+as well (it writes exactly the keys whose value they change). The render whose
 basis is the desired `.env`'s is read, else the box's own where the desired `.env` reads
 alike (`reads_alike`); otherwise none: the snapshot holds no render of this `.env`, and what
 reads one is not compared (`for_desired`). An answer without bases (every live drift, an older
@@ -54,8 +59,11 @@ def current_pairs(doc: Observed) -> dict[str, EnvValue] | None:
 
 def desired_pairs(doc: Observed, env: Iterable[EnvEntry]) -> dict[str, EnvValue]:
     """The `.env` the collector renders for a desired state (its `desired_envfile`): each
-    managed key written in place or appended, a null key's lines dropped, and a secret whose
-    source could not be read left as the box has it."""
+    managed key written in place or appended, a null key's lines dropped (one whose value
+    compose computes too: `envfile` shows it as written), and a secret whose source could not
+    be read left as the box has it. Every other key as the box reads it now, even one whose
+    line interpolates a key written (`C=${A}`): the pairs the render's basis is made of (the
+    collector's `desired_basis`), not compose's reading of the desired text."""
     pairs = current_pairs(doc) or {}
     for entry in env:
         if entry.value is None:

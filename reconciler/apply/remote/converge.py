@@ -1391,12 +1391,14 @@ def env_lines(text, keepends=False):
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def parse_env(text, name=".env"):
+def parse_env(text, name=".env", assigned=None):
     """{key: (value, index in env_lines)} for each key `[A-Za-z_][A-Za-z0-9_]*` compose reads
     from `text`; the last assignment wins, as in compose. A key whose value compose computes
     from what the box cannot know here (`_dotenv_read`) is left out: it differs from every
-    desired value, so a converge writes it plainly. A text compose refuses fails, naming the
-    line (never its value): a converge must not write into a file compose cannot read."""
+    desired value, so a converge writes it plainly. `assigned`, a set, gets every key a
+    statement assigns, such a key too: compose reads it as present, so a key wanted absent
+    is removed while one does (`differs`). A text compose refuses fails, naming the line
+    (never its value): a converge must not write into a file compose cannot read."""
     statements, problem = _dotenv_read(text)
     if problem is not None:
         raise Failed("%s line %d: docker compose refuses this file: %s" % ((name,) + problem))
@@ -1405,6 +1407,8 @@ def parse_env(text, name=".env"):
     for key, value, line, _, _, _, _ in statements:
         if not (key.isidentifier() and key.isascii()):
             continue
+        if assigned is not None:
+            assigned.add(key)
         if value is None:
             found.pop(key, None)
         else:
@@ -1527,12 +1531,14 @@ def desired_values(box):
     return out
 
 
-def differs(key, want, current):
+def differs(key, want, current, assigned=()):
     # An absent key is appended even when empty: `KEY=` is what the drift engine renders
     # from, and lanes read `.env` whole through env_file, so absent and empty differ there.
-    # A key wanted absent (None, `env: {KEY: null}`) differs while any line assigns it.
+    # A key wanted absent (None, `env: {KEY: null}`) differs while any statement assigns it
+    # (`assigned`, parse_env's): one whose value compose computes (`${HAND_PIN:-...}`, not in
+    # `current`) too, which compose reads as present.
     if want is None:
-        return key in current
+        return key in current or key in assigned
     return key not in current or current[key][0] != want
 
 
@@ -1576,12 +1582,13 @@ def write_env(box, keys, desired):
     except FileNotFoundError:
         data, mode = b"", None
     text = data.decode("utf-8")
-    current = parse_env(text)
+    assigned = set()  # type: set
+    current = parse_env(text, assigned=assigned)
     lines = env_lines(text, keepends=True)  # the indexes parse_env gave
     changed, removed = [], set()  # type: list, set
     for key in keys:
         want = desired[key]
-        if not differs(key, want, current):
+        if not differs(key, want, current, assigned):
             continue
         changed.append(key)
         if want is None:

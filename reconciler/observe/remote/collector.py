@@ -1674,27 +1674,45 @@ def env_lines(text):
     return _dotenv_lines(text)
 
 
-def parse_dotenv(text, problems=None):
+def parse_dotenv(text, problems=None, computed=()):
     """Each assignment of `.env` text to a key `[A-Za-z_][A-Za-z0-9_]*` as compose reads it,
     in order ({key, value, line}; the last of a key wins). A key whose value compose computes
     from what the box cannot know here (`_dotenv_read`) is left out, and so is every earlier
-    assignment of it: it reads as absent, never as a value compose does not hold. A text
-    compose refuses gives no entry at all (compose reads nothing from it); (line, why) is
-    then added to `problems` when given."""
+    assignment of it: it reads as absent, never as a value compose does not hold. Except a
+    key of `computed` (those managed as null): compose reads it as present, which drift must
+    say and a converge removes, so it is kept with its value as written (`_as_written`, as
+    the audit reads such a line), never a value compose holds. A text compose refuses gives
+    no entry at all (compose reads nothing from it); (line, why) is then added to `problems`
+    when given."""
     statements, problem = _dotenv_read(text)
     if problem is not None:
         if problems is not None:
             problems.append(problem)
         return []
     entries = []  # type: list
-    for key, value, line, _, _, _, _ in statements:
+    for key, value, line, _, value_at, value_end, _ in statements:
         if not (key.isidentifier() and key.isascii()):
             continue
+        if value is None and key in computed:
+            value = _as_written(text, value_at, value_end)
         if value is None:
             entries = [entry for entry in entries if entry["key"] != key]
         else:
             entries.append({"key": key, "value": value, "line": line})
     return entries
+
+
+def _as_written(text, value_at, value_end):
+    """A statement's value as its line writes it (quotes and `${...}` kept), stripped: what
+    the answer shows for a value compose computes from what the box cannot know
+    (`parse_dotenv`'s `computed`; the audit's active value, `audit_envfile_keys`)."""
+    return text[value_at:value_end].strip() if value_at >= 0 else ""
+
+
+def null_keys(run):
+    """The keys the payload manages as null (`env: {KEY: null}`): a converge removes every
+    statement assigning one, whatever its value, so each counts as present while one does."""
+    return frozenset(k for k, spec in (run.p.get("managed_env") or {}).items() if spec is None)
 
 
 def _dotenv_value(rest):
@@ -1855,8 +1873,9 @@ def deployed_env(run):
 
 
 def envfile_fact(run):
-    """(the `.env` lines as the answer shows them, {key: value} as compose reads them). A
-    value is masked as a container's environment is (`masked_value`): a key that is no secret
+    """(the `.env` lines as the answer shows them, {key: value} as compose reads them; a key
+    managed as null whose value compose computes, as written: `parse_dotenv`). A value is
+    masked as a container's environment is (`masked_value`): a key that is no secret
     may still carry one (`VLLM_ARGS=--api-key sk-...`, `CURL_HDR=Authorization: Bearer x`),
     which a lane then runs; its secret is hashed inline, so the line compares with the
     containers' and the login shell's values and never leaves the box in clear."""
@@ -1864,7 +1883,9 @@ def envfile_fact(run):
     if text is None:
         return None, {}
     problems = []  # type: list
-    entries = parse_dotenv(text, problems)
+    # A key managed as null whose value compose computes (`HAND_IMAGE=${HAND_PIN:-...}`) is
+    # there for compose: shown as written, so drift says the line a converge removes.
+    entries = parse_dotenv(text, problems, null_keys(run))
     if problems:  # compose reads nothing from it (`up` fails): not a file of no entries
         run.file_problem(".env", BoxFileError(refused_text(".env", problems[0])))
         return None, {}
@@ -1993,16 +2014,10 @@ def secret_sources(run, sent=None):
     return shown, values
 
 
-def desired_envfile(run, current_text, secret_values):
-    """The .env a converge would write (converge.py `write_env`), read as compose reads it: each
-    managed key whose value differs written over the value of the assignment compose keeps
-    (its last; what comes before and after the value on its line stays: an inline comment,
-    another statement after a closing quote) or appended, and every assignment of a key
-    managed as None (`env: {KEY: null}`) taken out (its whole line when nothing else is on
-    it), as a converge removes them; every other byte as it is. Statements, not lines: a line
-    `V="a" W=3` assigns two keys, and writing V must keep W. A text compose refuses is kept
-    whole (a converge refuses to write into it; file_errors says why). Used only to render;
-    it is never written to a file (Shadow)."""
+def desired_env(run, secret_values):
+    """({managed key: desired value}, {key managed as None}) as a converge writes them (its
+    `desired_values`): a secret resolved; one whose source is missing (reported as an error)
+    left out, the box's line kept as it is."""
     managed, absent = {}, set()
     for key, spec in run.p["managed_env"].items():
         if spec is None:
@@ -2013,7 +2028,22 @@ def desired_envfile(run, current_text, secret_values):
             managed[key] = secret_values[spec["secret"]]
         elif "value" in spec:
             managed[key] = spec["value"]  # a controller_env secret sent for this run
-        # else: the source is missing (reported as an error); keep the box's line as it is
+    return managed, absent
+
+
+def desired_envfile(run, current_text, secret_values):
+    """The .env a converge would write (converge.py `write_env`), read as compose reads it: each
+    managed key whose value differs written over the value of the assignment compose keeps
+    (its last; what comes before and after the value on its line stays: an inline comment,
+    another statement after a closing quote) or appended, and every assignment of a key
+    managed as None (`env: {KEY: null}`) taken out (its whole line when nothing else is on
+    it), as a converge removes them; every other byte as it is. Statements, not lines: a line
+    `V="a" W=3` assigns two keys, and writing V must keep W. A key managed as None is taken
+    out wherever a statement assigns it, one whose value compose computes too (compose reads
+    it as present; converge.py `differs`). A text compose refuses is kept whole (a converge
+    refuses to write into it; file_errors says why). Used only to render; it is never
+    written to a file (Shadow)."""
+    managed, absent = desired_env(run, secret_values)
     text = current_text or ""
     statements, problem = _dotenv_read(text)
     if problem is not None:
@@ -2038,7 +2068,7 @@ def desired_envfile(run, current_text, secret_values):
         else:
             appended.append("%s=%s\n" % (key, _quote(want)))
     for statement in statements:
-        if statement[0] in absent and statement[0] in current:
+        if statement[0] in absent:
             edits.append(_removal(text, statement[3], statement[6]))
     out, done = [], 0
     for start, end, new in sorted(edits):
@@ -2113,16 +2143,43 @@ def _bare_fits(new, tail):
 def env_basis(run, text):
     """The digest of what compose reads from a `.env` text: its assignments parsed (the last
     one of a key wins, at its first place), secrets (whole values and inline ones) as this
-    run's keyed digests, as the answer's `envfile` shows them. A render records the basis of
-    the `.env` it was made from, so the controller can tell which render a desired state's
-    `.env` gives, offline too (reconciler/compare/render_basis.py computes the same from
-    `envfile`, `envfile_desired` and the managed keys).
+    run's keyed digests, as the answer's `envfile` shows them (`envfile_fact`). The render
+    of the box's own `.env` records it, so the controller can tell which render its `.env`
+    gives, offline too (reconciler/compare/render_basis.py computes the same from `envfile`).
     None without a `.env`."""
     if text is None:
         return None
+    return _pairs_basis(_env_pairs(run, text))
+
+
+def desired_basis(run, current_text, secret_values):
+    """The basis the render of the desired `.env` (`desired_envfile`) records: the box's own
+    `.env` as `env_basis` reads it, each managed key set to its desired value (masked as its
+    line would be) or, managed as None, taken out; what render_basis.py's `desired_pairs`
+    computes from the answer's `envfile`, `envfile_desired` and the desired state alone.
+    Not compose's reading of the desired text: there a line the converge leaves as it is
+    may read otherwise (`C=${A}` reads A's new value), which the answer's `envfile` (values,
+    not lines) cannot tell the controller, and a replay against this very desired state
+    found no render of it. These pairs tell the text as well: given this `.env`, a converge
+    writes exactly the keys whose value they change and takes out those they drop, so the
+    same pairs give the same text, and the same render."""
+    managed, absent = desired_env(run, secret_values)
+    pairs = _env_pairs(run, current_text) if current_text is not None else {}
+    for key in absent:
+        pairs.pop(key, None)
+    for key, want in managed.items():
+        pairs[key] = run.masked_value(key, want)
+    return _pairs_basis(pairs)
+
+
+def _env_pairs(run, text):
     pairs = {}
-    for entry in parse_dotenv(text):
+    for entry in parse_dotenv(text, computed=null_keys(run)):
         pairs[entry["key"]] = run.masked_value(entry["key"], entry["value"])
+    return pairs
+
+
+def _pairs_basis(pairs):
     canonical = json_dumps(
         [[key, value] for key, value in pairs.items()], separators=(",", ":"), sort_keys=True
     )
@@ -3910,7 +3967,7 @@ def audit_envfile_keys(run, names):
         inside.update(range(line + 1, line + 1 + text.count("\n", start, end)))
         if key in names:
             if value is None:  # computed by compose from what the box cannot know
-                value = text[value_at:value_end].strip() if value_at >= 0 else ""
+                value = _as_written(text, value_at, value_end)
             active[key] = (line, value)
     for number, raw in enumerate(text.split("\n"), 1):
         body = raw.lstrip()
@@ -4348,7 +4405,9 @@ def collect(payload, sent=None):
             # render's basis. Asked for by `drift --save-snapshot` only, and the second render
             # made only when the two differ (else one serves both): a live drift never pays.
             if run.p.get("render_current") and not unread:
-                bases["render"] = bases["render_login"] = env_basis(run, desired_text)
+                bases["render"] = bases["render_login"] = desired_basis(
+                    run, current_text, secret_values
+                )
                 basis = env_basis(run, current_text)
                 if basis is not None and basis != bases["render"]:
                     own = Shadow(run, workspace, current_text, "current")
