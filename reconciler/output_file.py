@@ -57,9 +57,34 @@ def target_problem(option: str, path: str) -> str | None:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     except OSError as exc:
         return f"{option} {path}: cannot write in {parent}: {exc.strerror or exc}"
-    with suppress(OSError):
-        os.unlink(probe)
+    # The rename is what replaces the file: one a directory refuses (append-only, `chattr +a`)
+    # left the report aside and the probe behind. Renamed, then removed, as the write's own.
+    moved = probe.with_name(probe.name + "2")
+    try:
+        os.rename(probe, moved)
+        os.unlink(moved)
+    except OSError as exc:
+        return f"{option} {path}: cannot replace files in {parent}: {exc.strerror or exc}"
+    if mode is not None and _sticky_refuses(parent, real):
+        return (
+            f"{option} {path}: another user's file in a sticky directory ({parent}): it "
+            "cannot be replaced; choose another path"
+        )
     return None
+
+
+def _sticky_refuses(parent: Path, real: Path) -> bool:
+    """Whether a rename over `real` is refused by its directory's sticky bit (/tmp): neither
+    the file nor the directory is this user's, and the user is not root."""
+    euid = os.geteuid()
+    if euid == 0:
+        return False
+    try:
+        directory, target = parent.stat(), real.stat()
+    except OSError:
+        return False  # the write says what it meets
+    sticky = bool(directory.st_mode & stat.S_ISVTX)
+    return sticky and euid not in (directory.st_uid, target.st_uid)
 
 
 def write_whole(path: Path, pieces: Iterable[str]) -> None:

@@ -14,6 +14,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +201,47 @@ def test_the_write_check_leaves_nothing_behind(tmp_path: Path) -> None:
     assert target_problem("-o", str(tmp_path / "report.txt")) is None
     assert target_problem("--metrics", str(tmp_path / "m.prom")) is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_that_refuses_the_rename_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 8: in an append-only directory (`chattr +a`) a file can be made but not renamed
+    or removed; the check made its probe, could not remove it, and said nothing: the run was
+    lost at the end, and the probe left. The probe is now renamed as the write's file is."""
+    real_rename = os.rename
+
+    def append_only(src: Any, dst: Any) -> None:
+        if str(src).endswith(".probe"):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", append_only)
+    problem = target_problem("-o", str(tmp_path / "report.txt"))
+    assert problem == f"-o {tmp_path / 'report.txt'}: cannot replace files in {tmp_path}: " + (
+        "Operation not permitted"
+    )
+
+
+def test_another_users_file_in_a_sticky_directory_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 8: `--metrics /tmp/shared/fleet.prom`, root's file (0666) in a sticky directory,
+    run by another user: writable, so the check passed; the rename over it was refused after
+    every box was observed. Judged on the real modes and owners, as user 65534."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = shared / "fleet.prom"
+    theirs.write_text("old\n")
+    theirs.chmod(0o666)
+    os.chown(shared, 0, 0)
+    os.chown(theirs, 0, 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 65534)
+    problem = target_problem("--metrics", str(theirs))
+    assert problem is not None and "another user's file in a sticky directory" in problem
+    os.chown(theirs, 65534, 65534)  # the user's own file there: replaced as usual
+    assert target_problem("--metrics", str(theirs)) is None
+    shared.chmod(0o777)  # no sticky bit: anyone who may write the directory may replace it
+    os.chown(theirs, 0, 0)
+    assert target_problem("--metrics", str(theirs)) is None
