@@ -106,6 +106,9 @@ class RollbackResult:
     kept: tuple[KeptFile, ...] = ()  # absent at the snapshot, not removed, and why
     removed_containers: tuple[str, ...] = ()  # services whose container went with the files
     started: tuple[str, ...] = ()  # strays a converge had stopped (to remove), started again
+    # Files edited by hand since the snapshot, copied aside before it was restored over them
+    # (converge.py `edited_since`): where each copy is.
+    set_aside: tuple[KeptFile, ...] = ()
 
     @property
     def restored(self) -> tuple[str, ...]:
@@ -153,6 +156,7 @@ def rollback_result(raw: Any) -> RollbackResult | None:
             failed=_text(raw, "failed"),
             removed=_names(raw, "removed"),
             kept=_kept(raw),
+            set_aside=_kept(raw, "set_aside"),
             removed_containers=_names(raw, "removed_containers"),
             started=_names(raw, "started"),
         )
@@ -160,21 +164,22 @@ def rollback_result(raw: Any) -> RollbackResult | None:
         return RollbackResult(False, None, failed=f"the box's rollback result is malformed: {exc}")
 
 
-def _kept(raw: Mapping[str, Any]) -> tuple[KeptFile, ...]:
-    """The files a rollback kept: a list of {name, why}; absent from an older box program."""
-    value = raw.get("kept")
+def _kept(raw: Mapping[str, Any], key: str = "kept") -> tuple[KeptFile, ...]:
+    """The files a rollback kept (or set aside): a list of {name, why}; absent from an older
+    box program."""
+    value = raw.get(key)
     if value is None:
         return ()
     if not isinstance(value, list) or len(value) > _MAX_ITEMS:
-        raise _Wrong("kept", "expected a list of {name, why}")
+        raise _Wrong(key, "expected a list of {name, why}")
     out = []
     for i, item in enumerate(value):
         if not isinstance(item, Mapping):
-            raise _Wrong(f"kept[{i}]", "expected {name, why}")
+            raise _Wrong(f"{key}[{i}]", "expected {name, why}")
         try:
             out.append(KeptFile(_name(item, "name", True) or "", _text(item, "why", True) or ""))
         except _Wrong as exc:
-            raise exc.under(f"kept[{i}]") from None
+            raise exc.under(f"{key}[{i}]") from None
     return tuple(out)
 
 

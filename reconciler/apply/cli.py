@@ -248,6 +248,7 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
     from reconciler.apply.answer import rollback_result
     from reconciler.apply.engine import holder, rollback
     from reconciler.apply.progress import Reporter
+    from reconciler.apply.summary import aside_words
     from reconciler.scrub import scrub_text
 
     if _boxes(list(fleet.boxes), [args.box]) is None:
@@ -309,6 +310,9 @@ def _cmd_rollback(args: argparse.Namespace, fleet: Fleet) -> int:
         # A file the snapshot did not have, left in place on purpose: never an operator's file
         # removed. Said on stderr, as a warning: the files are not all as in the snapshot.
         print(_line(f"{args.box}: KEPT {kept.name}, not removed: {kept.why}"), file=sys.stderr)
+    for aside in result.set_aside:
+        # Edited by hand since the snapshot: restored over, its edit copied aside first.
+        print(_line(f"{args.box}: SET ASIDE {aside.name}: {aside_words(result)}"), file=sys.stderr)
     # A kept file does not fail the rollback: keeping it is the rule, and said above; the exit
     # code still says whether the containers are as in the snapshot.
     return EXIT_OK if result.config_equal else EXIT_ERROR

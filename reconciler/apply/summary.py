@@ -57,6 +57,15 @@ def _verified_lines(out: Outcome) -> list[str]:
     return lines + _dropped_lines(out)
 
 
+def aside_words(rb: RollbackResult) -> str:
+    """Where a file edited by hand since the snapshot went before the rollback restored over
+    it (converge.py `edited_since`)."""
+    return (
+        f"edited by hand since the snapshot; restored over, the edit copied into the snapshot's "
+        f"removed/ directory (.fleet/snapshots/{rb.snapshot}/removed/)"
+    )
+
+
 def _rollback_line(rb: RollbackResult) -> str:
     if not rb.ok:
         return f"ROLLBACK FAILED: {free_text(str(rb.failed))}"
@@ -76,6 +85,8 @@ def _rollback_line(rb: RollbackResult) -> str:
         equal += f"; stopped containers started again: {', '.join(clean(s) for s in rb.started)}"
     # A file kept is said with why: the box never removes a file a converge did not write.
     kept = "".join(f"; KEPT {clean(k.name)}: {free_text(k.why)}" for k in rb.kept)
+    # Said in this tool's words: the box's (a path through the snapshot) would be scrubbed to ***.
+    kept += "".join(f"; SET ASIDE {clean(k.name)}: {aside_words(rb)}" for k in rb.set_aside)
     return f"rolled back to snapshot {rb.snapshot}: {restored}; {equal}{kept}"
 
 

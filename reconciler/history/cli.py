@@ -227,7 +227,8 @@ def _adopt_fleet_patterns(args: argparse.Namespace) -> None:
     try:
         adopt_fleet_patterns(cli._drift_inputs(here).secret_patterns)
     except (DesiredStateError, OSError, ValueError) as exc:
-        what = f"{len(exc.problems)} problems" if isinstance(exc, DesiredStateError) else exc
+        count = len(exc.problems) if isinstance(exc, DesiredStateError) else 0
+        what = f"{count} problem{'s' if count != 1 else ''}" if count else exc
         print(
             f"note: the fleet's secret_patterns are not known (the desired state did not load: "
             f"{what}): values are masked under the built-in secret names only",

@@ -37,9 +37,14 @@ def history_path(chosen: str | None, repo_root: Path | None) -> Path:
     inside `repo_root` (the fleet repository) or names a directory."""
     path = Path(os.path.realpath(os.path.expanduser(chosen))) if chosen else default_path()
     path = Path(os.path.realpath(path))
-    if path.is_dir():
-        raise HistoryLocationError(f"history: {chosen or path} is a directory, not a file")
-    blocked = _not_a_directory(path.parent)
+    try:
+        if path.is_dir():
+            raise HistoryLocationError(f"history: {chosen or path} is a directory, not a file")
+        blocked = _not_a_directory(path.parent)
+    except OSError as exc:  # a directory on the way the user may not look into
+        raise HistoryLocationError(
+            f"history: {chosen or path} cannot be used: {exc.strerror or exc}"
+        ) from None
     if blocked is not None:
         # `prepare` makes the missing directories; one that is a file would fail it only once
         # the run is done, as a warning after every box was observed.

@@ -112,6 +112,18 @@ def test_a_rollback_over_a_hand_edit_keeps_a_copy_of_it(
     notes = [e["message"] for e in events if e["event"] == "note"]
     assert any(n.startswith(".env edited since snapshot") for n in notes), notes
     assert all("rotated-by-hand" not in json.dumps(e) for e in events)  # never its bytes
+    # The controller reads it, and says it where the rollback's outcome is said.
+    from reconciler.apply.answer import rollback_result
+    from reconciler.apply.summary import _rollback_line as rollback_line
+
+    parsed = rollback_result(r)
+    assert parsed is not None and [(k.name, k.why) for k in parsed.set_aside] == [
+        (".env", aside["why"])
+    ]
+    assert (
+        f"; SET ASIDE .env: edited by hand since the snapshot; restored over, the edit copied "
+        f"into the snapshot's removed/ directory (.fleet/snapshots/{sid}/removed/)"
+    ) in rollback_line(parsed)
 
 
 def test_a_rollback_over_what_the_converge_wrote_keeps_no_copy(

@@ -73,3 +73,39 @@ def test_history_and_no_history_together_are_refused(
     assert ended.value.code == 1  # a usage error (README: exit 1)
     assert "not allowed with argument --history" in capsys.readouterr().err
     assert not store.exists()
+
+
+def test_a_store_behind_a_directory_the_user_cannot_look_into_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    """`--history /root/x/h.sqlite3` run as another user ended in a PermissionError traceback
+    (review 8). Root looks anywhere, so the check runs without CAP_DAC_OVERRIDE (setpriv)."""
+    import os
+    import subprocess
+    import sys
+
+    shut = tmp_path / "shut"
+    shut.mkdir()
+    shut.chmod(0o700)
+    if os.geteuid() == 0:
+        os.chown(shut, 65534, 65534)
+    drop = (
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+         "--inh-caps=-dac_override,-dac_read_search"]
+        if os.geteuid() == 0
+        else []
+    )  # fmt: skip
+    target = shut / "sub" / "h.sqlite3"
+    code = (
+        "from reconciler.history.location import HistoryLocationError, history_path\n"
+        "try:\n"
+        f"    history_path({str(target)!r}, None)\n"
+        "except HistoryLocationError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [*drop, sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"history: {target} cannot be used: Permission denied\n"
