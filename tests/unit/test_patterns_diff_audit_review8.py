@@ -34,17 +34,23 @@ def _snapshot_with(root: Path, name: str, value: str) -> Path:
     return snap
 
 
+def _two_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path, *values: str) -> Path:
+    """A store holding a replay of the example per value, thor's `.env` DB_PW set to it."""
+    db = tmp_path / "h.sqlite3"
+    for n, value in enumerate(values):
+        code, _, err = reconcile(
+            capsys, "drift", "--from-snapshot", str(_snapshot_with(root, f"s{n}", value)),
+            "--history", str(db), root=root,
+        )  # fmt: skip
+        assert code == 2, err
+    return db
+
+
 def test_diff_of_runs_recorded_before_a_pattern_masks_them_now(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _fleet_with_pattern(tmp_path, pattern=False)
-    db = tmp_path / "h.sqlite3"
-    for name, value in (("a", "clearvalA1"), ("b", "othervalB2")):
-        code, _, err = reconcile(
-            capsys, "drift", "--from-snapshot", str(_snapshot_with(before, name, value)),
-            "--history", str(db), root=before,
-        )  # fmt: skip
-        assert code == 2, err
+    db = _two_runs(capsys, tmp_path, before, "clearvalA1", "othervalB2")
     code, out, _ = reconcile(capsys, "diff", "--history", str(db), root=before)
     assert "clearvalA1" in out  # no pattern names it: a plain value, shown
     after = _fleet_with_pattern(tmp_path, pattern=True)
@@ -60,12 +66,7 @@ def test_diff_outside_a_fleet_says_the_patterns_are_not_known(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _fleet_with_pattern(tmp_path, pattern=False)
-    db = tmp_path / "h.sqlite3"
-    for name, value in (("a", "x1"), ("b", "x2")):
-        reconcile(
-            capsys, "drift", "--from-snapshot", str(_snapshot_with(before, name, value)),
-            "--history", str(db), root=before,
-        )  # fmt: skip
+    db = _two_runs(capsys, tmp_path, before, "x1", "x2")
     empty = tmp_path / "not-a-fleet"
     empty.mkdir()
     code, _, err = reconcile(capsys, "diff", "--history", str(db), root=empty)
