@@ -238,12 +238,38 @@ def mask_userinfo(text: str) -> str:
 def flag_values(words: tuple[object, ...]) -> list[int]:
     """Of command words (an argv), the index of each one that follows a flag named like a
     secret (`'--api-key', 'x'`: two words, so `mask_credentials` of each one sees neither the
-    value after its flag nor the flag before its value): the values to mask."""
-    return [
-        i + 1
-        for i, flag in enumerate(words[:-1])
-        if type(flag) is str and flag[:1] == "-" and _a_value(words[i + 1], flag)
-    ]
+    value after its flag nor the flag before its value): the values to mask. A value may be a
+    list (vLLM's `--api-key K1 K2`, argparse nargs="+"): after the value (or the flag's
+    `--api-key=K1`), every word up to the next one starting with `-` is one too, as the
+    collector hashes them (`mask_argv`); a snapshot of an older collector holds K2 in clear."""
+    out: list[int] = []
+    i, count = 0, len(words)
+    while i < count:
+        word = words[i]
+        i += 1
+        if type(word) is not str or word[:1] != "-":
+            continue
+        flag, equals, _ = word.partition("=")
+        if equals:
+            if not secret_flag(flag):
+                continue
+        elif i < count and _a_value(words[i], word):
+            out.append(i)
+            i += 1
+        elif i < count and (type(words[i]) is not str or words[i] == MASK) and secret_flag(word):
+            i += 1  # the collector's digest (a SecretValue) or `***`: masked already
+        else:
+            continue
+        # The flag's value was read: a list of them goes on up to the next word starting with `-`.
+        while i < count:
+            following = words[i]
+            if type(following) is str:
+                if following[:1] == "-":
+                    break
+                if following != MASK:
+                    out.append(i)
+            i += 1
+    return out
 
 
 def secret_flag(flag: str) -> bool:

@@ -277,8 +277,9 @@ def build_parser(version: str) -> argparse.ArgumentParser:
 
 
 def normalise_argv(args: list[str], error: Any) -> list[str]:
-    """vLLM's FlexibleArgumentParser pre-pass: `--model X` becomes the positional, and
-    underscores in a flag's name (before any `.` or `=`) read as dashes."""
+    """vLLM's FlexibleArgumentParser pre-pass: `--model X` becomes the positional,
+    underscores in a flag's name (before any `.` or `=`) read as dashes, and dotted flags
+    (`--hf-overrides.rope_scaling.factor 2.0`) set keys of their JSON flag (`fold_dotted`)."""
     if args[:1] == ["serve"]:
         for index, arg in enumerate(args):
             if arg == "--model" or arg.startswith("--model="):
@@ -298,7 +299,60 @@ def normalise_argv(args: list[str], error: Any) -> list[str]:
             out.append("--" + head.replace("_", "-") + dot + tail + sep + value)
         else:
             out.append(arg)
+    return fold_dotted(out)
+
+
+def fold_dotted(args: list[str]) -> list[str]:
+    """vLLM's dotted JSON flags: `--X.a.b=v` or `--X.a.b v` (the next word, whatever it is)
+    sets key a.b of one object per X, the value JSON-typed (else a size such as `80g`, else
+    the text; `--X.a+ v,w` appends to a list), and every X's object is passed last as
+    `--X '{...}'`: it replaces an `--X` given whole (argparse keeps the last). vLLM's
+    `parse_args` in vllm/utils/argparse_utils.py."""
+    out: list[str] = []
+    folded: dict[str, dict[str, Any]] = {}
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        key, eq, raw = arg.partition("=")
+        if not arg.startswith("-") or "." not in key:
+            out.append(arg)
+            continue
+        if not eq:
+            if index >= len(args):
+                out.append(arg)  # no value: argparse says so
+                continue
+            raw = args[index]
+            index += 1
+        flag, _, path = key.partition(".")
+        value: Any
+        if path.endswith("+"):
+            path, value = path[:-1], raw.split(",")
+        else:
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                try:
+                    value = human_readable_int(raw)
+                except (ValueError, argparse.ArgumentTypeError):
+                    value = raw
+        for name in reversed(path.split(".")):
+            value = {name: value}
+        _merge(folded.setdefault(flag, {}), value)
+    for flag, merged in folded.items():
+        out += [flag, json.dumps(merged)]
     return out
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    """vLLM's recursive_dict_update: objects merge, lists append, anything else replaces."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        elif isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] += value
+        else:
+            into[key] = value
 
 
 # --- lane state -------------------------------------------------------------------------------
@@ -431,7 +485,10 @@ class Lane:
 
 
 def _error(message: str, code: int, kind: str) -> dict[str, Any]:
-    return {"object": "error", "message": message, "type": kind, "param": None, "code": code}
+    """vLLM's ErrorResponse (since 0.10; the flat `{"object": "error", ...}` before): the
+    OpenAI envelope, `code` the HTTP status. The gateway relays it, the collector and the
+    audit read its `error.type`."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def _text_of(content: Any) -> str:

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.compare.drift import Value
+from reconciler.compare.inline import shown_flag
 from reconciler.compare.values import argv_items, flags_of, same, value
 from reconciler.observe.document import EnvValue
+from reconciler.scrub import flag_values, secret_flag
 
 Argv = tuple[EnvValue, ...]
 
@@ -126,7 +128,30 @@ def _positionals(want: Argv, got: Argv) -> Iterator[ArgvDiff]:
 
 def _positionals_at(argv: Argv) -> list[tuple[int, EnvValue]]:
     # (a positional is never a bool: True stands only for a bare flag)
-    return [(i, t) for i, name, t in argv_items(argv) if name is None and not isinstance(t, bool)]
+    listed = _listed_secrets(argv)
+    return [
+        (i, _concealed(argv, i, t) if i in listed else t)
+        for i, name, t in argv_items(argv)
+        if name is None and not isinstance(t, bool)
+    ]
+
+
+def _listed_secrets(argv: Argv) -> frozenset[int]:
+    """Where a secret flag's words are (`--api-key K1 K2`: vLLM's keys are a list, argparse
+    nargs="+"; the parse reads K2 as a positional): the words the collector hashes after a
+    secret flag (scrub.flag_values, its rule), held in clear by a snapshot of an older
+    collector. None in nearly every line: a secret flag's value is a digest already."""
+    if not any(type(t) is str and t[:1] == "-" and secret_flag(t.partition("=")[0]) for t in argv):
+        return frozenset()
+    return frozenset(flag_values(argv))
+
+
+def _concealed(argv: Argv, at: int, token: EnvValue) -> EnvValue:
+    """A clear word of a secret flag's list as a drift may carry it: opaque, as the flag's own
+    value is (inline.shown_flag), so a report says `***` and whether it changed."""
+    flag = next(t.partition("=")[0] for t in reversed(argv[:at]) if type(t) is str and t[:1] == "-")
+    shown, _ = shown_flag(flag, token, None)
+    return shown if not isinstance(shown, bool) and shown is not None else token
 
 
 def _flags(want: Argv, got: Argv) -> Iterator[ArgvDiff]:

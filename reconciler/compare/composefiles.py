@@ -94,12 +94,14 @@ def _dead_knobs(exp: BoxExpectation, doc: Observed, changed: list[str]) -> Itera
                 masked = None
             for want_flag, want_values in want_flags.items():
                 got = flags.get(want_flag)
-                if got is not None and len(got) == 1 and same(got[0], want_values[0]):
+                # vLLM (argparse) runs with the last of a repeated flag, on both sides: a
+                # compose file's earlier `--max-model-len 4096` is overridden by the knob's.
+                if got and same(got[-1], want_values[-1]):
                     continue
-                desired, observed = value(want_values[0]), value(got[-1]) if got else None
+                desired, observed = value(want_values[-1]), value(got[-1]) if got else None
                 note = f".env {key} is dead: the compose files render another value"
                 if carries:
-                    want, seen = want_values[0], got[-1] if got else None
+                    want, seen = want_values[-1], got[-1] if got else None
                     # A drift never carries the knob's secret in clear: `***`, and whether
                     # it changed where the box's mask of the desired value was at hand.
                     if masked is None and _hashed(seen):

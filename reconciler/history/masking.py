@@ -186,18 +186,27 @@ def _secret_flag(token: str) -> bool:
 def _masked_argv(tokens: list[Any]) -> list[Any]:
     out: list[Any] | None = None
     masking: str | None = None  # the secret flag whose value the next token may be
+    # A secret flag's value was just read: more may follow (vLLM's `--api-key K1 K2`, argparse
+    # nargs="+"), every token up to the next one starting with `-`, as the collector's
+    # `mask_argv` hashes them now; an older collector sent K2 in clear.
+    listing = False
     for i, token in enumerate(tokens):
         new = token
         if masking is not None and isinstance(token, str) and _flag_value(token, masking):
-            new, masking = MASK, None
+            new, masking, listing = MASK, None, True
+        elif (masking is not None or listing) and not isinstance(token, str):
+            masking, listing = None, True  # the collector's digest of a value: the list goes on
+        elif listing and token[:1] != "-":
+            new = MASK
         else:
-            masking = None
+            masking, listing = None, False
             if isinstance(token, str) and token[:1] == "-" and len(token) > 1:
                 flag, equals, word = token.partition("=")
                 if secret_name(flag):
                     if equals and word and word != MASK:
                         new = f"{flag}={MASK}"
-                    elif not equals:
+                    listing = bool(equals)
+                    if not equals:
                         masking = flag
             if new is token and isinstance(token, str) and _may_carry(token):
                 # `HF_TOKEN=x`, `bash -c 'export GATEWAY_API_KEY=x; vllm ... --api-key y'`

@@ -244,7 +244,7 @@ def test_chat_is_deterministic_and_window_is_enforced(tmp_path: Path) -> None:
         long = {"model": "chat", "messages": [{"role": "user", "content": "x" * 1000}]}
         status, body = lane.request("POST", "/v1/chat/completions", long)
         assert status == 400
-        assert "maximum context length is 64" in json.loads(body)["message"]
+        assert "maximum context length is 64" in json.loads(body)["error"]["message"]
 
         greedy = {**short, "max_tokens": 1000}
         assert lane.request("POST", "/v1/chat/completions", greedy)[0] == 400

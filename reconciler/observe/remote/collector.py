@@ -673,18 +673,28 @@ class Run:
 
     def mask_argv(self, argv):
         """`--api-key=X` / `--api-key X` (and every flag named like a secret) carry secrets in
-        argv too, and so does any word that assigns a secret name (`mask_assignments`)."""
+        argv too, and so does any word that assigns a secret name (`mask_assignments`).
+        vLLM's `--api-key` takes one or more keys (argparse nargs="+": `--api-key K1 K2`), so
+        after a secret flag's value every following word is hashed too, up to the next word
+        starting with `-` (argparse ends the list there): for every secret flag, as the
+        simplest rule that never leaves a key in clear. The controller's guards read argv by
+        the same rule (reconciler/scrub.py `flag_values`, history/masking.py `argv`)."""
         out = []  # type: list
         hide_next = None  # the secret flag whose value the next word may be
+        hide_more = False  # a secret flag's value was just read: a list of them may go on
         for arg in argv or []:
             if hide_next and isinstance(arg, str) and self._flag_value(hide_next, arg):
                 out.append({"secret": self.digest(arg)})
-                hide_next = None
+                hide_next, hide_more = None, True
                 continue
-            hide_next = None
+            if hide_more and isinstance(arg, str) and not arg.startswith("-"):
+                out.append({"secret": self.digest(arg)})  # `--api-key K1 K2`: K2
+                continue
+            hide_next, hide_more = None, False
             flag, eq, value = arg.partition("=") if isinstance(arg, str) else ("", "", "")
             if eq and self.secret_flag(flag):
                 out.append(flag + "=" + json_dumps({"secret": self.digest(value)}))
+                hide_more = True  # `--api-key=K1 K2`: K2 is a key too
             else:
                 out.append(self.mask_words(arg) if isinstance(arg, str) else arg)
                 if isinstance(arg, str) and self.secret_flag(arg):
