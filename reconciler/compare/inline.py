@@ -152,7 +152,8 @@ def conceal_clear(value: EnvValue | None) -> EnvValue | None:
 
 # -- a lane's knobs on the command line (compare/composefiles.py's dead knobs) ------------------
 # The render's command is masked on the box word by word (the collector's `mask_argv`): a bare
-# flag named like a secret hides the next word whole (`{"secret": ...}`, a SecretValue here),
+# flag named like a secret hides the words after it whole, up to the next flag (`{"secret":
+# ...}` each, SecretValues here: vLLM's --api-key takes several),
 # `--hf-token=x` keeps its flag name, any other word has its inline secrets hashed in place.
 # So a knob whose desired value carries a secret is compared with the box's mask of its words
 # (the answer's `knobs_desired`), asked for by the payload's `knob_argv`.

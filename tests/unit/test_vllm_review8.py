@@ -305,3 +305,14 @@ def test_the_stand_in_answers_an_unknown_model_as_vllm_does(tmp_path: Path) -> N
         error = json.loads(raw)["error"]
         assert status == 404 and error["code"] == 404
         assert error["message"] == "The model `org/other` does not exist."
+
+
+def test_import_pins_a_repeated_knob_by_the_value_vllm_serves() -> None:
+    """The importer's `_live` (a knob is pinned only when the running command line carries
+    it) wanted a flag given once: a repeated one, whose last value vLLM serves, was left
+    unpinned."""
+    from reconciler.importer.lanes import _live
+
+    flags = {"--max-model-len": ["4096", "262144"]}
+    assert _live("--max-model-len", "262144", flags)
+    assert not _live("--max-model-len", "4096", flags)  # overridden by the later one
