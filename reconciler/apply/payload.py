@@ -189,10 +189,14 @@ def converge_payload(
 
 
 def verify_spec(exp: BoxExpectation) -> dict[str, Any]:
-    """What the gateway must show after its recreate (checked on the box, over loopback)."""
+    """What the gateway must show after its recreate, checked on the box at `bind:port`:
+    Docker publishes the port on the desired bind only, so a gateway bound to 10.77.0.12 or
+    127.0.0.2 answers nothing on 127.0.0.1 (the box asks 127.0.0.1 for 0.0.0.0, converge.py
+    gateway_host)."""
     windows = {lane.role: lane.max_model_len for lane in exp.lanes.values()}
     infeasible = sorted(r for r, c in exp.contract.items() if not c.feasible)
     return {
+        "bind": exp.gateway.bind,
         "port": exp.gateway.port,
         "version": exp.lobes_version,
         "auth": exp.gateway.auth,

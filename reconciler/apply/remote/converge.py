@@ -88,6 +88,11 @@ IMAGE_REF = re.compile(
     r"(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9A-Fa-f]{32,})?\Z" % (_DOMAIN, _COMPONENT, _COMPONENT)
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# One IPv4 address as four decimal numbers 0-255 without leading zeros: the desired model's
+# rule (ipaddress.IPv4Address, desired/types.py check_ipv4), which this box's python3 cannot be
+# trusted to keep (>= 3.8: ipaddress took leading zeros until 3.8.12 and 3.9.5).
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+IPV4 = re.compile(r"^%s(?:\.%s){3}\Z" % (_OCTET, _OCTET))
 ACTIONS = ("converge", "rollback", "snapshots", "mark-good")
 MAX_TIMEOUT_S = 7 * 24 * 3600
 
@@ -246,6 +251,8 @@ def _validate_converge(p, home):
         if ref is not None:
             _image("images.%s" % service, ref)
     verify = _dict("verify", p.get("verify"))
+    if "bind" in verify:  # absent from an older controller's payload: asked at 127.0.0.1
+        _ipv4("verify.bind", verify["bind"])
     if not _is_int(verify.get("port")) or not 0 < verify["port"] < 65536:
         raise Failed("verify.port: must be a TCP port")
     _text("verify.version", verify.get("version"), 64)
@@ -262,6 +269,13 @@ def _validate_converge(p, home):
         raise Failed("keep: must be a whole number from 1 to 1000")
     if not isinstance(p.get("accept_interrupted", False), bool):
         raise Failed("accept_interrupted: must be true or false")
+
+
+def _ipv4(where, value):
+    """An address the gateway is asked at (and a socket is bound to): IPV4, nothing else."""
+    if not isinstance(value, str) or not IPV4.match(value):
+        shown = repr(value)[:80] if isinstance(value, str) and not _CONTROL.search(value) else ""
+        raise Failed("%s: %s is not an IPv4 address (a.b.c.d)" % (where, shown or "the value"))
 
 
 def _image(where, ref):
@@ -2566,11 +2580,48 @@ def http_status(url, timeout=REQUEST_S):
         return None, None
 
 
+def gateway_host(bind):
+    """(host, None) where the box asks its own gateway, or (None, why) when it must not ask.
+    At the desired `gateway.bind` (verify.bind): Docker publishes the port on that address
+    only, so a gateway published on 10.77.0.12 or 127.0.0.2 answers nothing on 127.0.0.1;
+    127.0.0.1 for every interface (0.0.0.0) and for an older payload that sends none. Never an
+    address that is not this box's own.
+    The twin of collector.py `_gateway_host` (this program cannot import it: one file, run
+    alone), so a drift and a converge ask the same gateway; test_lobes_review8.py keeps the two
+    in step."""
+    if bind is None or bind == "0.0.0.0":
+        return "127.0.0.1", None
+    try:
+        socket.inet_pton(socket.AF_INET, bind)  # one dotted IPv4 address, nothing else
+    except (OSError, TypeError, ValueError):
+        return None, "gateway.bind is not an IPv4 address: not asked"
+    if bind.split(".", 1)[0] == "127":
+        return bind, None  # the whole 127.0.0.0/8 is the box's own loopback
+    probe = None
+    try:
+        # Binding succeeds only to an address of one of the box's own interfaces.
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind((bind, 0))
+    except OSError as exc:
+        return None, "gateway.bind %s is not an address of this box (%s): not asked" % (
+            bind,
+            exc.strerror or "error",
+        )
+    finally:
+        if probe is not None:
+            probe.close()
+    return bind, None
+
+
 def gateway_problems(box, deadline=None):
     """/health version, /capabilities against the lanes, auth posture: what is still wrong.
-    Each request gets REQUEST_S, and never more than is left until `deadline`."""
+    Each request gets REQUEST_S, and never more than is left until `deadline`. Asked at the
+    desired bind (gateway_host)."""
     v = box.p["verify"]
-    base = "http://127.0.0.1:%d" % v["port"]
+    host, why = gateway_host(v.get("bind"))
+    if host is None:
+        return [why]
+    base = "http://%s:%d" % (host, v["port"])
 
     def ask(path):
         left = REQUEST_S if deadline is None else min(REQUEST_S, deadline - time.monotonic())
@@ -2604,6 +2655,11 @@ def verify_gateway(box, timeout):
     request gets only what is left of it, so a gateway that drips its answers cannot keep a
     converge (and its lock) past it."""
     deadline = time.monotonic() + timeout
+    _, why = gateway_host(box.p["verify"].get("bind"))
+    if why is not None:
+        # An address the box does not have: no wait makes it one (Docker could not publish
+        # the port there either), so said now, not after the whole health timeout.
+        raise Failed("gateway verification failed: " + why)
     while True:
         problems = gateway_problems(box, deadline)
         if not problems:
