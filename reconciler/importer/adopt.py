@@ -21,7 +21,7 @@ from reconciler.importer.lanes import adopt_lanes
 from reconciler.importer.policy import NO_PATTERNS, OwnPatterns, adopt_policy
 from reconciler.importer.secrets import UNFOUND, candidates
 from reconciler.importer.sourced import Sourced, Tree, put
-from reconciler.observe.document import Observed
+from reconciler.observe.document import ControllerProbes, Observed
 
 # `.env` keys a desired state derives from typed fields: never pinned under `env:` too.
 DERIVED = {
@@ -55,9 +55,12 @@ def adopt_box(
     names: dict[str, str],
     members: set[str],
     own: OwnPatterns = NO_PATTERNS,
+    controller: ControllerProbes | None = None,
 ) -> tuple[Tree, BoxView]:
     """`names`: the catalog (digest -> name); `members`: every box adopted in this run; `own`:
-    the secret patterns the repository imported in already lists (policy.own_patterns)."""
+    the secret patterns the repository imported in already lists (policy.own_patterns);
+    `controller`: the controller's own keyless probes of the box (BoxObservation.probes), the
+    gateway's auth when its loopback gave no answer."""
     view = BoxView(name, doc)
     tree: Tree = {}
     _lobes(view, tree)
@@ -68,7 +71,7 @@ def adopt_box(
     if lanes:
         tree["lanes"] = lanes
     found = candidates(doc)
-    adopt_gateway(view, tree, names, deploy, found)
+    adopt_gateway(view, tree, names, deploy, found, controller)
     adopt_mesh(view, tree, deploy, found)
     contract = adopt_contract(view, windows, members)
     if contract:

@@ -132,7 +132,7 @@ def _files(
     trees: dict[str, Tree] = {}
     findings: list[Finding] = []
     for name, doc in docs.items():
-        trees[name], view = adopt_box(name, doc, names, set(docs), own)
+        trees[name], view = adopt_box(name, doc, names, set(docs), own, obs[name].probes)
         findings += view.findings
     findings += unhosted(trees)  # a role proxied to a member that serves none
     groups = {b: inv.boxes[b].groups for b in trees}

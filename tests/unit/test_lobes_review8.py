@@ -355,3 +355,30 @@ def test_a_gateway_the_loopback_found_open_is_kept_keyed_when_the_controller_was
     assert tree["gateway"]["auth"].value == "keyed"
     tree, _ = _adopt(copy.deepcopy(obs))  # no other request: what the box answered
     assert tree["gateway"]["auth"].value == "open"
+
+
+def _key_nowhere_to_see(data: dict[str, Any]) -> None:
+    """No key in the gateway's environment nor in `.env` (one armed another way, say a login
+    shell's export the answer does not show), and the loopback's keyless request unanswered:
+    only the controller's own probe (401) says it is keyed."""
+    collected = data["collected"]
+    collected["envfile"] = [
+        e for e in collected["envfile"] if e["key"] not in (GATEWAY_KEY, FALLBACK)
+    ]
+    for container in collected["docker"]["containers"]:
+        for key in (GATEWAY_KEY, FALLBACK):
+            container["env"].pop(key, None)
+    _loopback_timed_out(data)
+
+
+def test_an_import_keeps_keyed_a_gateway_only_the_controller_found_keyed(tmp_path: Path) -> None:
+    """The import passes the controller's probes to the gateway's adoption (adopt_box): before,
+    with the loopback silent and no key visible, it wrote `auth: open` (a converge of it would
+    open a keyed gateway)."""
+    snap = _snapshot(tmp_path, _key_nowhere_to_see)
+    controller = json.loads((snap / "spark.json").read_text())["controller"]
+    assert controller["models_noauth"]["status"] == 401  # captured: the controller's own
+    code, said, adopted = _import(tmp_path, snap)
+    # Keyed, with no key to reference: refused, saying so, and nothing written.
+    assert code == 1 and adopted == {}, said
+    assert "the gateway refuses callers without a key, but neither .env nor" in said
