@@ -181,19 +181,29 @@ def converge_payload(
             "services": list(plan.services),
             "removes": [s.subject for s in plan.steps if s.kind is StepKind.REMOVE],
             "images": images,
-            "verify": verify_spec(exp),
+            "verify": verify_spec(exp, observed),
             "keep": keep,
         }
     )
     return payload
 
 
-def verify_spec(exp: BoxExpectation) -> dict[str, Any]:
+def verify_spec(exp: BoxExpectation, observed: Observed | None = None) -> dict[str, Any]:
     """What the gateway must show after its recreate, checked on the box at `bind:port`:
     Docker publishes the port on the desired bind only, so a gateway bound to 10.77.0.12 or
     127.0.0.2 answers nothing on 127.0.0.1 (the box asks 127.0.0.1 for 0.0.0.0, converge.py
-    gateway_host)."""
-    windows = {lane.role: lane.max_model_len for lane in exp.lanes.values()}
+    gateway_host). A window only for a role the gateway is told (compare/gateway.py
+    told_windows, from the observed render): lobes' compose passes no HAND_MAX_MODEL_LEN, so
+    its gateway advertises the hand role's own window, and a check for the lane's failed every
+    apply of a hand lane with another window, which then rolled back."""
+    from reconciler.compare.gateway import told_windows
+
+    told = told_windows(observed) if observed is not None else None
+    windows = {
+        lane.role: lane.max_model_len
+        for lane in exp.lanes.values()
+        if told is None or lane.role in told
+    }
     infeasible = sorted(r for r, c in exp.contract.items() if not c.feasible)
     return {
         "bind": exp.gateway.bind,

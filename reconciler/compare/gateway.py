@@ -17,6 +17,7 @@ from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import Drift
 from reconciler.compare.rules import rule
 from reconciler.compare.values import flags_of
+from reconciler.desired.roles import ENV_PREFIX
 from reconciler.observe.document import (
     CapabilitiesProbe,
     ControllerProbes,
@@ -51,10 +52,29 @@ def _window(raw: object) -> int | None:
     return None
 
 
+def told_windows(doc: Observed) -> frozenset[str] | None:
+    """The roles whose window the gateway is told: its `<PREFIX>_MAX_MODEL_LEN` in the
+    gateway's rendered environment. lobes 0.91's compose template passes PRIMARY, MULTIMODAL,
+    MUSE, WORKER, ASSOCIATE, EMBED and RERANK, never HAND: its gateway advertises the hand
+    role's catalog window (32768) whatever the lane serves, and no converge can change that.
+    None: not known (no render), every role as told."""
+    services = doc.render.services
+    gateway = services.get("gateway") if services is not None else None
+    if gateway is None:
+        return None
+    told = {f"{prefix}_MAX_MODEL_LEN" for prefix in ENV_PREFIX.values()}
+    told &= set(gateway.environment)
+    return frozenset(
+        role for role, prefix in ENV_PREFIX.items() if f"{prefix}_MAX_MODEL_LEN" in told
+    )
+
+
 def compare_contract(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
     gateway = doc.gateway
     windows = lane_windows(exp, doc)
-    yield from contract_drifts(exp, gateway.health, gateway.capabilities, windows, doc.lanes)
+    yield from contract_drifts(
+        exp, gateway.health, gateway.capabilities, windows, doc.lanes, told_windows(doc)
+    )
 
 
 def contract_drifts(
@@ -63,9 +83,11 @@ def contract_drifts(
     caps_probe: CapabilitiesProbe | None,
     windows: Mapping[str, int | None],
     lanes: Mapping[str, LaneProbe],
+    told: frozenset[str] | None = None,
 ) -> Iterator[Drift]:
     """The contract from these probes. `windows`: role -> the window its lane was started with
-    (None: unknown); `lanes`: each lane's own /v1/models. A box seen only from the controller
+    (None: unknown); `lanes`: each lane's own /v1/models; `told`: the roles whose window the
+    gateway is told (told_windows; None: all). A box seen only from the controller
     (compare/partial.py) has no windows and no lanes: its contract is the desired one."""
     # A body lobes never sends (`error` beside a status) holds no version: not compared, the
     # probe's error says why (compare/box.py), rather than a version "absent".
@@ -89,10 +111,34 @@ def contract_drifts(
     if caps is None:
         return  # an unanswered probe is a box error, reported by the caller
     for role, window in sorted(windows.items()):
-        yield from _local_role(exp, lanes, role, window, caps.get(role, NO_ROLE))
+        entry = caps.get(role, NO_ROLE)
+        yield from _local_role(exp, lanes, role, window, entry, told is None or role in told)
     for role, contract in sorted(exp.contract.items()):
         if contract.proxied_to is not None:
             yield from _proxied_role(exp, role, contract.proxied_to, caps.get(role, NO_ROLE))
+
+
+def _untold(exp: BoxExpectation, role: str, path: str, advertised: int | None) -> Iterator[Drift]:
+    """A role whose window the gateway is not told (told_windows): it advertises its catalog
+    window, which neither a lane's nor the gateway's recreate changes. A desired context
+    other than that is said, for the record, never planned: a recreate of the gateway failed
+    its check after the converge, and rolled back, on every apply."""
+    contract = exp.contract.get(role)
+    if contract is None or contract.context is None or advertised == contract.context:
+        return
+    r = rule("contract.untold-context")
+    yield Drift(
+        exp.name,
+        r.kind,
+        "gateway",
+        path,
+        contract.context,
+        advertised,
+        r.action,
+        source="GET /capabilities",
+        note=f"lobes' compose passes no {ENV_PREFIX.get(role, role.upper())}_MAX_MODEL_LEN to "
+        "the gateway: it advertises its own window for this role whatever the lane serves",
+    )
 
 
 def _local_role(
@@ -101,9 +147,13 @@ def _local_role(
     role: str,
     window: int | None,
     entry: RoleEntry,
+    told: bool = True,
 ) -> Iterator[Drift]:
     advertised = entry.context
     path = f"capabilities.{role}.context"
+    # The lane's desired window: a lane that does not serve it is the argv entry's to fix (a
+    # recreate of the lane), not the gateway's, whose advertised window may be the right one.
+    wanted = next((x.max_model_len for x in exp.lanes.values() if x.role == role), window)
     contract = exp.contract.get(role)
     if contract is not None and not contract.feasible:
         # Infeasible here; another member may still serve it through the mesh (ready, proxied).
@@ -122,7 +172,26 @@ def _local_role(
                 note=f"contract.{role}.feasible is false",
             )
         return
-    if window is not None and advertised != window:
+    if not told:
+        yield from _untold(exp, role, path, advertised)
+    elif window is not None and advertised != window and window != wanted:
+        # The lane, not the gateway, left its desired window (a hand-edited compose file): the
+        # mismatch clients meet is said, but the lane's entries fix it; recreating the gateway
+        # (its window is the desired one) would change nothing.
+        r = rule("contract.stale-lane")
+        yield Drift(
+            exp.name,
+            r.kind,
+            "gateway",
+            path,
+            window,
+            advertised,
+            r.action,
+            source="GET /capabilities",
+            note=f"the {role} lane serves {window} (docker inspect), not its desired {wanted}: "
+            "clients are told the gateway's window; the lane's own entries fix it",
+        )
+    elif window is not None and advertised != window:
         r = rule("contract.context")
         yield Drift(
             exp.name,
