@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 
 from reconciler.compare.containers import service_containers
 from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import Drift
+from reconciler.compare.drift import Drift, Value
 from reconciler.compare.rules import rule
 from reconciler.compare.values import flags_of
 from reconciler.desired.roles import ENV_PREFIX
@@ -118,6 +118,17 @@ def contract_drifts(
             yield from _proxied_role(exp, role, contract.proxied_to, caps.get(role, NO_ROLE))
 
 
+def _capabilities(
+    exp: BoxExpectation, name: str, path: str, desired: Value, observed: Value, note: str
+) -> Drift:
+    """A drift of what the gateway's /capabilities says, by the rule `name`."""
+    r = rule(name)
+    return Drift(
+        exp.name, r.kind, "gateway", path, desired, observed, r.action,
+        source="GET /capabilities", note=note,
+    )  # fmt: skip
+
+
 def _untold(exp: BoxExpectation, role: str, path: str, advertised: int | None) -> Iterator[Drift]:
     """A role whose window the gateway is not told (told_windows): it advertises its catalog
     window, which neither a lane's nor the gateway's recreate changes. A desired context
@@ -126,17 +137,13 @@ def _untold(exp: BoxExpectation, role: str, path: str, advertised: int | None) -
     contract = exp.contract.get(role)
     if contract is None or contract.context is None or advertised == contract.context:
         return
-    r = rule("contract.untold-context")
-    yield Drift(
-        exp.name,
-        r.kind,
-        "gateway",
+    yield _capabilities(
+        exp,
+        "contract.untold-context",
         path,
         contract.context,
         advertised,
-        r.action,
-        source="GET /capabilities",
-        note=f"lobes' compose passes no {ENV_PREFIX.get(role, role.upper())}_MAX_MODEL_LEN to "
+        f"lobes' compose passes no {ENV_PREFIX.get(role, role.upper())}_MAX_MODEL_LEN to "
         "the gateway: it advertises its own window for this role whatever the lane serves",
     )
 
@@ -158,18 +165,14 @@ def _local_role(
     if contract is not None and not contract.feasible:
         # Infeasible here; another member may still serve it through the mesh (ready, proxied).
         if entry.feasible:
-            r = rule("contract.ready")
             state = f"ready={entry.ready} feasible={entry.feasible}"
-            yield Drift(
-                exp.name,
-                r.kind,
-                "gateway",
+            yield _capabilities(
+                exp,
+                "contract.ready",
                 f"capabilities.{role}.feasible",
                 "infeasible",
                 state,
-                r.action,
-                source="GET /capabilities",
-                note=f"contract.{role}.feasible is false",
+                f"contract.{role}.feasible is false",
             )
         return
     if not told:
@@ -178,45 +181,33 @@ def _local_role(
         # The lane, not the gateway, left its desired window (a hand-edited compose file): the
         # mismatch clients meet is said, but the lane's entries fix it; recreating the gateway
         # (its window is the desired one) would change nothing.
-        r = rule("contract.stale-lane")
-        yield Drift(
-            exp.name,
-            r.kind,
-            "gateway",
+        yield _capabilities(
+            exp,
+            "contract.stale-lane",
             path,
             window,
             advertised,
-            r.action,
-            source="GET /capabilities",
-            note=f"the {role} lane serves {window} (docker inspect), not its desired {wanted}: "
+            f"the {role} lane serves {window} (docker inspect), not its desired {wanted}: "
             "clients are told the gateway's window; the lane's own entries fix it",
         )
     elif window is not None and advertised != window:
-        r = rule("contract.context")
-        yield Drift(
-            exp.name,
-            r.kind,
-            "gateway",
+        yield _capabilities(
+            exp,
+            "contract.context",
             path,
             window,
             advertised,
-            r.action,
-            source="GET /capabilities",
-            note=f"the {role} lane serves {window} (docker inspect); the gateway still "
+            f"the {role} lane serves {window} (docker inspect); the gateway still "
             "advertises its start-time window",
         )
     elif contract and contract.context is not None and advertised != contract.context:
-        r = rule("contract.desired-context")
-        yield Drift(
-            exp.name,
-            r.kind,
-            "gateway",
+        yield _capabilities(
+            exp,
+            "contract.desired-context",
             path,
             contract.context,
             advertised,
-            r.action,
-            source="GET /capabilities",
-            note=f"contract.{role}.context",
+            f"contract.{role}.context",
         )
     if contract is not None and not (entry.ready and entry.feasible is not False):
         r = rule("contract.ready")
