@@ -9,7 +9,7 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from reconciler import __version__
@@ -144,6 +144,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     on_terminal = args.output is None and sys.stdout.isatty()
     color = on_terminal and args.format == "text"
     width = shutil.get_terminal_size().columns if on_terminal else 100
+    pieces: Iterable[str]
     if not isinstance(run, DriftRun):  # a large replay's JSON, its parts made by its workers
         from reconciler.report.json_parts import render_json_parts
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +34,13 @@ from reconciler.observe.observe import (
 from reconciler.observe.payload import new_run_key
 from reconciler.observe.snapshot_key import KeyOnce, trust_observation
 from reconciler.observe.snapshot_key import record as record_masks
-from reconciler.replay_workers import map_boxes, worker_count
+from reconciler.replay_workers import map_boxes, map_chunks, worker_count
 
 if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
     from reconciler.observe.early import EarlyStart
     from reconciler.report.json_parts import PartsReport
+    from reconciler.report.spool import Spooled
 
 
 NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
@@ -131,25 +133,39 @@ def replay_parts(
     """A replay's JSON report as its boxes' parts, each made beside the box's comparison and
     all that is kept of it. `keep` (a run recorded in the history or the metrics): each box's
     share of those too, made from the same file's bytes (history/kept_parts.py)."""
-    from reconciler.report.json_parts import PartsReport, box_part
+    from reconciler.report.json_parts import BoxPart, PartsReport, box_part, entries_spool, spooled
 
     index, order, replay_box, in_c = _replayer(inputs, boxes, directory)
     workers = worker_count(len(order))
-    kept: tuple[Any, ...] = ()
+    # Made before the workers fork: each puts its chunks' entries there (report/spool.py),
+    # and this process holds the rest.
+    spool = entries_spool()
+    parts: list[BoxPart] = []
+    kept: list[Any] = []
     if keep:
-        from reconciler.history.kept_parts import kept_part
+        from reconciler.history.kept_parts import kept_part, spooled_kept
 
         def keep_box(name: str) -> Any:
             read: list[bytes] = []
             result = replay_box(name, read)
             return kept_part(result, read[0] if read else None, in_c)
 
-        kept = tuple(map_boxes(keep_box, order, workers))
-        parts = [k.part for k in kept]
+        def take_kept(chunk: tuple[Spooled, list[Any]]) -> None:
+            spool.keep(chunk[0])
+            kept.extend(chunk[1])
+            parts.extend(k.part for k in chunk[1])
+
+        map_chunks(keep_box, order, workers, partial(spooled_kept, spool), take_kept)
     else:
-        parts = map_boxes(lambda name: box_part(replay_box(name)), order, workers)
+
+        def take(chunk: tuple[Spooled, list[BoxPart]]) -> None:
+            spool.keep(chunk[0])
+            parts.extend(chunk[1])
+
+        job = lambda name: box_part(replay_box(name))  # noqa: E731
+        map_chunks(job, order, workers, partial(spooled, spool), take)
     run_id = str(index.get("run_id", _new_run_id()))
-    return PartsReport(tuple(parts), inputs.inventory_file, _now(), run_id, kept)
+    return PartsReport(tuple(parts), inputs.inventory_file, _now(), run_id, tuple(kept), spool)
 
 
 def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str) -> DriftRun:

@@ -7,8 +7,10 @@ issue 12), while the other cores idle. Here the boxes are cut into chunks that w
 processes read and compare:
 - the workers are forked from the replaying process, so they start with the remembered drift
   inputs in memory (shared copy-on-write; nothing is pickled on the way in) and import nothing;
-- each chunk's results, the boxes' drift (~27 KB a box), come back pickled, in the boxes'
-  order: the report is built from them exactly as from results made here;
+- each chunk's results come back pickled, in the boxes' order, as the caller's `pack` made
+  them in the worker (a JSON replay's: each box's tally and causes, its entries' text put
+  aside in the report's spool, report/spool.py), and the caller `take`s them chunk by chunk
+  as they arrive: the report is built from them exactly as from results made here;
 - `concurrent.futures` runs them: an error in a box's job is raised here as it would be in a
   serial replay; a worker that dies fails the pool (never hangs it), and the run ends with
   that said as its error;
@@ -38,6 +40,7 @@ from typing import Any, TypeVar
 from reconciler.gc_pause import paused_gc
 
 Result = TypeVar("Result")
+Packed = TypeVar("Packed")
 
 WORKERS_ENV = "FLEET_REPLAY_WORKERS"
 # From this many boxes a replay forks workers: below it, one core is done in ~0.2 s.
@@ -64,16 +67,32 @@ def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
 
 def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) -> list[Result]:
     """`[job(box) for box in boxes]`, in that order, with `workers` processes doing it."""
+    out: list[Result] = []
+    map_chunks(job, boxes, workers, _same, out.extend)
+    return out
+
+
+def map_chunks(
+    job: Callable[[str], Result],
+    boxes: Sequence[str],
+    workers: int,
+    pack: Callable[[list[Result]], Packed],
+    take: Callable[[Packed], None],
+) -> None:
+    """`job` of every box, with `workers` processes doing it: the boxes are cut into chunks,
+    each chunk's results given to `pack` where they were made (a worker) and what it packs to
+    `take` here, chunk by chunk in the boxes' order, as each arrives. So this process need not
+    hold every box's result at once (report/spool.py keeps a large report's entries aside)."""
     if workers <= 1 or threading.active_count() > 1:
         with paused_gc():
-            return [job(box) for box in boxes]
+            take(pack([job(box) for box in boxes]))
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     size = max(1, -(-len(boxes) // (workers * CHUNKS_PER_WORKER)))
     chunks = [list(boxes[i : i + size]) for i in range(0, len(boxes), size)]
-    out: list[Result] = []
     context = multiprocessing.get_context("fork")
     # Made before the workers fork, so shared with them: one byte of shared memory (an
     # anonymous MAP_SHARED page: ~40 ns a read, no import; multiprocessing's RawValue imports
@@ -88,14 +107,14 @@ def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) 
                 workers,
                 mp_context=context,
                 initializer=_Job.take,
-                initargs=(job,),
+                initargs=(job, pack),
             ) as pool,
         ):
             try:
                 with _sigint_held():  # the workers fork here: none takes one before it ignores it
                     results = pool.map(_Job.run, chunks)
                 for chunk in results:
-                    out.extend(chunk)
+                    take(chunk)
             except KeyboardInterrupt:
                 _Job.stop[0] = 1  # what they are still doing is thrown away
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -107,7 +126,10 @@ def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) 
             "a replay worker process ended before its boxes were compared "
             f"({WORKERS_ENV}=1 replays in one process)"
         ) from exc
-    return out
+
+
+def _same(results: list[Result]) -> list[Result]:
+    return results
 
 
 @contextmanager
@@ -126,21 +148,22 @@ class _Job:
     inputs), so it is never pickled; each chunk of box names then is."""
 
     current: Callable[[str], Any] | None = None
+    pack: Callable[[list[Any]], Any] | None = None
     stop: mmap.mmap | None = None  # [0] set by map_boxes on Ctrl-C: the rest is not done
 
     @staticmethod
-    def take(job: Callable[[str], Any]) -> None:
+    def take(job: Callable[[str], Any], pack: Callable[[list[Any]], Any]) -> None:
         # Ctrl-C reaches every process of the terminal's group: the replay's own process acts
         # on it (map_boxes), a worker never (its traceback would be printed beside the run's).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        _Job.current = job
+        _Job.current, _Job.pack = job, pack
 
     @staticmethod
-    def run(boxes: list[str]) -> list[Any]:
-        job = _Job.current
-        assert job is not None, "a worker runs only after taking its job"
+    def run(boxes: list[str]) -> Any:
+        job, pack = _Job.current, _Job.pack
+        assert job is not None and pack is not None, "a worker runs only after taking its job"
         stop = _Job.stop
         assert stop is not None, "made before the workers fork"
         with paused_gc():  # as the serial replay: every box's objects die by reference count
-            return [job(box) for box in boxes if not stop[0]]
+            return pack([job(box) for box in boxes if not stop[0]])

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +170,7 @@ def finish_drift(
     args: argparse.Namespace,
     run: Any,
     exit_code: int,
-    printed_json: list[str] | None = None,
+    printed_json: Iterable[str] | None = None,
 ) -> int:
     """After the drift report is printed: metrics, then the history. `run`: a DriftRun, or a
     large replay's PartsReport, whose workers made each box's share of both (kept_parts.py),
@@ -197,7 +198,7 @@ def finish_drift(
 
 
 def _finish_parts(
-    outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code: int, printed: list[str]
+    outs: RunOutputs, args: argparse.Namespace, run: Any, exit_code: int, printed: Iterable[str]
 ) -> int:
     """`finish_drift` of a replay kept as its boxes' parts: the document is never built whole
     here, each box's rows, counts and packed observation came from its worker."""

@@ -14,13 +14,17 @@ than json.dumps would write, with no second copy of every box's entry held to wr
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reconciler.compare.drift import BoxResult
 from reconciler.history.record import BoxRow, EntryRow, ReportText, box_rows
-from reconciler.report.json_parts import BoxPart, PartsReport, entry_part
+from reconciler.report.json_parts import BoxPart, PartsReport, entry_part, spooled
 from reconciler.report.json_report import box_entry
 from reconciler.report.summary import tally
+
+if TYPE_CHECKING:
+    from reconciler.report.spool import Spooled, TextSpool
 
 # What the metrics read of a box's entry (metrics.drift_registry), and of each drift (its
 # subject: which column it is in, not counted when the box's faults left that column unseen).
@@ -64,7 +68,14 @@ def kept_part(box: BoxResult, data: bytes | None, many: bool) -> KeptPart:
     return KeptPart(part, row, entries, counted, packed, seconds)
 
 
-def report_text(printed: list[str]) -> ReportText:
+def spooled_kept(spool: TextSpool, kept: list[KeptPart]) -> tuple[Spooled, list[KeptPart]]:
+    """json_parts.spooled of a chunk of recorded boxes: their entries' text put in the spool,
+    and the boxes without it."""
+    where, parts = spooled(spool, [k.part for k in kept])
+    return where, [k._replace(part=part) for k, part in zip(kept, parts, strict=True)]
+
+
+def report_text(printed: Iterable[str]) -> ReportText:
     """The document as the store keeps it: the JSON report as it was printed
     (json_parts.render_json_parts), whole."""
     return ReportText("".join(printed))

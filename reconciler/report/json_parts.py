@@ -16,8 +16,9 @@ process's CPU while the workers still needed both cores, and 27 MB it held for n
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reconciler import fast_json
 from reconciler.compare.drift import BoxResult
@@ -25,9 +26,14 @@ from reconciler.gc_pause import paused_gc
 from reconciler.report.json_report import box_entry, head_of
 from reconciler.report.summary import Tally, summary_of, tally
 
+if TYPE_CHECKING:
+    from reconciler.report.spool import Spooled, TextSpool
+
 # An entry of the document's `boxes` list stands two levels deep (json.dumps, indent=2).
 _ENTRY_INDENT = " " * 4
 _NO_BOXES = '"boxes": []\n}'
+# Between two entries of the `boxes` list.
+_BETWEEN = f",\n{_ENTRY_INDENT}"
 
 
 class BoxPart(NamedTuple):
@@ -65,6 +71,8 @@ class PartsReport:
     # A recorded run's: each box's share of the history and the metrics, made beside its part
     # (history/kept_parts.KeptPart), in the same order; empty for a run that records nothing.
     kept: tuple[Any, ...] = ()
+    # Where the entries' text is (`spooled`), the parts then holding none; None: in the parts.
+    spool: TextSpool | None = None
 
     @property
     def exit_code(self) -> int:
@@ -80,20 +88,58 @@ def parts_head(report: PartsReport) -> dict[str, Any]:
     return head_of(report.run_id, report.generated_at, report.inventory, summary)
 
 
-def render_json_parts(report: PartsReport) -> list[str]:
+def spooled(spool: TextSpool, parts: list[BoxPart]) -> tuple[Spooled, list[BoxPart]]:
+    """A chunk of boxes' parts (made in a replay's worker) with their entries' text put in the
+    spool, joined as it stands in the document, and the parts without it: what the replaying
+    process gets back, to `keep` in the spool and to hold."""
+    pieces: list[str] = []
+    for part in parts:
+        if pieces:
+            pieces.append(_BETWEEN)
+        pieces.append(part.text)
+    return spool.put(pieces), [part._replace(text="") for part in parts]
+
+
+def entries_spool() -> TextSpool:
+    """A spool for a report's entries, chunk after chunk as they stand in the document."""
+    from reconciler.report.spool import TextSpool
+
+    return TextSpool(between=_BETWEEN)
+
+
+def render_json_parts(report: PartsReport) -> Iterable[str]:
     """`json_report.render_json` of the report these are the parts of, in pieces to write one
-    after another: joined, they would be one more copy of 33 MB at 1,000 boxes (~20 ms of
-    page faults), and as much again to encode it whole for the write."""
+    after another (as often as asked: the history keeps what was printed): joined, they would
+    be one more copy of 33 MB at 1,000 boxes (~20 ms of page faults), and as much again to
+    encode it whole for the write. A spooled report's entries are read back a chunk at a time."""
     parts = report.parts
     with paused_gc():
         text = fast_json.dumps_indented({**parts_head(report), "boxes": []})
     if not parts:
         return [text + "\n"]
     assert text.endswith(_NO_BOXES), "the document ends with its boxes"
-    pieces = [f'{text[: -len(_NO_BOXES)]}"boxes": [\n{_ENTRY_INDENT}']
+    opening = f'{text[: -len(_NO_BOXES)]}"boxes": [\n{_ENTRY_INDENT}'
+    closing = "\n  ]\n}\n"
+    if report.spool is not None:
+        return _Pieces(opening, report.spool, closing)
+    pieces = [opening]
     for index, part in enumerate(parts):
         if index:
-            pieces.append(f",\n{_ENTRY_INDENT}")
+            pieces.append(_BETWEEN)
         pieces.append(part.text)
-    pieces.append("\n  ]\n}\n")
+    pieces.append(closing)
     return pieces
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """The document's pieces around its spooled entries: iterable again and again."""
+
+    opening: str
+    spool: TextSpool
+    closing: str
+
+    def __iter__(self) -> Iterator[str]:
+        yield self.opening
+        yield from self.spool.pieces()
+        yield self.closing

@@ -176,7 +176,7 @@ def _words(value: Value) -> Value:
             and "EARER" not in value
         ):
             return value
-        return _read(value) or value  # "": nothing to mask
+        return read_text(value) or value  # "": nothing to mask
     if type(value) is tuple:
         try:
             words = _read_words(value)
@@ -197,13 +197,28 @@ def _masked_words(value: tuple[object, ...]) -> tuple[object, ...] | None:
     return tuple(words)
 
 
-# Each distinct string read once (bounded: a box chooses its values), as its masked text or ""
-# when there is nothing to mask: a fleet's boxes share their command lines and values.
-@functools.lru_cache(maxsize=8192)
-def _read(text: str) -> str:
+# A string longer than this is read without the cache. One that long is a box's own (its desired
+# LOBES_MESH_SEEDS name every other member: 30 KB at 1,000 boxes, a different one each box), met
+# once: kept here, 8,192 of them were what a replay's memory grew by as the square of the fleet
+# (25 MB at 1,000 boxes, one process; issue 12). Its reading costs what it would have anyway.
+_CACHED_UP_TO = 1024
+
+
+def read_text(text: str) -> str:
+    """`text` with what the reports' guard masks masked, or "" when there is nothing to mask."""
+    return _read(text) if len(text) <= _CACHED_UP_TO else _masked_text(text)
+
+
+def _masked_text(text: str) -> str:
     out = _WIRE_FORM.sub(MASK, text) if '{"secret"' in text else text
     out = mask_credentials(mask_assignments(out))
     return "" if out == text else out
+
+
+# Each distinct string read once (bounded: a box chooses its values, each at most _CACHED_UP_TO
+# long), as its masked text or "" when there is nothing to mask: a fleet's boxes share their
+# command lines and values.
+_read = functools.lru_cache(maxsize=8192)(_masked_text)
 
 
 when_patterns_change(_read.cache_clear)

@@ -108,3 +108,28 @@ def test_the_guard_rebuilds_only_the_drifts_it_masks() -> None:
     assert same is kept
     assert isinstance(masked.desired, SecretValue) and masked.desired == masked.observed
     assert "hf_clear_value" not in repr(out)
+
+
+def test_the_guard_remembers_short_values_only() -> None:
+    """A value as long as a large fleet's mesh seeds (each box's own, naming every member) is
+    masked as any value is but not remembered: 8,192 of them kept were what a 1,000-box replay's
+    memory grew by as the square of the fleet (issue 12). A short one, shared by the boxes,
+    is read once."""
+    from reconciler.report import values
+
+    seeds = ",".join(f"http://box-{i}.lab:8000" for i in range(1000))
+    assert len(seeds) > 1024
+    values._read.cache_clear()
+
+    def drift(value: str) -> Drift:
+        return Drift("b", Kind.ENVFILE, "file:.env", "LOBES_MESH_SEEDS", value, "x", Action.REPORT)
+
+    leaked = seeds + ",HF_TOKEN=hf_clear-token"
+    report = DriftReport(
+        (BoxResult("b", True, drifts=(drift(seeds), drift(leaked))),), "i", "t", "r"
+    )
+    shown = [d.desired for d in guarded(report).boxes[0].drifts]
+    assert shown[0] == seeds and shown[1] == seeds + ",HF_TOKEN=***"
+    assert values._read.cache_info().currsize == 0, "a long value is not kept"
+    guarded(DriftReport((BoxResult("b", True, drifts=(drift("K=v:1"),)),), "i", "t", "r"))
+    assert values._read.cache_info().currsize == 1, "a short one is"
