@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from reconciler.desired.fleet import Fleet
     from reconciler.observe.early import EarlyStart
     from reconciler.report.json_parts import PartsReport
-    from reconciler.report.spool import Spooled
+    from reconciler.report.spool import ItemSpool, Spooled
 
 
 NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
@@ -142,20 +142,26 @@ def replay_parts(
     spool = entries_spool()
     parts: list[BoxPart] = []
     kept: list[Any] = []
+    rows: ItemSpool[Any] | None = None
     if keep:
         from reconciler.history.kept_parts import kept_part, spooled_kept
+        from reconciler.report.spool import ItemSpool
+
+        rows = ItemSpool()
 
         def keep_box(name: str) -> Any:
             read: list[bytes] = []
             result = replay_box(name, read)
             return kept_part(result, read[0] if read else None, in_c)
 
-        def take_kept(chunk: tuple[Spooled, list[Any]]) -> None:
+        def take_kept(chunk: tuple[Spooled, Any, list[Any]]) -> None:
             spool.keep(chunk[0])
-            kept.extend(chunk[1])
-            parts.extend(k.part for k in chunk[1])
+            assert rows is not None
+            rows.keep(chunk[1])
+            kept.extend(chunk[2])
+            parts.extend(k.part for k in chunk[2])
 
-        map_chunks(keep_box, order, workers, partial(spooled_kept, spool), take_kept)
+        map_chunks(keep_box, order, workers, partial(spooled_kept, spool, rows), take_kept)
     else:
 
         def take(chunk: tuple[Spooled, list[BoxPart]]) -> None:
@@ -165,7 +171,9 @@ def replay_parts(
         job = lambda name: box_part(replay_box(name))  # noqa: E731
         map_chunks(job, order, workers, partial(spooled, spool), take)
     run_id = str(index.get("run_id", _new_run_id()))
-    return PartsReport(tuple(parts), inputs.inventory_file, _now(), run_id, tuple(kept), spool)
+    return PartsReport(
+        tuple(parts), inputs.inventory_file, _now(), run_id, tuple(kept), spool, rows
+    )
 
 
 def _replay(inputs: DriftInputs, boxes: list[str], directory: Path, run_id: str) -> DriftRun:

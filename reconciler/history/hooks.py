@@ -224,6 +224,7 @@ def _finish_parts(
             root=_fleet_root(args),
             rows=[(k.row, k.entries) for k in run.kept],
             report=report_text(printed),
+            entries=run.rows,  # the entries' rows, when kept aside (history/kept_parts.py)
         )
         _record(outs.history, record)
     return exit_code

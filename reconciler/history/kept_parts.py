@@ -24,7 +24,7 @@ from reconciler.report.json_report import box_entry
 from reconciler.report.summary import tally
 
 if TYPE_CHECKING:
-    from reconciler.report.spool import Spooled, TextSpool
+    from reconciler.report.spool import Held, ItemSpool, Spooled, TextSpool
 
 # What the metrics read of a box's entry (metrics.drift_registry), and of each drift (its
 # subject: which column it is in, not counted when the box's faults left that column unseen).
@@ -68,17 +68,22 @@ def kept_part(box: BoxResult, data: bytes | None, many: bool) -> KeptPart:
     return KeptPart(part, row, entries, counted, packed, seconds)
 
 
-def spooled_kept(spool: TextSpool, kept: list[KeptPart]) -> tuple[Spooled, list[KeptPart]]:
-    """json_parts.spooled of a chunk of recorded boxes: their entries' text put in the spool,
-    and the boxes without it."""
-    where, parts = spooled(spool, [k.part for k in kept])
-    return where, [k._replace(part=part) for k, part in zip(kept, parts, strict=True)]
+def spooled_kept(
+    text: TextSpool, rows: ItemSpool[EntryRow], kept: list[KeptPart]
+) -> tuple[Spooled, tuple[int, int] | Held[EntryRow], list[KeptPart]]:
+    """json_parts.spooled of a chunk of recorded boxes: their report entries' text put in the
+    `text` spool and their drift entries' rows in `rows` (each holds the box's desired mesh
+    seeds: they grow with the fleet), and the boxes without either."""
+    where, parts = spooled(text, [k.part for k in kept])
+    entries = rows.put([entry for k in kept for entry in k.entries])
+    light = [k._replace(part=part, entries=[]) for k, part in zip(kept, parts, strict=True)]
+    return where, entries, light
 
 
 def report_text(printed: Iterable[str]) -> ReportText:
     """The document as the store keeps it: the JSON report as it was printed
     (json_parts.render_json_parts), whole."""
-    return ReportText("".join(printed))
+    return ReportText(printed)
 
 
 def metrics_document(head: dict[str, Any], report: PartsReport) -> dict[str, Any]:

@@ -10,7 +10,7 @@ across runs; the report document, kept whole, still carries its run's digests.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +80,8 @@ class RunRecord:
     summary: dict[str, Any]
     report: dict[str, Any] | ReportText  # the document, or its text as the store keeps it
     boxes: tuple[BoxRow, ...]
-    entries: tuple[EntryRow, ...] = ()
+    # Iterated twice by the store (its size, its rows): a tuple, or a spool (ItemSpool).
+    entries: Iterable[EntryRow] = ()
     findings: tuple[FindingRow, ...] = ()
     observations: Mapping[str, Any] = field(default_factory=dict)  # box -> its JSON
     root: str | None = None  # the fleet repository's directory (which fleet the run judged)
@@ -112,18 +113,22 @@ def drift_record(
     rows: list[tuple[BoxRow, list[EntryRow]]] | None = None,
     report: ReportText | None = None,
     faults: Mapping[str, Sequence[str]] | None = None,
+    entries: Iterable[EntryRow] | None = None,
 ) -> RunRecord:
     """A drift report document (reconciler/report/json_report.py, version 2) -> its rows.
 
     `faults`: each box's fault parts (parts.faults_of of the report's box: the document's
     errors are text only); a box without is recorded as "not known".
     A report kept as its boxes' parts (report/json_parts.py) gives its head as `doc`, each
-    box's `box_rows` as `rows` and the document's text as `report`: the same record."""
+    box's `box_rows` as `rows` and the document's text as `report`: the same record. `entries`:
+    the drift entries' rows, when not in `rows` (a large recorded replay keeps them in a spool,
+    report/spool.ItemSpool, iterated as the store inserts them)."""
     if rows is None:
         given = faults or {}
         rows = [box_rows(box, given.get(box["box"])) for box in doc["boxes"]]
     boxes = [row for row, _ in rows]
-    entries = [entry for _, box_entries in rows for entry in box_entries]
+    if entries is None:
+        entries = [entry for _, box_entries in rows for entry in box_entries]
     return _record(
         doc, "drift", source, started, duration_s, boxes, observations, root, entries, report
     )
@@ -163,9 +168,18 @@ def box_rows(
     return row, rows
 
 
-class ReportText(str):
-    """A report document already as JSON text (a large replay's, as it was printed): stored
-    as it is (history/store.py), where a document is written with json.dumps."""
+@dataclass(frozen=True)
+class ReportText:
+    """A report document already as JSON text (a large replay's, as it was printed), in the
+    pieces it was printed in (json_parts.render_json_parts: iterable again and again, its
+    boxes' entries read back from a spool): stored as it is, piece by piece (history/store.py),
+    where a document is written with json.dumps. Joined, 33 MB at 1,000 boxes, and as much
+    again in each copy SQLite makes of a value bound whole."""
+
+    pieces: Iterable[str]
+
+    def text(self) -> str:
+        return "".join(self.pieces)
 
 
 def audit_record(
@@ -213,7 +227,7 @@ def _record(
     boxes: list[BoxRow],
     observations: Mapping[str, Any],
     root: str | None,
-    entries: list[EntryRow] | None = None,
+    entries: Iterable[EntryRow] | None = None,
     report: ReportText | None = None,
     findings: list[FindingRow] | None = None,
 ) -> RunRecord:
@@ -231,7 +245,8 @@ def _record(
         summary=dict(doc["summary"]),
         report=doc if report is None else report,
         boxes=tuple(boxes),
-        entries=tuple(entries or ()),
+        # A list made here is kept as a tuple; a spool as it is (read as the store inserts).
+        entries=tuple(entries) if isinstance(entries, list) else (entries or ()),
         findings=tuple(findings or ()),
         observations=observations,
         root=root,

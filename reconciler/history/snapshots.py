@@ -33,7 +33,7 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
         judged = _judged(args, directory)
         faults: dict[str, tuple[str, ...] | None] = {}
         if judged is not None:  # how the drift judged each box observed, and its faults
-            entries, seen = judged.entries, {b.box: b.observation for b in judged.boxes}
+            entries, seen = tuple(judged.entries), {b.box: b.observation for b in judged.boxes}
             faults = {b.box: known(b.errors, b.faults) for b in judged.boxes}
         else:  # no drift judged: how each box file says it was observed
             entries, seen = (), {box: _observed(doc) for box, doc in observations.items()}

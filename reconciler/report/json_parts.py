@@ -27,7 +27,7 @@ from reconciler.report.json_report import box_entry, head_of
 from reconciler.report.summary import Tally, summary_of, tally
 
 if TYPE_CHECKING:
-    from reconciler.report.spool import Spooled, TextSpool
+    from reconciler.report.spool import ItemSpool, Spooled, TextSpool
 
 # An entry of the document's `boxes` list stands two levels deep (json.dumps, indent=2).
 _ENTRY_INDENT = " " * 4
@@ -73,6 +73,9 @@ class PartsReport:
     kept: tuple[Any, ...] = ()
     # Where the entries' text is (`spooled`), the parts then holding none; None: in the parts.
     spool: TextSpool | None = None
+    # A recorded run's drift entries' rows (history/kept_parts.spooled_kept), `kept` then
+    # holding none; None: in `kept`.
+    rows: ItemSpool[Any] | None = None
 
     @property
     def exit_code(self) -> int:

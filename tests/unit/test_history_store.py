@@ -655,3 +655,45 @@ def test_a_reader_in_a_transaction_does_not_block_a_run_being_recorded(
         assert reader.execute("SELECT count(*) FROM runs").fetchone() == (2,)
     finally:
         reader.close()
+
+
+def _pieces_run(report: object) -> object:
+    from reconciler.history.record import RunRecord
+
+    summary = {"exit_code": 0}
+    return RunRecord("r", "drift", "snapshot", "t", time.time(), 0.1, "lab", 0, summary, report, ())
+
+
+def test_a_report_given_in_pieces_is_stored_as_the_text_they_make(tmp_path: Path) -> None:
+    """A large replay's report is written into its row piece by piece (never joined, nor bound
+    whole: issue 12), and stored as the same TEXT a document bound whole is: what sqlite3 and
+    json_extract read, its size counted in characters as before."""
+    from reconciler.history.record import ReportText
+
+    pieces = ['{"boxes": [', '"é ✓ \u2028"', ", 1" * 50_000, "]}"]
+    path = tmp_path / "h.sqlite3"
+    with store.opened(path) as conn:
+        store.record(conn, _pieces_run(ReportText(pieces)))  # type: ignore[arg-type]
+        store.record(conn, _pieces_run({"boxes": ["é ✓ \u2028"]}))  # type: ignore[arg-type]
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT typeof(report), report, json_extract(report, '$.boxes[0]'), size"
+            " FROM runs JOIN run_sizes ON run_sizes.run = runs.id ORDER BY id"
+        ).fetchall()
+    whole = "".join(pieces)
+    assert rows[0][:3] == ("text", whole, "é ✓ \u2028")
+    assert rows[1][0] == "text" and rows[1][2] == "é ✓ \u2028"
+    # The size counts characters (a text's), the same for a report given whole.
+    assert rows[0][3] - rows[1][3] == len(whole) - len(
+        json.dumps({"boxes": ["é ✓ \u2028"]}, ensure_ascii=False)
+    )
+
+
+def test_a_report_piece_that_is_not_utf8_records_nothing(tmp_path: Path) -> None:
+    from reconciler.history.record import ReportText
+
+    path = tmp_path / "h.sqlite3"
+    with store.opened(path) as conn:
+        with pytest.raises(UnicodeEncodeError):
+            store.record(conn, _pieces_run(ReportText(["{", '"\ud800"', "}"])))  # type: ignore[arg-type]
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from reconciler.report import spool as spool_module
-from reconciler.report.spool import TextSpool
+from reconciler.report.spool import Held, ItemSpool, TextSpool
 
 ROOT = Path(__file__).resolve().parents[2]
 # Text a report can hold: non-ASCII, a line separator, a lone surrogate (json.dumps writes it
@@ -85,7 +85,7 @@ def test_processes_forked_from_it_write_apart() -> None:
     """Two forked processes putting chunks at once never overlap: each chunk reads back whole."""
     script = """
 import json, os, sys
-from reconciler.report.spool import TextSpool
+from reconciler.report.spool import Held, ItemSpool, TextSpool
 spool = TextSpool()
 read, write = os.pipe()
 children = []
@@ -137,6 +137,11 @@ for keep in (False, True):
     assert parts.spool is not None and not parts.spool.in_memory
     assert {{p.text for p in parts.parts}} == {{""}}, "no entry held here"
     assert keep == bool(parts.kept) and all(k.part.text == "" for k in parts.kept)
+    # A recorded run's drift entries' rows (each holds the box's desired seeds) are spooled too.
+    assert keep == (parts.rows is not None) and all(k.entries == [] for k in parts.kept)
+    if keep:
+        rows = list(parts.rows)
+        assert rows == list(parts.rows) and {{r.box for r in rows}} >= {{"thor-1", "orin-39"}}
     whole = render_json(run_drift(fleet, boxes, from_snapshot=root / "snapshot").report)
     printed = "".join(render_json_parts(parts))
     generated = lambda text: next(x for x in text.splitlines() if '"generated_at"' in x)
@@ -154,3 +159,23 @@ print("ok")
         env=env,
     )
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+def test_items_read_back_in_the_order_kept_as_often_as_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spool: ItemSpool[object] = ItemSpool()
+    first, second = spool.put([("a", 1), ODD]), spool.put([{"b": [2.5, None]}])
+    assert isinstance(first, tuple) and isinstance(second, tuple), "in the file"
+    spool.keep(second)
+    spool.keep(first)
+    assert list(spool) == list(spool) == [{"b": [2.5, None]}, ("a", 1), ODD]
+
+    def full(*args: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool_module.os, "pwritev", full)
+    held = spool.put(["kept in memory"])
+    assert held == Held(["kept in memory"])
+    spool.keep(held)
+    assert list(spool)[-1] == "kept in memory"
