@@ -22,7 +22,7 @@ import os
 import sqlite3
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -412,8 +412,6 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
         rid = int(cur.lastrowid or 0)
         if pieces is not None:
             _write_report(conn, rid, pieces)
-        size = _size(run, summary, report, observations)
-        conn.execute("INSERT INTO run_sizes VALUES (?, ?)", (rid, size))
         conn.executemany(
             "INSERT INTO boxes (run, box, reachable, observation, entries, causes, errors,"
             " verdict, faults) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -432,26 +430,10 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
                 for b in run.boxes
             ],
         )
-        conn.executemany(
-            "INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    rid,
-                    e.box,
-                    e.kind,
-                    e.subject,
-                    e.path,
-                    e.cause,
-                    e.symptom,
-                    e.action,
-                    e.desired,
-                    e.observed,
-                    e.secret,
-                    e.changed,
-                )
-                for e in run.entries
-            ],
-        )
+        # Read once, row by row (a large replay's from its spool, a chunk in memory at a time),
+        # their size counted on the way.
+        entries = _EntryRows(rid, run.entries)
+        conn.executemany("INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", entries)
         conn.executemany(
             "INSERT INTO findings VALUES (?,?,?,?,?)",
             [(rid, f.box, f.code, f.severity, f.message) for f in run.findings],
@@ -460,6 +442,8 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
             "INSERT INTO observations VALUES (?,?,?)",
             [(rid, box, packed) for box, packed in observations],
         )
+        size = _size(run, summary, report, observations, entries.chars)
+        conn.execute("INSERT INTO run_sizes VALUES (?, ?)", (rid, size))
         _apply_retention(conn, time.time())
         conn.execute("COMMIT")
     except BaseException:
@@ -502,12 +486,38 @@ def _write_report(conn: sqlite3.Connection, rid: int, report: ReportText) -> Non
     conn.execute("UPDATE runs SET report = CAST(report AS TEXT) WHERE id = ?", (rid,))
 
 
-def _size(run: RunRecord, summary: str, report: str | _Reserved, observations: list[Any]) -> int:
+class _EntryRows:
+    """A run's entries as the rows of the `entries` table, one at a time, and (once read) the
+    characters of their texts."""
+
+    def __init__(self, rid: int, entries: Iterable[EntryRow]) -> None:
+        self.rid, self.entries, self.chars = rid, entries, 0
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        rid = self.rid
+        for e in self.entries:
+            self.chars += len(e.desired) + len(e.observed) + len(e.subject) + len(e.path)
+            yield (
+                rid,
+                e.box,
+                e.kind,
+                e.subject,
+                e.path,
+                e.cause,
+                e.symptom,
+                e.action,
+                e.desired,
+                e.observed,
+                e.secret,
+                e.changed,
+            )
+
+
+def _size(
+    run: RunRecord, summary: str, report: str | _Reserved, observations: list[Any], entries: int
+) -> int:
     """What the run keeps: characters of its texts, bytes of its packed observations (the
-    size limit, keep_mb, counts it; migrations.py, 3)."""
-    entries = sum(
-        len(e.desired) + len(e.observed) + len(e.subject) + len(e.path) for e in run.entries
-    )
+    size limit, keep_mb, counts it; migrations.py, 3). `entries`: the entries' characters."""
     findings = sum(len(f.message) for f in run.findings)
     packed = sum(len(data) for _, data in observations)
     return len(report) + len(summary) + entries + findings + packed
