@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reconciler import fast_json
+from reconciler import fast_json, replay_workers
 from reconciler.compare.box import Replayed, compare_box, replayed
 from reconciler.compare.drift import BoxResult, DriftReport
 from reconciler.desired.secret_names import adopt_fleet_patterns
@@ -122,9 +122,10 @@ def run_drift_on(
 
 def replays_in_parts(boxes: int) -> bool:
     """Whether a replay of this many boxes whose caller wants its JSON report and nothing else
-    takes `replay_parts`: where worker processes compare the boxes, so that each makes its
-    boxes' entries too (report/json_parts.py). A replay in one process renders as always."""
-    return worker_count(boxes) > 1
+    takes `replay_parts`: each box's entry made beside its comparison (report/json_parts.py),
+    in worker processes where there are cores for them, and kept aside in a spool
+    (report/spool.py). A small replay renders its report whole, as always."""
+    return replay_workers.in_parts(boxes)
 
 
 def replay_parts(

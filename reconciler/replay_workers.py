@@ -50,6 +50,8 @@ MAX_WORKERS = 8
 # idle long at the end (~60 boxes, ~0.15 s, at 1,000 boxes on two cores), large enough that
 # each result travels in a few large pickles.
 CHUNKS_PER_WORKER = 8
+# Boxes a chunk holds when one process does them all: about a worker's chunk at 1,000 boxes.
+SERIAL_CHUNK = 64
 
 
 def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
@@ -63,6 +65,15 @@ def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
     else:
         wanted = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
     return 1 if boxes < WORKERS_FROM else max(1, min(wanted, boxes))
+
+
+def in_parts(boxes: int) -> bool:
+    """Whether a replay of this many boxes is made in chunks whose results are packed where
+    they are made (`map_chunks`; a JSON replay's entries then go to a spool, report/spool.py),
+    in workers or, with one core (or FLEET_REPLAY_WORKERS=1), in this process: from the size at
+    which workers are forked, so that a replay's memory grows as its fleet does whatever its
+    cores."""
+    return boxes >= WORKERS_FROM
 
 
 def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) -> list[Result]:
@@ -84,8 +95,11 @@ def map_chunks(
     `take` here, chunk by chunk in the boxes' order, as each arrives. So this process need not
     hold every box's result at once (report/spool.py keeps a large report's entries aside)."""
     if workers <= 1 or threading.active_count() > 1:
+        # In chunks as the workers' (a chunk's results packed, then taken, before the next
+        # is made): one process holds no more of them at once than a worker would.
         with paused_gc():
-            take(pack([job(box) for box in boxes]))
+            for start in range(0, len(boxes), SERIAL_CHUNK):
+                take(pack([job(box) for box in boxes[start : start + SERIAL_CHUNK]]))
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

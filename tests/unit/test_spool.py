@@ -113,17 +113,20 @@ print("ok")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
 
 
-def test_a_replay_in_workers_holds_no_entry_of_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_a_large_replay_holds_no_entry_of_its_own(tmp_path: Path, workers: str) -> None:
     """A replay of enough boxes for workers keeps its boxes' entries in the spool's file, not in
-    its parts (each box's tally and causes only), and prints the very report one process does."""
+    its parts (each box's tally and causes only), and prints the very report the whole one
+    does: in workers, and in one process too (one core, or FLEET_REPLAY_WORKERS=1), whose
+    memory would otherwise grow as the square of the fleet."""
     script = f"""
 import json, os, sys
 sys.path.insert(0, {str(ROOT)!r})
-os.environ["FLEET_REPLAY_WORKERS"] = "2"
+os.environ["FLEET_REPLAY_WORKERS"] = {workers!r}
 from pathlib import Path
 from bench.scale_fleet import build_fleet
 from reconciler.desired.load import load_fleet
-from reconciler.drift import replay_parts, run_drift
+from reconciler.drift import replay_parts, replays_in_parts, run_drift
 from reconciler.drift_inputs import drift_inputs
 from reconciler.replay_workers import WORKERS_FROM
 from reconciler.report.json_parts import render_json_parts
@@ -132,6 +135,7 @@ root = Path({str(tmp_path / "fleet")!r})
 build_fleet(root, WORKERS_FROM + 20)
 fleet = load_fleet(root, "lab")
 boxes = list(fleet.boxes)
+assert replays_in_parts(len(boxes))
 for keep in (False, True):
     parts = replay_parts(drift_inputs(fleet), boxes, root / "snapshot", keep)
     assert parts.spool is not None and not parts.spool.in_memory
@@ -179,3 +183,15 @@ def test_items_read_back_in_the_order_kept_as_often_as_asked(
     assert held == Held(["kept in memory"])
     spool.keep(held)
     assert list(spool)[-1] == "kept in memory"
+
+
+def test_one_process_packs_its_boxes_in_chunks() -> None:
+    """map_chunks in one process hands its results over a chunk at a time, as a worker does:
+    never every box's at once."""
+    from reconciler.replay_workers import SERIAL_CHUNK, map_chunks
+
+    boxes = [f"b{i}" for i in range(SERIAL_CHUNK * 2 + 5)]
+    taken: list[list[str]] = []
+    map_chunks(str.upper, boxes, 1, lambda chunk: chunk, taken.append)
+    assert [len(chunk) for chunk in taken] == [SERIAL_CHUNK, SERIAL_CHUNK, 5]
+    assert [b for chunk in taken for b in chunk] == [b.upper() for b in boxes]
