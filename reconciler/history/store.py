@@ -383,9 +383,17 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
     try:
         summary = json.dumps(run.summary, sort_keys=True)
         pieces = run.report if isinstance(run.report, ReportText) else None
-        report: str | _Reserved = (
-            json.dumps(run.report, ensure_ascii=False) if pieces is None else _reserved(pieces)
-        )
+        if pieces is not None and not _utf8(conn):
+            # The pieces' bytes are written as UTF-8 and cast to TEXT, which SQLite reads in
+            # the database's encoding: a store made UTF-16 takes the text bound whole.
+            pieces = None
+        report: str | _Reserved
+        if pieces is not None:
+            report = _reserved(pieces)
+        elif isinstance(run.report, ReportText):
+            report = run.report.text()
+        else:
+            report = json.dumps(run.report, ensure_ascii=False)
         observations = [
             (box, doc if isinstance(doc, Packed) else pack(doc))
             for box, doc in run.observations.items()
@@ -471,6 +479,10 @@ def _reserved(report: ReportText) -> _Reserved:
         chars += len(piece)
         size += len(piece) if piece.isascii() else len(piece.encode("utf-8"))
     return _Reserved(size, chars)
+
+
+def _utf8(conn: sqlite3.Connection) -> bool:
+    return str(conn.execute("PRAGMA encoding").fetchone()[0]).upper() == "UTF-8"
 
 
 def _write_report(conn: sqlite3.Connection, rid: int, report: ReportText) -> None:

@@ -697,3 +697,21 @@ def test_a_report_piece_that_is_not_utf8_records_nothing(tmp_path: Path) -> None
         with pytest.raises(UnicodeEncodeError):
             store.record(conn, _pieces_run(ReportText(["{", '"\ud800"', "}"])))  # type: ignore[arg-type]
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_report_in_pieces_into_a_utf16_store_is_the_same_text(tmp_path: Path) -> None:
+    """A store made UTF-16 (an existing empty database the tool adopts): the pieces are bound
+    as one text, since their UTF-8 bytes cast to TEXT would be read as UTF-16."""
+    from reconciler.history.record import ReportText
+
+    path = tmp_path / "h.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA encoding = 'UTF-16le'")
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("DROP TABLE t")
+    pieces = ['{"boxes": [', '"é ✓"', "]}"]
+    with store.opened(path) as conn:
+        store.record(conn, _pieces_run(ReportText(pieces)))  # type: ignore[arg-type]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA encoding").fetchone() == ("UTF-16le",)
+        assert conn.execute("SELECT report FROM runs").fetchone() == ("".join(pieces),)

@@ -129,6 +129,55 @@ map_boxes(job, names, 2)
     )
 
 
+def test_workers_end_with_a_replay_that_is_killed(tmp_path: Path) -> None:
+    """A replay killed (SIGKILL: out of memory, a timeout) takes its workers with it: orphans
+    would live on holding the report's spool (report/spool.py), an unlinked file only their
+    exit frees."""
+    import signal
+    import time
+
+    pids = tmp_path / "pids"
+    scenario = f"""
+import time
+def job(name):
+    with open({str(pids)!r}, "a") as out:
+        out.write(f"{{os.getpid()}}\\n")
+    time.sleep(60)
+map_boxes(job, names, 2)
+"""
+    replay = subprocess.Popen([sys.executable, "-c", _PRELUDE + scenario], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = {int(p) for p in pids.read_text().split()} if pids.exists() else set()
+            if len(found) == 2:
+                break
+            time.sleep(0.05)
+        assert len(found) == 2, "both workers started"
+        replay.send_signal(signal.SIGKILL)
+        replay.wait(30)
+        deadline = time.monotonic() + 10
+        alive = found
+        while alive and time.monotonic() < deadline:
+            alive = {pid for pid in found if _alive(pid)}
+            time.sleep(0.05)
+        assert not alive, f"workers outlived their replay: {sorted(alive)}"
+    finally:
+        replay.kill()
+        for pid in {int(p) for p in pids.read_text().split()} if pids.exists() else ():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def test_worker_count() -> None:
     cpus = len(os.sched_getaffinity(0))
     assert worker_count(WORKERS_FROM - 1, {}) == 1
