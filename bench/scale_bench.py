@@ -20,17 +20,27 @@ the output). Times are the medians of the rounds. Memory is measured for cold, w
 recorded in runs of their own each round (the sampling would slow a timed run): every
 process of the run summed (PSS), and the largest single process (its max RSS, wait4); the
 memory verdicts take the maximum over the rounds.
-Peak memory linear (the issue's goal) is judged by the boxes, each step between two fleet
-sizes measured like for like: where the replay forks workers at one end of a step and not at
-the other (none below 100 boxes), the memory runs are made again with the replay in one
-process (FLEET_REPLAY_WORKERS=1) at the end that forks, so the workers' own fixed memory
-does not inflate (or hide) a step's per-box increment. Beside it, as an explanation only:
-memory against the bytes the replay reads (the desired-state and snapshot files of the fleet
-built, measured here) and the JSON report it writes.
+Peak memory linear (the issue's goal) is judged by the boxes, in two series that must both
+pass, each on one process structure throughout (both ends of each step, both steps): a step
+that starts in one process and ends in forked workers counts the workers' own fixed memory as
+growth, and a forked replay's workers each copy (copy-on-write) the pages of the objects they
+touch, a per-box cost a replay in one process does not pay, so only like against like shows
+whether a box's memory grows with the fleet:
+- one process: the smallest, middle and largest sizes, each with the replay in one process
+  (at a size whose replay forks workers, 100 boxes and more, the memory runs are made again
+  with FLEET_REPLAY_WORKERS=1);
+- forked workers: the middle size, a memory-only size between it and the largest
+  (--memory-size, default 400 boxes) and the largest, each with the replay's own workers
+  (the three must fork as many, else the series is not measured and the verdict
+  undetermined). The memory-only size gets the memory runs alone (no timed rows, no row of
+  the tables), measured after the timed sizes.
+Beside it, as an explanation only: memory against the bytes the replay reads (the
+desired-state and snapshot files of the fleet built, measured here) and the JSON report it
+writes.
 The tables go into BENCHMARKS.md between their own markers; the rest of the file is kept.
 
-    .venv/bin/python bench/scale_bench.py [--runs 3] [--sizes 10,100,1000] [--seed S]
-        [--output BENCHMARKS.md]
+    .venv/bin/python bench/scale_bench.py [--runs 3] [--sizes 10,100,1000] [--memory-size 400]
+        [--seed S] [--output BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -123,9 +133,11 @@ FLOOR_COLD = FLOOR + (
 TIMED = ("floor", "floor_n", "floor_cold", "cold", "warm", "text", "markdown", "html", "recorded")
 MEMORY = ("cold", "warm", "recorded")
 LABELS = {"floor": "floor, 1 process", "floor_n": "floor, N processes", "floor_cold": "cold floor"}
-# Memory is linear when a box adds at most this much more from the middle fleet to the largest
-# than it added from the smallest fleet to the middle one (sampling and allocator noise).
+# Memory is linear when, in each series of three sizes, a box adds at most this much more in
+# the second step than in the first (sampling and allocator noise).
 LINEAR_TOLERANCE = 1.1
+# The forked-workers series' middle point: a fleet measured for memory only (--memory-size).
+MEMORY_SIZE = 400
 
 
 @dataclass(frozen=True)
@@ -142,8 +154,8 @@ class Size:
     workers: int  # the processes the replay reads and compares its boxes on (1: itself)
     rounds: dict[str, list[Sample]] = field(default_factory=dict)  # timed rows
     summed: dict[str, list[float]] = field(default_factory=dict)  # MB, all processes at once
-    # The same as `summed`, the replay in one process (FLEET_REPLAY_WORKERS=1): measured only
-    # at a size whose replay forks workers where a linearity step needs it (one_process_sizes).
+    # The same as `summed`, the replay in one process (FLEET_REPLAY_WORKERS=1): measured at
+    # every timed size whose replay forks workers, for the one-process series (one_process_sizes).
     single: dict[str, list[float]] = field(default_factory=dict)
     orders: list[list[str]] = field(default_factory=list)  # each round's order of the rows
     input_bytes: int = 0  # the desired-state and snapshot files the replay reads
@@ -171,11 +183,15 @@ class Size:
     def peak_in(self, row: str, processes: int) -> float:
         """`summed_max(row)` with the replay on `processes` processes: this size's own runs if
         it uses that many, else the runs made with the replay in one process."""
-        if processes == self.workers:
+        if processes == self.workers and self.summed.get(row):
             return self.summed_max(row)
         if processes == 1 and self.single.get(row):
             return max(self.single[row])
         raise ValueError(f"no memory measured for {row} with {processes} replay processes")
+
+
+# The memory-only size of the forked-workers series: its boxes, and its memory runs.
+MemoryOnly = tuple[int, Size]
 
 
 def run_child(
@@ -262,49 +278,92 @@ def input_bytes(root: Path) -> int:
 
 def one_process_sizes(workers: dict[int, int]) -> set[int]:
     """The sizes (of {size: replay processes}) to measure memory at again with the replay in
-    one process: the forking end of a linearity step whose other end does not fork."""
-    out = set()
-    for start, end in linearity_steps(sorted(workers)):
-        if workers[start] != workers[end]:
-            out |= {size for size in (start, end) if workers[size] > 1}
-    return out
+    one process, for the one-process series: every size whose replay forks workers."""
+    return {size for size, processes in workers.items() if processes > 1}
 
 
 def linearity_steps(sizes: list[int]) -> list[tuple[int, int]]:
-    """The two steps the linearity check compares: smallest to middle, middle to largest."""
+    """The one-process series' two steps: smallest to middle, middle to largest."""
     if len(sizes) < 3:
         return []
     return [(sizes[0], sizes[-2]), (sizes[-2], sizes[-1])]
 
 
+class Fleet:
+    """A fleet of `size` boxes built in `work` (bench/scale_fleet.py), its validated state
+    remembered (the warm replays'), and the replays its rows run."""
+
+    def __init__(self, size: int, work: Path) -> None:
+        self.size, self.work = size, work
+        self.root = work / f"fleet-{size}"
+        build_fleet(self.root, size)
+        # The history store of these runs stays in the work directory, not the user's.
+        self.base = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(work / "state")}
+        self.workers = worker_count(size, self.base)
+        self.env_warm = {**self.base, "XDG_CACHE_HOME": str(work / f"cache-warm-{size}")}
+        report = work / f"report-{size}.json"
+        run_child(replay(self.root, "json"), self.env_warm, ok=(2,), stdout=report)  # remembers
+        self.report_bytes = report.stat().st_size
+        report.unlink()
+
+    def measured(self) -> Size:
+        """An empty Size of this fleet, with what its files and its report weigh."""
+        return Size(
+            self.workers, input_bytes=input_bytes(self.root), report_bytes=self.report_bytes
+        )
+
+    def recorded(self, index: int, what: str) -> list[str]:
+        # Warm, and the run recorded: a new history store (each box's observation kept) and
+        # the metrics file.
+        store = self.work / f"history-{self.size}-{index}-{what}.sqlite3"
+        metrics = self.work / "metrics.prom"
+        return [*replay(self.root, "json"), "--history", str(store), "--metrics", str(metrics)]
+
+    def cold_env(self, index: int, what: str) -> dict[str, str]:
+        # A new and empty cache directory: nothing remembered.
+        return {
+            **self.base,
+            "XDG_CACHE_HOME": str(self.work / f"cache-cold-{self.size}-{index}-{what}"),
+        }
+
+    def memory(self, row: str, index: int, what: str = "memory") -> float:
+        """The summed peak of one run of the memory row `row` (all processes); what ==
+        "memory1": the replay in one process, whatever the fleet's size."""
+        one = {WORKERS_ENV: "1"} if what == "memory1" else {}
+        if row == "cold":
+            return summed_peak_mb(replay(self.root, "json"), {**self.cold_env(index, what), **one})
+        if row == "recorded":
+            return summed_peak_mb(self.recorded(index, what), {**self.env_warm, **one})
+        return summed_peak_mb(replay(self.root, "json"), {**self.env_warm, **one})
+
+    def run(self, got: Size, name: str, index: int) -> None:
+        """The memory run `name` ("memory:ROW", or "memory1:ROW": in one process), into `got`."""
+        kind, _, row = name.partition(":")
+        if kind == "memory1":
+            got.single[row].append(self.memory(row, index, "memory1"))
+        else:
+            got.summed[row].append(self.memory(row, index))
+
+    def memory_runs(self, got: Size) -> list[str]:
+        """The names of one round's memory runs: every memory row, and again in one process
+        where `got` keeps those."""
+        return [*(f"memory:{row}" for row in MEMORY), *(f"memory1:{row}" for row in got.single)]
+
+    def end_round(self, index: int) -> None:
+        for leftover in self.work.glob(f"history-{self.size}-{index}-*"):  # ~80 MB at 1,000 boxes
+            leftover.unlink()
+
+
 def measure(size: int, runs: int, work: Path, rng: random.Random, one_process: bool) -> Size:
     """Every row of `size` boxes, `runs` rounds; `one_process`: the memory rows also with the
     replay in one process."""
-    root = work / f"fleet-{size}"
-    build_fleet(root, size)
-    # The history store of these runs stays in the work directory, not the user's.
-    base = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(work / "state")}
-    got = Size(worker_count(size, base))
+    fleet = Fleet(size, work)
+    got = fleet.measured()
     got.rounds = {row: [] for row in TIMED}
     got.summed = {row: [] for row in MEMORY}
     got.single = {row: [] for row in MEMORY} if one_process else {}
-    got.input_bytes = input_bytes(root)
-    env_warm = {**base, "XDG_CACHE_HOME": str(work / f"cache-warm-{size}")}
-    report = work / f"report-{size}.json"
-    run_child(replay(root, "json"), env_warm, ok=(2,), stdout=report)  # remembers the state
-    got.report_bytes = report.stat().st_size
-    report.unlink()
+    root, base, env_warm = fleet.root, fleet.base, fleet.env_warm
     snapshot = str(root / "snapshot")
-
-    def recorded(index: int, what: str) -> list[str]:
-        # Warm, and the run recorded: a new history store (each box's observation kept) and
-        # the metrics file.
-        store, metrics = work / f"history-{size}-{index}-{what}.sqlite3", work / "metrics.prom"
-        return [*replay(root, "json"), "--history", str(store), "--metrics", str(metrics)]
-
-    def cold_env(index: int, what: str) -> dict[str, str]:
-        # A new and empty cache directory: nothing remembered.
-        return {**base, "XDG_CACHE_HOME": str(work / f"cache-cold-{size}-{index}-{what}")}
 
     def timed(row: str, index: int) -> Sample:
         if row == "floor":
@@ -314,42 +373,55 @@ def measure(size: int, runs: int, work: Path, rng: random.Random, one_process: b
         if row == "floor_cold":
             return run_child([sys.executable, "-c", FLOOR_COLD, snapshot], base)
         if row == "cold":
-            return run_child(replay(root, "json"), cold_env(index, "timed"), ok=(2,))
+            return run_child(replay(root, "json"), fleet.cold_env(index, "timed"), ok=(2,))
         if row == "recorded":
-            return run_child(recorded(index, "timed"), env_warm, ok=(2,))
+            return run_child(fleet.recorded(index, "timed"), env_warm, ok=(2,))
         fmt = "json" if row == "warm" else row  # every other format, warm
         return run_child(replay(root, fmt), env_warm, ok=(2,))
 
-    def memory(row: str, index: int, what: str = "memory") -> float:
-        # what == "memory1": the replay in one process, whatever the fleet's size.
-        one = {WORKERS_ENV: "1"} if what == "memory1" else {}
-        if row == "cold":
-            return summed_peak_mb(replay(root, "json"), {**cold_env(index, what), **one})
-        if row == "recorded":
-            return summed_peak_mb(recorded(index, what), {**env_warm, **one})
-        return summed_peak_mb(replay(root, "json"), {**env_warm, **one})
-
     for index in range(runs):
-        order = [*TIMED, *(f"memory:{row}" for row in MEMORY)]
-        order += [f"memory1:{row}" for row in got.single]
+        order = [*TIMED, *fleet.memory_runs(got)]
         rng.shuffle(order)
         got.orders.append(order)
         for name in order:
-            kind, _, row = name.partition(":")
-            if kind == "memory":
-                got.summed[row].append(memory(row, index))
-            elif kind == "memory1":
-                got.single[row].append(memory(row, index, "memory1"))
-            else:
+            if name in TIMED:
                 got.rounds[name].append(timed(name, index))
-        for leftover in work.glob(f"history-{size}-{index}-*"):  # ~80 MB at 1,000 boxes
-            leftover.unlink()
+            else:
+                fleet.run(got, name, index)
+        fleet.end_round(index)
         times = ", ".join(f"{k} {v[-1].seconds:.2f}s" for k, v in got.rounds.items())
         print(f"{size} boxes, round {index + 1} ({' '.join(order)}): {times}", file=sys.stderr)
     return got
 
 
-def table(results: dict[int, Size], runs: int, seed: int, profile: dict[str, float]) -> list[str]:
+def measure_memory(
+    size: int, runs: int, work: Path, rng: random.Random, one_process: bool = False
+) -> Size:
+    """The memory rows alone of `size` boxes (no timed row), `runs` rounds in a new shuffled
+    order each, as measure() makes them; `one_process`: also with the replay in one process."""
+    fleet = Fleet(size, work)
+    got = fleet.measured()
+    got.summed = {row: [] for row in MEMORY}
+    got.single = {row: [] for row in MEMORY} if one_process else {}
+    for index in range(runs):
+        order = fleet.memory_runs(got)
+        rng.shuffle(order)
+        got.orders.append(order)
+        for name in order:
+            fleet.run(got, name, index)
+        fleet.end_round(index)
+        peaks = ", ".join(f"{k} {v[-1]:.0f} MB" for k, v in got.summed.items())
+        print(f"{size} boxes (memory only), round {index + 1}: {peaks}", file=sys.stderr)
+    return got
+
+
+def table(
+    results: dict[int, Size],
+    runs: int,
+    seed: int,
+    profile: dict[str, float],
+    memory_only: MemoryOnly | None = None,
+) -> list[str]:
     # What a replay of WORKERS_FROM boxes or more forks here (whatever sizes this run measured).
     workers = worker_count(max(WORKERS_FROM, *results))
     cores = len(os.sched_getaffinity(0))
@@ -426,6 +498,7 @@ def table(results: dict[int, Size], runs: int, seed: int, profile: dict[str, flo
         largest = " | ".join(f"{r.largest_max(k):.0f}" for k in MEMORY)
         lines.append(f"| {size} | {summed} | {largest} |")
     lines += one_process_runs(results)
+    lines += memory_only_run(memory_only)
     sizes = sorted(results)
     if len(sizes) >= 2:
         small, large = sizes[-2], sizes[-1]
@@ -435,7 +508,7 @@ def table(results: dict[int, Size], runs: int, seed: int, profile: dict[str, flo
             for what in TIMED
         )
         lines += ["", f"{large} boxes against {small} ({large / small:g}x the boxes): {growth}."]
-    lines += ["", *goals(results)]
+    lines += ["", *goals(results, memory_only)]
     lines += ["", *input_view(results)]
     big = results[sizes[-1]]
     per_round = "; ".join(
@@ -652,7 +725,19 @@ NOTE = [
     "history/kept_parts.py). Then the remembered drift inputs holding each box's mesh seeds "
     "as text, twice (58 MB of their 62 at 1,000 boxes, growing as the square of the fleet; "
     "the child that stores them held it all again, the cold replay's peak: now each box's "
-    "seeds are a reference to the mesh's origins, kept once, 9 MB in all).",
+    "seeds are a reference to the mesh's origins, kept once, 9 MB in all). Then what grew "
+    "as the square of the fleet in memory (the goal's linearity was not met): every box's "
+    "JSON entry (33 MB at 1,000 boxes) held by the replay's own process until the document "
+    "was written (now written by each worker to a temporary file, report/spool.py, and read "
+    "back a chunk at a time as the document is written), the report guard remembering every "
+    "distinct value it masked, each box's own seeds among them (8,192 of up to 30 KB: 25 MB "
+    "over the workers at 1,000 boxes; now only values up to 1 KB, report/values.py), and in a "
+    "recorded replay its drift entries' rows held until the store took them (25 MB; now "
+    "spooled too) and its report joined and bound whole for the store (~100 MB of one "
+    "process at 1,000 boxes: the text, SQLite's copy, its record; now written into the row "
+    "piece by piece, history/store.py, where SQLite still makes it a TEXT value whole, about "
+    "twice the report's size: 66 MB at 1,000 boxes, what is left of a recorded replay's "
+    "growth as the square of the fleet, since the store keeps each run's report as one value).",
 ]
 
 
@@ -660,9 +745,9 @@ def verdict(ok: bool | None) -> str:
     return "undetermined" if ok is None else "met" if ok else "not met"
 
 
-def goals(results: dict[int, Size]) -> list[str]:
+def goals(results: dict[int, Size], memory_only: MemoryOnly | None = None) -> list[str]:
     """Issue 12's goals for the largest fleet, as measured in this run (every figure computed
-    from the rounds above)."""
+    from the rounds above; the linearity's forked-workers series with the memory-only size)."""
     sizes = sorted(results)
     large = results[sizes[-1]]
     floor, split = large.seconds("floor"), large.seconds("floor_n")
@@ -706,7 +791,7 @@ def goals(results: dict[int, Size]) -> list[str]:
         f"{worst}: the most of every memory column above at {sizes[-1]} boxes, the maximum "
         "over the rounds)."
     )
-    lines.append(linearity(results))
+    lines.append(linearity(results, memory_only))
     return lines
 
 
@@ -734,18 +819,64 @@ class Step:
         )
 
 
-def like_for_like(results: dict[int, Size], row: str) -> list[Step]:
-    """The linearity steps of `row` (all processes, the maximum over the rounds), each with
-    both ends on the same number of replay processes: the ends' own if they agree, else one
-    process (measured again at the end that forks, `Size.single`)."""
-    out = []
-    for start, end in linearity_steps(sorted(results)):
-        a, b = results[start], results[end]
-        processes = a.workers if a.workers == b.workers else 1
-        out.append(
-            Step(start, end, processes, a.peak_in(row, processes), b.peak_in(row, processes))
+def _step(ends: list[tuple[int, Size]], row: str, processes: int) -> Step:
+    """The step between the two sizes of `ends` for `row`, both with the replay on `processes`
+    processes: a ValueError naming the size and the runs missing if one was not measured."""
+    peaks = []
+    for boxes, measured in ends:
+        try:
+            peaks.append(measured.peak_in(row, processes))
+        except ValueError as error:
+            raise ValueError(f"at {boxes} boxes: {error}") from None
+    (start, _), (end, _) = ends
+    return Step(start, end, processes, *peaks)
+
+
+def one_process_steps(results: dict[int, Size], row: str) -> list[Step]:
+    """The one-process series of `row` (all processes, the maximum over the rounds): smallest
+    -> middle -> largest size, each with the replay in one process (`Size.single` where the
+    replay forks workers)."""
+    return [
+        _step([(start, results[start]), (end, results[end])], row, 1)
+        for start, end in linearity_steps(sorted(results))
+    ]
+
+
+def forked_sizes(
+    results: dict[int, Size], memory_only: MemoryOnly | None
+) -> tuple[list[tuple[int, Size]], str]:
+    """The forked-workers series' sizes: middle, memory-only, largest, each with the replay's
+    own workers. Empty, with why, when they cannot be compared like for like: no memory-only
+    run, or the three not forking the same number of workers (or none)."""
+    sizes = sorted(results)
+    middle, large = sizes[-2], sizes[-1]
+    if memory_only is None:
+        return [], f"no memory-only run between {middle} and {large} boxes"
+    extra, measured = memory_only
+    if not middle < extra < large:
+        raise ValueError(
+            f"the memory-only size ({extra} boxes) is not between {middle} and {large} boxes"
         )
-    return out
+    series = [(middle, results[middle]), (extra, measured), (large, results[large])]
+    workers = [r.workers for _, r in series]
+    said = ", ".join(f"{n} at {boxes} boxes" for (boxes, _), n in zip(series, workers, strict=True))
+    if len(set(workers)) > 1:
+        return [], (
+            f"the replay's processes differ ({said}): a step's two ends must fork as many "
+            "workers, or their fixed memory is taken for growth"
+        )
+    if workers[0] == 1:
+        return [], (
+            f"the replay forks no workers at {middle}, {extra} or {large} boxes here (one core "
+            f"to run on, or {WORKERS_ENV}=1)"
+        )
+    return series, ""
+
+
+def forked_steps(series: list[tuple[int, Size]], row: str) -> list[Step]:
+    """The forked-workers series of `row` (of forked_sizes: all on the same processes)."""
+    processes = series[0][1].workers
+    return [_step(series[i : i + 2], row, processes) for i in range(len(series) - 1)]
 
 
 def linear(first: Step, second: Step) -> tuple[bool | None, str]:
@@ -757,9 +888,21 @@ def linear(first: Step, second: Step) -> tuple[bool | None, str]:
     return ratio <= LINEAR_TOLERANCE, f"{ratio:.2f}x"
 
 
-def linearity(results: dict[int, Size]) -> str:
-    """Whether memory grows linearly with the boxes: the criterion, its figures and verdict,
-    every one computed from the measurements."""
+def _judged(steps: dict[str, list[Step]]) -> tuple[bool | None, str]:
+    """One series' verdict (met only if every row's is; undetermined if any row's is) and
+    each row's: its two steps, their figures and the ratio of their per-box increments."""
+    parts, ok = [], []
+    for row, (first, second) in steps.items():
+        met, ratio = linear(first, second)
+        ok.append(met)
+        parts.append(f"{row} {verdict(met)} ({first.text()}; {second.text()}: {ratio})")
+    return (None if None in ok else all(ok)), "; ".join(parts)
+
+
+def linearity(results: dict[int, Size], memory_only: MemoryOnly | None = None) -> str:
+    """Whether memory grows linearly with the boxes, in both series (one process; forked
+    workers, with the memory-only size): the criterion, its figures and verdict, every one
+    computed from the measurements."""
     sizes = sorted(results)
     if len(sizes) < 3:
         return (
@@ -767,31 +910,47 @@ def linearity(results: dict[int, Size]) -> str:
             f"{len(sizes)})."
         )
     small, middle, large = sizes[0], sizes[-2], sizes[-1]
+    series, why_not = forked_sizes(results, memory_only)
+    extra = f"{memory_only[0]}" if memory_only else "a memory-only size"
+    forking = sorted(
+        one_process_sizes({size: results[size].workers for size in (small, middle, large)})
+    )
+    again = (
+        f" (at {' and '.join(map(str, forking))} boxes, whose replay forks workers, the memory "
+        f"runs were made again with {WORKERS_ENV}=1)"
+        if forking
+        else ""
+    )
     criterion = (
         "- peak memory linear, the issue's criterion, judged by the boxes (all processes, the "
-        f"maximum over the rounds): a box adds at most {LINEAR_TOLERANCE:g}x as much memory "
-        f"from {middle} to {large} boxes as it added from {small} to {middle}, i.e. "
-        f"(peak({large}) - peak({middle})) / {large - middle} <= {LINEAR_TOLERANCE:g} x "
-        f"(peak({middle}) - peak({small})) / {middle - small} (a constant per-box increment, "
-        f"with {LINEAR_TOLERANCE - 1:.0%} for sampling noise; memory growing as the square of "
-        "the boxes would fail it). Each step's two ends are measured with the replay on the "
-        "same number of processes, so the workers' own fixed memory cancels in its difference"
+        "maximum over the rounds) in two series of three fleet sizes, both of which must pass: "
+        f"in each, a box adds at most {LINEAR_TOLERANCE:g}x as much memory in the second step "
+        f"as in the first, e.g. (peak({large}) - peak({middle})) / {large - middle} <= "
+        f"{LINEAR_TOLERANCE:g} x (peak({middle}) - peak({small})) / {middle - small} (a "
+        f"constant per-box increment, with {LINEAR_TOLERANCE - 1:.0%} for sampling noise; "
+        "memory growing as the square of the boxes would fail it). Each series is measured on "
+        "one process structure, the same at both ends of each step and in both steps, so that "
+        "neither the workers' own fixed memory (which a step from one process to forked "
+        "workers counts as growth) nor the pages each worker copies (copy-on-write) of the "
+        "objects it touches (a cost per box that the replay in one process does not pay, "
+        "which a forked step compared with a one-process step counts as growth) is mistaken "
+        f"for growth: **one process**, {small} -> {middle} -> {large} boxes, each with the "
+        f"replay in one process{again}; **forked workers**, {middle} -> {extra} -> {large} "
+        "boxes, each with the replay's own workers (the middle one a memory-only run, no row "
+        "of the tables above)"
     )
-    if len({results[size].workers for size in (small, middle, large)}) > 1:
-        forked = sorted(one_process_sizes({k: results[k].workers for k in (small, middle, large)}))
-        criterion += (
-            " (the replay forks no workers below "
-            f"{WORKERS_FROM} boxes: at {', '.join(map(str, forked))} boxes the memory runs "
-            f"were made again with {WORKERS_ENV}=1 for the step whose other end is one process)"
-        )
-    parts, ok = [], []
-    for row in MEMORY:
-        first, second = like_for_like(results, row)
-        met, ratio = linear(first, second)
-        ok.append(met)
-        parts.append(f"{row} {verdict(met)} ({first.text()}; {second.text()}: {ratio})")
-    overall = None if None in ok else all(ok)
-    return f"{criterion}. Verdict: {verdict(overall)}: " + "; ".join(parts) + "."
+    judged_a, said_a = _judged({row: one_process_steps(results, row) for row in MEMORY})
+    if series:
+        judged_b, said_b = _judged({row: forked_steps(series, row) for row in MEMORY})
+        forked = f"{verdict(judged_b)}: {said_b}"
+    else:
+        judged_b, forked = None, f"{verdict(None)}, not measured ({why_not})"
+    overall = None if None in (judged_a, judged_b) else bool(judged_a and judged_b)
+    return (
+        f"{criterion}. Verdict: {verdict(overall)}.\n"
+        f"  - one process: {verdict(judged_a)}: {said_a}.\n"
+        f"  - forked workers: {forked}."
+    )
 
 
 def one_process_runs(results: dict[int, Size]) -> list[str]:
@@ -806,7 +965,24 @@ def one_process_runs(results: dict[int, Size]) -> list[str]:
     return [
         "",
         f"The same memory runs with the replay in one process ({WORKERS_ENV}=1; all "
-        f"processes, the maximum over the rounds), for the linearity check below: {figures}.",
+        "processes, the maximum over the rounds), for the one-process series of the linearity "
+        f"check below: {figures}.",
+    ]
+
+
+def memory_only_run(memory_only: MemoryOnly | None) -> list[str]:
+    """The memory-only size's figures, if it was measured."""
+    if memory_only is None:
+        return []
+    size, r = memory_only
+    figures = ", ".join(f"{row} {r.summed_max(row):.0f} MB" for row in MEMORY)
+    workers = f"its own {r.workers} workers" if r.workers > 1 else "no workers forked"
+    return [
+        "",
+        f"For the forked-workers series of the linearity check below (the replay with "
+        f"{workers}; all processes, the maximum over the rounds; memory runs only, measured "
+        f"after the timed sizes, so no row of the tables), memory-only run at {size} boxes: "
+        f"{figures}.",
     ]
 
 
@@ -820,7 +996,9 @@ def input_view(results: dict[int, Size]) -> list[str]:
         "desired-state file (inventory, group_vars, facts overlays) and every snapshot file "
         "(its index and each box's observation) of the fleet built, the files a cold replay "
         "reads; report: the JSON report a replay writes. Peak memory: all processes, the "
-        "maximum over the rounds, in the replay's own number of processes.",
+        "maximum over the rounds, in the table in the replay's own number of processes, per "
+        "step with the replay in one process at both ends (the linearity's one-process "
+        "series: the same process structure at every size).",
         "",
         "| boxes | input MB | input KB a box | report KB a box | cold MB per input MB "
         "| warm MB per input MB | recorded MB per input MB |",
@@ -839,12 +1017,11 @@ def input_view(results: dict[int, Size]) -> list[str]:
         a, b = results[start], results[end]
         grown = (b.input_bytes - a.input_bytes) / 2**20
         reported = (b.report_bytes - a.report_bytes) / 2**20
-        processes = a.workers if a.workers == b.workers else 1
-        added = {row: b.peak_in(row, processes) - a.peak_in(row, processes) for row in MEMORY}
+        one = {row: _step([(start, a), (end, b)], row, 1) for row in MEMORY}
+        added = {row: step.end_mb - step.start_mb for row, step in one.items()}
         steps.append(
-            f"from {start} to {end} boxes (like for like, {processes} replay "
-            f"process{'es' if processes != 1 else ''}) the input grew {grown:.1f} MB and the "
-            f"report {reported:.1f} MB; peak memory grew "
+            f"from {start} to {end} boxes (the replay in one process at both ends) the input "
+            f"grew {grown:.1f} MB and the report {reported:.1f} MB; peak memory grew "
             + ", ".join(
                 f"{row} {added[row]:.0f} MB ({added[row] / grown:.1f} MB a MB of input, "
                 f"{added[row] / reported:.1f} a MB of report)"
@@ -871,7 +1048,10 @@ def input_view(results: dict[int, Size]) -> list[str]:
             f"box is {per_report:.2f}x: each box's desired `LOBES_MESH_SEEDS` names every other "
             "member of the fleet (derived from the inventory, not read), and the report writes "
             "it for every box, so what the replay derives and writes for a box grows with the "
-            "fleet, and for the fleet as its square.",
+            "fleet, and for the fleet as its square. No process holds the report whole: each "
+            "worker writes its boxes' entries to a temporary file (report/spool.py, in TMPDIR; "
+            "its pages are the kernel's file cache, not any process's memory, so not in these "
+            "columns), and the document is written from it a chunk at a time.",
         ]
     return lines
 
@@ -890,6 +1070,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument(
+        "--memory-size",
+        type=int,
+        default=MEMORY_SIZE,
+        help="boxes of the memory-only fleet between the two largest sizes, the forked-workers "
+        f"series' middle point (default {MEMORY_SIZE})",
+    )
     parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument(
         "--seed", type=int, help="seed of each round's shuffled order (default: a random one)"
@@ -897,14 +1084,30 @@ def main() -> int:
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    ordered = sorted(sizes)
+    # Checked before anything runs: the forked-workers series needs it between the two largest.
+    extra = args.memory_size if len(ordered) >= 3 else None
+    if extra is not None and not ordered[-2] < extra < ordered[-1]:
+        print(
+            f"error: --memory-size {extra}: must be between the two largest of --sizes "
+            f"({ordered[-2]} and {ordered[-1]} boxes), the forked-workers series' middle point; "
+            "nothing measured",
+            file=sys.stderr,
+        )
+        return 1
     # Measure the tool as installed (scripts/setup.sh compiles it), as drift_bench.py does.
     subprocess.run([sys.executable, "-m", "compileall", "-q", "reconciler"], cwd=ROOT, check=True)
-    sizes = [int(s) for s in args.sizes.split(",")]
     again = one_process_sizes({size: worker_count(size) for size in sizes})
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as work:
         results = {size: measure(size, args.runs, Path(work), rng, size in again) for size in sizes}
+        memory_only = (
+            (extra, measure_memory(extra, args.runs, Path(work), rng))
+            if extra is not None
+            else None
+        )
         profile = phases(max(sizes), Path(work))
-    section = table(results, args.runs, seed, profile)
+    section = table(results, args.runs, seed, profile, memory_only)
     output = Path(args.output)
     old = output.read_text(encoding="utf-8") if output.exists() else ""
     output.write_text(with_section(old, section), encoding="utf-8")
