@@ -11,7 +11,9 @@ depend on it:
   "unrecognized arguments". lobes' quoting failure modes (an empty argv element, a JSON value
   split into several tokens) therefore crash the lane exactly like the real one;
 - the HTTP surface the gateway and the reconciler read: `GET /health` (200, empty body, once
-  ready), `GET /v1/models` (`data[].max_model_len`), `POST /v1/chat/completions`,
+  ready), `GET /v1/models` (`data[].max_model_len`; as vLLM's ModelCard, each card's `created`
+  is the time of the request and its one `permission` entry is made anew, with a fresh
+  `modelperm-<hex>` id, for each request), `POST /v1/chat/completions`,
   `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/rerank` (the gateway's embed and
   rerank lanes call these two), `GET /metrics` (Prometheus `vllm:` series),
   `GET /version`;
@@ -60,6 +62,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
@@ -386,7 +389,6 @@ class Lane:
         self.loras: list[dict[str, str]] = list(ns.lora_modules or [])
         self.version = build.get("version", FALLBACK_VERSION)
         self.record = record
-        self.created = int(time.time())
         delay = float(knob("STANDIN_START_DELAY_S") or 0)
         self.ready_at = time.monotonic() + max(delay, 0.0)
         fail = knob("STANDIN_FAIL", build.get("fail", ""))
@@ -408,16 +410,20 @@ class Lane:
         return any(hmac.compare_digest(offered, f"Bearer {k}".encode()) for k in self.api_keys)
 
     def models_payload(self) -> dict[str, Any]:
+        # vLLM builds each card for the request (serving_models.show_available_models):
+        # ModelCard's `created` and ModelPermission's `created` default to int(time.time()),
+        # the permission's `id` to f"modelperm-{random_uuid()}" (uuid4().hex). So no two
+        # answers are alike, which a diff of observations must take in its stride.
         data: list[dict[str, Any]] = [
             {
                 "id": name,
                 "object": "model",
-                "created": self.created,
+                "created": int(time.time()),
                 "owned_by": "vllm",
                 "root": self.model,
                 "parent": None,
                 "max_model_len": self.max_model_len,
-                "permission": [],
+                "permission": [model_permission()],
             }
             for name in self.served
         ]
@@ -425,12 +431,12 @@ class Lane:
             {
                 "id": lora["name"],
                 "object": "model",
-                "created": self.created,
+                "created": int(time.time()),
                 "owned_by": "vllm",
                 "root": lora["path"],
                 "parent": self.served[0],
                 "max_model_len": None,
-                "permission": [],
+                "permission": [model_permission()],
             }
             for lora in self.loras
         ]
@@ -482,6 +488,24 @@ class Lane:
             f"vllm:standin_info{{{info}}} 1",
         ]
         return "\n".join(lines) + "\n"
+
+
+def model_permission() -> dict[str, Any]:
+    """vLLM's ModelPermission() with its defaults (entrypoints/openai protocol), made anew."""
+    return {
+        "id": f"modelperm-{uuid.uuid4().hex}",
+        "object": "model_permission",
+        "created": int(time.time()),
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
 
 
 def _error(message: str, code: int, kind: str) -> dict[str, Any]:

@@ -167,13 +167,17 @@ def _cmd_history(args: argparse.Namespace) -> int:
                 conn.execute("BEGIN")
             found = runs(conn, args.box, since)
             rows = [(r, boxes_of(conn, r.id)) for r in found]
+            # None since WHEN from a store of runs: said as such, not as an empty store.
+            recorded = len(runs(conn)) if not rows and since is not None else None
     except (HistoryError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     from reconciler.history.listing import render_json, render_text
 
-    render = render_json if args.format == "json" else render_text
-    sys.stdout.write(render(rows, args.box, path))
+    if args.format == "json":
+        sys.stdout.write(render_json(rows, args.box, path))
+    else:
+        sys.stdout.write(render_text(rows, args.box, path, args.since, recorded))
     return EXIT_OK
 
 

@@ -82,8 +82,64 @@ def prepare(args: argparse.Namespace) -> RunOutputs | None:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return None
+    problem = _one_file_twice(wanted, history)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return None
     root = _fleet_root(args) if history is not None else None  # only the page's trend reads it
     return RunOutputs(history, Path(args.metrics) if args.metrics else None, root)
+
+
+# The files SQLite keeps beside a store: replaced by a report, the store's last runs are lost.
+_STORE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def _one_file_twice(wanted: list[tuple[str, str | None]], history: Path | None) -> str | None:
+    """Why two of the run's outputs (`-o`, `--metrics`, the history store) would be one file:
+    each is replaced whole by a file renamed over it (output_file.py), so the report would
+    take the store's place (the history lost, the run recorded into the report) or the
+    metrics the report's. Said before any box is observed. Not a file here: a descriptor the
+    run was given (`-o /dev/stdout`), a device or a FIFO (written into, never replaced)."""
+    from reconciler.output_file import descriptor
+
+    outputs = [
+        (f"{option} {path}", path)
+        for option, path in wanted
+        if path and descriptor(path) is None and _replaced(path)
+    ]
+    for i, (what, path) in enumerate(outputs):
+        for other, other_path in outputs[:i]:
+            if _same_file(path, other_path):
+                return (
+                    f"{other} and {what} are one file: the output written last would replace "
+                    "the other; give each its own file"
+                )
+        if history is not None and any(_same_file(path, f"{history}{e}") for e in _STORE_FILES):
+            return (
+                f"{what} is a file of the history store {history}: the output would replace "
+                "it, and the runs it holds be lost; give another file, or another --history"
+            )
+    return None
+
+
+def _replaced(path: str) -> bool:
+    """A path an output is renamed onto: a regular file, or nothing yet."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # none yet (or not to be looked at: target_problem said so)
+        return True
+
+
+def _same_file(a: str, b: str) -> bool:
+    """One file by its path (links resolved) or, both there, by its inode (a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them is not there yet
+        return False
 
 
 def _foreign_store(path: Path) -> str | None:

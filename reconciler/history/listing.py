@@ -11,13 +11,24 @@ from reconciler.history.store import BoxInfo, RunInfo
 Row = tuple[RunInfo, list[BoxInfo]]
 
 
-def render_text(rows: list[Row], box: str | None, path: Path) -> str:
+def render_text(
+    rows: list[Row],
+    box: str | None,
+    path: Path,
+    since: str | None = None,
+    recorded: int | None = None,
+) -> str:
+    """`since`: the `--since` given (as given), `recorded`: how many runs the store holds,
+    whatever the filters: none listed from a store of runs says the filter left them out."""
     # Cells a store holds as a box or a snapshot gave them (a run id read from a snapshot's
     # index, a box name): escaped as reports print box text, so none repaints the terminal.
     from reconciler.report.values import clean
 
     if not rows:
-        return clean(f"no runs recorded in {path}{f' for {box}' if box else ''}") + "\n"
+        of = f" for {box}" if box else ""
+        if since is not None and recorded:
+            return clean(f"no runs{of} since {since} ({recorded} recorded in {path})") + "\n"
+        return clean(f"no runs recorded in {path}{of}") + "\n"
     head = [
         "#",
         "started (UTC)",

@@ -23,7 +23,9 @@ what it holds; a list keyed by name masks the items a secret names; a command li
 flags; every string, whatever its name, passes `masked_value`: a URL's password, `--api-key
 x`, `Bearer x` inside a probe body's text), so nothing a diff masks is kept in clear, and the
 store keeps the keyed digests (`hmac:...`) a diff masks only because they change every run
-(a `{"secret": ...}` holding anything else is an edit: masked).
+(a `{"secret": ...}` holding anything else is an edit: masked). The controller's own digests
+of desired secrets (`controller.inline_masks`, under its persistent key) are masked for the
+history store only (`stored(..., history=True)`): a snapshot file keeps them for its replays.
 """
 
 from __future__ import annotations
@@ -316,13 +318,40 @@ def _forget_judged() -> None:
 # -- the stored observation --------------------------------------------------------------------
 
 
-def stored(doc: Any) -> Any:
+def stored(doc: Any, *, history: bool = False) -> Any:
     """A box's observation (a snapshot's box file) as the store may keep it: every clear
     secret masked, digests and the shape kept. `doc` itself when there was nothing to mask:
-    nothing is copied but the path to a masked value."""
+    nothing is copied but the path to a masked value.
+
+    `history`: for the history store, which also masks the controller's digests of desired
+    secrets (`controller.inline_masks`: HMACs under the controller's persistent key, so the
+    same on every run, beside that key in the state directory). A snapshot file keeps them:
+    its replay trusts the masks they vouch for (observe/snapshot_key.py); nothing replays
+    from the store."""
     if not isinstance(doc, dict):
         return _anywhere(doc, 0)
-    return _walked(doc, 0, _DOC)
+    out = _walked(doc, 0, _DOC)
+    controller = out.get("controller") if history else None
+    if isinstance(controller, dict) and MASK_DIGESTS in controller:
+        hidden = hidden_masks(controller[MASK_DIGESTS])
+        out = {**out, "controller": {**controller, MASK_DIGESTS: hidden}}
+    return out
+
+
+# The controller's section of digests of desired secrets (observe/snapshot_key.FIELD: not
+# imported, the store needs nothing else of that module).
+MASK_DIGESTS = "inline_masks"
+
+
+def hidden_masks(masks: Any) -> Any:
+    """`controller.inline_masks` with each digest `***`, under its kind and name (a `.env`
+    key, a knob: names, which reports print)."""
+    if not isinstance(masks, dict):
+        return MASK
+    return {
+        kind: dict.fromkeys(names, MASK) if isinstance(names, dict) else MASK
+        for kind, names in masks.items()
+    }
 
 
 def _with(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:

@@ -3,11 +3,14 @@
 The observations are the snapshot's box files as saved. The drift entries are each snapshot's
 drift against the desired state (its own facts, as `drift --from-snapshot` judges it), when the
 desired state loads here; otherwise only the observations are compared, and stderr says so.
+The inventory is the one the snapshot's index names (the one it was taken against), unless
+`-i` (or FLEET_INVENTORY) chooses one: then a warning names both when they differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,9 +23,10 @@ from reconciler.history.record import RunRecord
 def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Side, Side] | None:
     sides = []
     for directory in (dir_a, dir_b):
-        boxes = _index_boxes(Path(directory))
-        if boxes is None:
+        index = _index(Path(directory))
+        if index is None:
             return None
+        boxes: list[str] = index["boxes"]
         observations = {}
         for box in boxes:
             try:
@@ -30,7 +34,7 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
             except (OSError, ValueError) as exc:
                 print(f"error: {directory}/{box}.json: {_reason(exc)}", file=sys.stderr)
                 return None
-        judged = _judged(args, directory)
+        judged = _judged(args, directory, index.get("inventory"))
         faults: dict[str, tuple[str, ...] | None] = {}
         if judged is not None:  # how the drift judged each box observed, and its faults
             entries, seen = tuple(judged.entries), {b.box: b.observation for b in judged.boxes}
@@ -48,11 +52,11 @@ def _observed(doc: Any) -> str:
     return "full" if answered and not doc.get("error") else "none"
 
 
-def _index_boxes(directory: Path) -> list[str] | None:
+def _index(directory: Path) -> dict[str, Any] | None:
     from reconciler.observe.observe import snapshot_index
 
     try:
-        boxes: list[str] = snapshot_index(directory)["boxes"]
+        return snapshot_index(directory)
     except OSError as exc:
         index = directory / "index.json"
         print(f"error: {index}: not a snapshot's index ({_reason(exc)})", file=sys.stderr)
@@ -60,7 +64,6 @@ def _index_boxes(directory: Path) -> list[str] | None:
     except ValueError as exc:  # it names the file
         print(f"error: {exc}", file=sys.stderr)
         return None
-    return boxes
 
 
 def _box_file(directory: Path, box: str) -> Any:
@@ -79,13 +82,16 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _judged(args: argparse.Namespace, directory: str) -> RunRecord | None:
+def _judged(args: argparse.Namespace, directory: str, taken: Any) -> RunRecord | None:
     """The snapshot's drift (its entries, and how each box was observed), or None (said on
-    stderr) without a loadable desired state."""
+    stderr) without a loadable desired state. `taken`: the inventory its index names."""
     from reconciler import cli
     from reconciler.desired.problems import DesiredStateError
 
-    replay = argparse.Namespace(**{**vars(args), "from_snapshot": directory, "boxes": []})
+    inventory = _inventory(args, directory, taken)
+    replay = argparse.Namespace(
+        **{**vars(args), "from_snapshot": directory, "boxes": [], "inventory": inventory}
+    )
     try:
         inputs = cli._drift_inputs(replay)
         boxes = [b for b in cli._snapshot_boxes(replay, inputs.boxes)]
@@ -106,3 +112,43 @@ def _judged(args: argparse.Namespace, directory: str) -> RunRecord | None:
         return None
     faults = {b.box: faults_of(b.errors) for b in run.report.boxes}
     return drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0, faults=faults)
+
+
+def _inventory(args: argparse.Namespace, directory: str, taken: Any) -> str | None:
+    """The inventory the snapshot is judged against: the one chosen (`-i`, FLEET_INVENTORY),
+    else the one its index names. Judged against another inventory (`hosts`, the default),
+    every box of a lab snapshot read "not observed": a box it does not name, the wrong
+    reason. A choice that differs from the index's is kept, and said."""
+    from reconciler.desired.locate import INVENTORY_ENV
+
+    chosen = args.inventory if args.inventory is not None else os.environ.get(INVENTORY_ENV)
+    if not isinstance(taken, str) or not taken.strip():
+        return args.inventory  # an older or edited index: the choice, or the default
+    if chosen is None:
+        return taken
+    if _inventory_file(args, chosen) != _inventory_file(args, taken):
+        from reconciler.report.values import clean  # the index's text: escaped as reports do
+
+        print(
+            clean(
+                f"warning: {directory}: judged against the inventory {chosen} "
+                f"(-i or {INVENTORY_ENV}); the snapshot was taken against {taken}"
+            ),
+            file=sys.stderr,
+        )
+    return args.inventory
+
+
+def _inventory_file(args: argparse.Namespace, selector: str) -> str | None:
+    """The file `selector` names in the fleet repository, resolved; None where it is not
+    known (no repository: the replay says why)."""
+    from reconciler.desired.locate import inventory_file, root_or_none
+    from reconciler.desired.problems import DesiredStateError
+
+    root = Path(os.path.realpath(args.root)) if args.root else root_or_none()
+    if root is None:
+        return None
+    try:
+        return os.path.realpath(inventory_file(root, selector))
+    except DesiredStateError:  # an empty selector: the load refuses it, and says so
+        return None

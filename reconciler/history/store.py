@@ -550,7 +550,7 @@ def pack(doc: Any, plain: bool = False) -> Packed:
     that json reads to the same value."""
     from reconciler.history.masking import stored
 
-    doc = stored(doc)
+    doc = stored(doc, history=True)  # the controller's digests of desired secrets masked too
     if plain:
         from msgspec import json as c_json
 
