@@ -27,6 +27,7 @@ if _sys.path[:1] != [str(_root)]:
 
 from reconciler.desired.load import load_fleet as _load_fleet  # noqa: E402
 from reconciler.desired.problems import DesiredStateError as _DesiredStateError  # noqa: E402
+from reconciler.desired.pyinfra_data import NoSuchBox as _NoSuchBox  # noqa: E402
 from reconciler.desired.pyinfra_data import deploy_boxes as _deploy_boxes  # noqa: E402
 from reconciler.desired.pyinfra_data import pyinfra_groups as _pyinfra_groups  # noqa: E402
 
@@ -67,9 +68,16 @@ if _ops is not None and any(_op.endswith(".py") for _op in _ops):
     if _problem:
         print(f"error: {_problem}; nothing changed", file=_sys.stderr)
         raise SystemExit(1)
-_groups = _pyinfra_groups(
-    _fleet, None if _ops is None else _deploy_boxes(_ops, _root, _fleet.boxes)
-)
+try:
+    _only = (
+        None if _ops is None else _deploy_boxes(_ops, _root, _fleet.boxes, _fleet.inventory_file)
+    )
+except _NoSuchBox as _exc:
+    # deploys/thor.py where the inventory has no thor: refused before pyinfra connects to any
+    # host (it connected to every other box, converged nothing and exited 0).
+    print(f"error: {_exc}; nothing changed", file=_sys.stderr)
+    raise SystemExit(1) from None
+_groups = _pyinfra_groups(_fleet, _only)
 for _name, _data in _groups["boxes"]:
     # The deploys plan, converge and verify from exactly this repository and inventory
     # (reconciler/apply/session.py), never from $FLEET_ROOT or the working directory.

@@ -9,7 +9,8 @@ A drift whose action is report-only (a login-shell export, a person's decision) 
 `Plan.report_only` and never becomes a step. Faults that make the desired state unknowable (a
 missing secret source, an unreadable deployment) block the plan instead of being guessed at, and
 so does a drift a converge must fix that no step can (a service the desired state does not know):
-no actionable drift is ever dropped from a plan.
+no actionable drift is ever dropped from a plan. An observed service name the box's converge
+program refuses blocks it too (the only I/O: that program's rule, read from its file once).
 Mesh order (`mesh_order`) is pure too: it puts a box that hosts a role before the boxes that
 proxy that role.
 """
@@ -119,7 +120,7 @@ class _Acc:
 
 def plan_box(result: BoxResult, exp: BoxExpectation) -> Plan:
     """Order the actions `result`'s drifts call for into converge steps."""
-    blocked = _blocking(result)
+    blocked = _blocking(result) or _refused_names(result, exp)
     if blocked:
         return Plan(result.box, blocked=blocked)
     acc = _Acc()
@@ -160,6 +161,47 @@ def _blocking(result: BoxResult) -> tuple[BoxError, ...]:
     if not result.reachable:
         return tuple(result.errors) or (BoxError(Part.OBSERVATION, "not observed"),)
     return tuple(e for e in result.errors if e.part not in TOLERATED)
+
+
+def _refused_names(result: BoxResult, exp: BoxExpectation) -> tuple[BoxError, ...]:
+    """Observed services the box's converge program refuses to be told about. Every container
+    of the compose project goes into the plan's fingerprint (apply/payload.py `fingerprint`),
+    and the box refuses the whole payload over one name it does not accept (converge.py
+    SERVICE: a leading `-`, an overlong name): promised here, every converge failed there.
+    Each container of a service the desired state does not know is a drift of its own
+    (compare/containers.py: a stray or a `run` one-off), so its name is among the subjects."""
+    found: dict[str, list[str]] = {}  # service -> its containers, for the hint
+    for d in result.drifts:
+        service = d.subject.removeprefix("lane:")
+        if d.subject.startswith("lane:") and service not in exp.lanes:
+            containers = found.setdefault(service, [])
+            if d.source and d.source not in containers:
+                containers.append(d.source)
+    if not found:
+        return ()
+    # The box program's own rule, loaded on demand (payload.py imports this module); the
+    # desired state's lane names are narrower than it and never checked here.
+    from reconciler.apply.payload import box_rules
+
+    rule = box_rules().SERVICE
+    why = (
+        "a service name the box's converge refuses (compose's rule, but not starting with `-`, "
+        "at most 128 characters), and every container of the project is in a plan: remove "
+        "its containers by hand"
+    )
+    return tuple(
+        BoxError(Part.DEPLOYMENT, f"service {_shown(name)}", why + _containers(names))
+        for name, names in found.items()
+        if not rule.match(name)
+    )
+
+
+def _shown(name: str) -> str:
+    return repr(name) if len(name) <= 80 else repr(name[:60]) + f"… ({len(name)} characters)"
+
+
+def _containers(names: list[str]) -> str:
+    return f" (docker rm -f {' '.join(names)})" if names else ""
 
 
 def _add(bucket: dict[str, list[str]], key: str, reason: str) -> None:

@@ -63,5 +63,11 @@ class Fleet:
 
     def resolve_path(self, value: str) -> str:
         """Inventory paths (keys, known_hosts) are relative to the repository root."""
-        path = Path(value).expanduser()
-        return str(path if path.is_absolute() else self.root / path)
+        return resolve_inventory_path(self.root, value)
+
+
+def resolve_inventory_path(root: Path, value: str) -> str:
+    """An inventory path (a key, a known_hosts) as ssh is given it: `~` expanded, a relative
+    one from the repository root `root` (the loader checks the file there: load.py)."""
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else root / path)

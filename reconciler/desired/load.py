@@ -7,6 +7,7 @@ all; any problem raises DesiredStateError and the caller writes nothing.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from reconciler.desired.envfile import MeshSeeds, desired_env
 from reconciler.desired.explain import explain
 from reconciler.desired.facts import with_facts
 from reconciler.desired.fingerprint import InputsRead, ignored_entry, layer_listing
-from reconciler.desired.fleet import DerivedEnvs, Fleet
+from reconciler.desired.fleet import DerivedEnvs, Fleet, resolve_inventory_path
 from reconciler.desired.locate import ROOT_ENV, inventory_file, root_or_none
 from reconciler.desired.merge import SharedPrefixes
 from reconciler.desired.models import BoxSpec, InventoryBox, InventorySpec
@@ -33,6 +34,7 @@ from reconciler.desired.problems import (
 )
 from reconciler.desired.pyinfra_data import RESERVED_GROUPS
 from reconciler.desired.refs import is_digest_ref
+from reconciler.desired.safe_read import _kind as file_kind
 from reconciler.desired.safe_read import climbs
 from reconciler.desired.schema import layer_errors
 from reconciler.desired.secret_names import union_layers
@@ -81,6 +83,7 @@ def _load_fleet(root: Path | None, inventory: str | None, facts: Path | None) ->
     if facts is not None:
         inv = with_facts(inv, facts)  # every overlay read from the snapshot's facts/ instead
     problems += _group_membership(inv, inv_doc)
+    problems += _ssh_file_problems(root, inv, inv_doc)
 
     files: list[tuple[Path, SourceDoc]] = []  # each file parsed, by the path it was read at
     docs, more = _load_group_vars(root, inv, files)
@@ -278,6 +281,30 @@ def _validate(model: Any, data: Any, positions: dict[PathKey, Location]) -> Any:
         return model.model_validate(data)
     except ValidationError as exc:
         raise DesiredStateError(explain(exc, model, data, positions)) from None
+
+
+def _ssh_file_problems(root: Path, inv: InventorySpec, doc: SourceDoc) -> list[Problem]:
+    """A key or known_hosts that is there but not a file (a directory: `.lab/ssh` for
+    `.lab/ssh/known_hosts`) is refused at its line, as ssh is given it (Fleet.resolve_path).
+    Opened by the connection's own code, it stopped every box's pyinfra run with a traceback,
+    and drift said only `IsADirectoryError`. A missing file is left to ssh (a key may be made
+    after the inventory is written, as the lab does)."""
+    problems = []
+    for name, box in inv.boxes.items():
+        for key in ("ssh_key", "ssh_known_hosts_file"):
+            value = getattr(box, key)
+            if value is None:
+                continue
+            path = resolve_inventory_path(root, value)
+            try:
+                mode = os.stat(path).st_mode  # a symlink to a file is a file to ssh
+            except (OSError, ValueError):
+                continue
+            if not stat.S_ISREG(mode):
+                shown = printable(value if path == value else f"{value} ({path})")
+                why = f"{shown} {file_kind(mode)}: ssh needs a file here"
+                problems.append(_at(doc, ("boxes", name, key), why))
+    return problems
 
 
 def _ordered_groups(inv: InventorySpec, box: InventoryBox) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.desired.fleet import Fleet
+from reconciler.desired.problems import DesiredStateError, printable
 from reconciler.desired.types import check_host, check_user_name
 
 
@@ -81,7 +82,14 @@ def pyinfra_groups(fleet: Fleet, only: Collection[str] | None = None) -> dict[st
 MESH_DEPLOY = "mesh"
 
 
-def deploy_boxes(operations: Iterable[str], root: Path, boxes: Collection[str]) -> list[str] | None:
+class NoSuchBox(ValueError):
+    """A per-box deploy file (deploys/thor.py) of a box the chosen inventory does not hold:
+    `deploys/thor.py: no box 'thor' in inventory/lab.yaml`."""
+
+
+def deploy_boxes(
+    operations: Iterable[str], root: Path, boxes: Collection[str], inventory: str = "the inventory"
+) -> list[str] | None:
     """The boxes a pyinfra run acts on when every operation it was given is a per-box deploy
     file of `root` (`deploys/thor.py`: thor), in the order first named; None (every box)
     for anything else: deploys/mesh.py, another file, debug-inventory, exec, a fact.
@@ -90,15 +98,43 @@ def deploy_boxes(operations: Iterable[str], root: Path, boxes: Collection[str]) 
     deploy file, and a host that cannot be connected fails the run (without -y it asks whether
     to go on). deploys/thor.py acts on thor alone, so one unreachable box elsewhere in the mesh
     must not stop it: inventory.py makes only the boxes named here hosts. Paths are taken as
-    pyinfra takes them, from the working directory (after --chdir)."""
+    pyinfra takes them, from the working directory (after --chdir).
+
+    Raises NoSuchBox for a deploy file of a box of this repository (one an inventory file of
+    `root` names) that `boxes` lacks: deploys/thor.py acts on thor alone, so run where there
+    is no thor it connected to every other box, converged nothing and succeeded."""
     deploys = (root / "deploys").resolve()
     named: list[str] = []
+    every = False  # an operation of every box; still, each file is checked for NoSuchBox
     for operation in operations:
         path = Path(operation)
         if path.suffix != ".py" or not path.is_file():
-            return None
+            every = True
+            continue
         path = path.resolve()
-        if path.parent != deploys or path.stem == MESH_DEPLOY or path.stem not in boxes:
-            return None
-        named.append(path.stem)
-    return list(dict.fromkeys(named)) or None
+        if path.parent != deploys or path.stem == MESH_DEPLOY:
+            every = True
+        elif path.stem in boxes:
+            named.append(path.stem)
+        elif path.stem in _repository_boxes(root):
+            raise NoSuchBox(f"{printable(operation)}: no box {path.stem!r} in {inventory}")
+        else:
+            every = True  # deploys/other.py, of a box no inventory names: every box, as ever
+    return None if every else list(dict.fromkeys(named)) or None
+
+
+def _repository_boxes(root: Path) -> set[str]:
+    """The boxes any inventory file of `root` names (inventory/hosts.yaml, lab.yaml, ...): a
+    file that does not parse names none. Read only for a deploy file of a box `boxes` lacks."""
+    from reconciler.desired.yaml_source import load_yaml  # the loader's own safe reader
+
+    found: set[str] = set()
+    folder = root / "inventory"
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        try:
+            data = load_yaml(path, str(path), within=root, inventory=True).data
+        except DesiredStateError:
+            continue
+        if isinstance(data.get("boxes"), dict):
+            found.update(str(name) for name in data["boxes"])
+    return found

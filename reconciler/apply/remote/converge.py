@@ -73,7 +73,11 @@ SNAPSHOT_FILE = re.compile(r"^\.env\Z|" + COMPOSE_NAME.pattern)  # what managed_
 # observes every one (the plan's fingerprint names them, and the box only digests them); a
 # converge never writes one that is not a COMPOSE_NAME, and a snapshot copies none of those.
 LISTED_COMPOSE = re.compile(r"^docker-compose[^/\x00-\x1f\x7f\ud800-\udfff]*\.ya?ml\Z")
-SERVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+# compose's own service-name rule (compose-spec's `^[a-zA-Z0-9._-]+$`: `_metrics`, `.x` are
+# services `docker compose config` accepts, and a container of one, even a `run` one-off, is in
+# every plan's fingerprint), less a leading `-` (never read as an option) and bounded. The
+# controller's plan blocks a box holding a name refused here (reconciler/plan.py).
+SERVICE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}\Z")
 PROJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}\Z")  # compose's project-name rule
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
 SECRET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
