@@ -14,7 +14,7 @@ from reconciler.desired.envfile import fleet_env
 from reconciler.desired.fleet import Fleet
 from reconciler.drift_inputs import gateway_bases, targets
 from reconciler.observe.collectors import start_collectors
-from reconciler.observe.fanout import box_timeout
+from reconciler.observe.fanout import box_timeout, cancel_all
 from reconciler.observe.observe import BoxObservation, gather
 from reconciler.observe.payload import collector_payload, local_chat_role
 from reconciler.observe.transport import Background
@@ -39,7 +39,13 @@ def observe_audit(
         Endpoint(b, gateway_base(fleet, b), local_chat_role(fleet.boxes[b])) for b in boxes
     ]
     running = start_collectors(targets(fleet, boxes), payloads)
-    return gather(running, Background(mesh_side, endpoints), timeout or box_timeout())
+    try:
+        return gather(running, Background(mesh_side, endpoints), timeout or box_timeout())
+    except BaseException:
+        # Ctrl-C (exit 130) or a failure: no box's ssh is left running behind the run, and none
+        # waiting for a slot starts.
+        cancel_all(running.values())
+        raise
 
 
 def attach_proofs(

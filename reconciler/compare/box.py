@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler.compare.composefiles import compare_compose_files
-from reconciler.compare.containers import compare_containers
+from reconciler.compare.containers import compare_containers, service_containers
 from reconciler.compare.context import BoxExpectation
-from reconciler.compare.drift import BoxError, BoxResult, Drift, Part, sorted_drifts
+from reconciler.compare.drift import BoxError, BoxResult, Drift, Kind, Part, sorted_drifts
 from reconciler.compare.envfile import (
     compare_envfile,
     compare_host,
@@ -28,6 +28,7 @@ from reconciler.compare.render_basis import for_desired, stale_without_basis
 from reconciler.compare.shell import compare_shell
 from reconciler.observe.document import (
     NO_PROBES,
+    Container,
     ControllerProbes,
     ConvergeHolder,
     Fault,
@@ -127,12 +128,53 @@ def compare_box(
     drifts += compare_contract(exp, doc)
     drifts += compare_auth(exp, doc, controller)
     drifts += compare_host(exp, doc, drifts)  # judges only the lanes a converge would boot
+    errors = observation_errors(exp, doc, connection, stale)
+    errors += unanswered_controller(doc, controller, drifts)
     return BoxResult(
         exp.name,
         reachable=True,
         drifts=sorted_drifts(drifts),
-        errors=(*observation_errors(exp, doc, connection, stale), *altered),
+        errors=(*errors, *altered),
         facts=facts(doc, controller),
+    )
+
+
+def unanswered_controller(
+    doc: Observed, controller: ControllerProbes, drifts: list[Drift]
+) -> list[BoxError]:
+    """The controller's requests to the gateway that got no answer (a firewall, a gateway that
+    accepts and never answers the mesh, the controller out of open files): what they would
+    tell, the auth posture from the mesh side, was not compared. An error of the box, worded
+    as partial.py words a partial box's, when the box's own answer shows its gateway there for
+    the mesh: its container running and published on more than loopback, with no `state` or
+    `port` entry of the gateway (one stopped, or published elsewhere, has its entry already,
+    and a second error would say it twice). Not when docker could not be read: the gateway is
+    not observed then, an error already."""
+    if doc.docker.error is not None or doc.docker.containers is None:
+        return []
+    group = service_containers(doc).get("gateway") or []
+    if not group or group[0].status != "running" or not _published_beyond_loopback(group[0]):
+        return []
+    if any(d.subject == "gateway" and d.kind in (Kind.STATE, Kind.PORT) for d in drifts):
+        return []
+    return [
+        BoxError(Part.GATEWAY_PROBE, f"gateway {name} (from the controller)", scrub_text(error))
+        for name, probe in (
+            ("health", controller.health),
+            ("capabilities", controller.capabilities),
+            ("models_noauth", controller.models_noauth),
+        )
+        if probe is not None and probe.status is None and (error := probe.error)
+    ]
+
+
+def _published_beyond_loopback(container: Container) -> bool:
+    """Whether a port of `container` is published on an address other hosts can reach ("" is
+    every interface)."""
+    return any(
+        not (b.host_ip.startswith("127.") or b.host_ip in ("::1", "localhost"))
+        for bindings in container.ports.values()
+        for b in bindings
     )
 
 

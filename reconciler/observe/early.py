@@ -15,9 +15,9 @@ from pathlib import Path
 
 from reconciler.drift_inputs import DriftInputs, cached_inputs
 from reconciler.observe.collectors import start_collectors
-from reconciler.observe.fanout import box_timeout, close
-from reconciler.observe.probes import probe_gateways
-from reconciler.observe.transport import Background, Running
+from reconciler.observe.fanout import box_timeout, cancel_all, limit
+from reconciler.observe.probes import ProbeRun, probe_gateways
+from reconciler.observe.transport import Running
 
 
 class EarlyStart:
@@ -25,7 +25,7 @@ class EarlyStart:
     (A plain class: no dataclass before the spawn, observe/transport.py says why.)"""
 
     def __init__(
-        self, inputs: DriftInputs, running: dict[str, Running], run_key: str, probes: Background
+        self, inputs: DriftInputs, running: dict[str, Running], run_key: str, probes: ProbeRun
     ) -> None:
         self.inputs = inputs
         self.running = running
@@ -33,9 +33,9 @@ class EarlyStart:
         self.probes = probes  # -> {box: {probe: answer}}
 
     def cancel(self) -> None:
-        close(self.running.values())  # first: a cancelled box's slot must start no other box
-        for handle in self.running.values():
-            handle.cancel()
+        """Every box stopped (none in line starts); never raises: it runs in a `finally` that
+        an interrupt may be passing through."""
+        cancel_all(self.running.values())
 
 
 def start(root: Path, inventory: Path, boxes: list[str] | None, run_key: str) -> EarlyStart | None:
@@ -58,7 +58,10 @@ def launch(
     if timeout is None:
         timeout = box_timeout()
     running = start_collectors(inputs.targets, {box: inputs.payload(box, run_key) for box in boxes})
-    # The mesh-side probes need nothing but the URLs: start them too (http.client is imported
-    # in that thread, while this one goes on to import the comparison).
-    probes = Background(probe_gateways, {box: inputs.bases[box] for box in boxes}, timeout)
+    # The mesh-side probes need nothing but the URLs: start them too (their reader is imported
+    # in their threads, while this one goes on to import the comparison). As many boxes' at
+    # once as the collectors' (fanout.limit, whose FDS_PER_BOX counts their sockets), each in
+    # its turn: never three sockets and threads for every box of the fleet at once.
+    bases = {box: inputs.bases[box] for box in boxes}
+    probes = ProbeRun(probe_gateways, bases, timeout, limit())
     return EarlyStart(inputs, running, run_key, probes)

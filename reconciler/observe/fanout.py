@@ -15,6 +15,7 @@ nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
@@ -28,9 +29,10 @@ from reconciler.observe.transport import CHECK_S, OUTPUT_LIMIT_BYTES, RemoteResu
 LIMIT_ENV = "FLEET_MAX_PARALLEL"
 TIMEOUT_ENV = "FLEET_BOX_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0
-# What one box in flight holds open in the controller: stdin, stdout and stderr pipes of its
-# ssh client, the new-connection check's socket, the gateway probe's connection, and slack
-# for the pipes' ends while Popen forks.
+# What one box in flight holds open in the controller: the stdin, stdout and stderr pipes of
+# its ssh client (stdin closed once the payload is written), the new-connection check's socket,
+# the three connections of its gateway probes (observe/probes.py runs them for at most as many
+# boxes at once as this limit lets ssh run), and one for a pipe's end while Popen forks.
 FDS_PER_BOX = 8
 # Kept free for the process itself: the Python runtime, the history store, the report file.
 FDS_RESERVED = 64
@@ -248,6 +250,19 @@ def close(handles: Iterable[Running]) -> None:
     for handle in handles:
         if isinstance(handle, Queued):
             handle._slots.close()
+
+
+def cancel_all(handles: Iterable[Running]) -> None:
+    """Stop every box of `handles` (a run interrupted or failed): none in line starts, and each
+    one running has its ssh killed. Never raises, and one box's failure to stop is never a
+    reason to leave the next box's ssh running: this runs while an interrupt (Ctrl-C) is on its
+    way out, which an exception here would replace."""
+    handles = list(handles)
+    with contextlib.suppress(Exception):  # stopping the boxes matters more than why it failed
+        close(handles)  # first: a cancelled box's slot must start no other box
+    for handle in handles:
+        with contextlib.suppress(Exception):  # the next box is stopped all the same
+            handle.cancel()
 
 
 # -- progress --------------------------------------------------------------------------------------

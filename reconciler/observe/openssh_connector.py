@@ -27,11 +27,14 @@ from pyinfra.connectors.util import (
 from typing_extensions import Unpack
 
 from reconciler.observe.bounded_process import run_bounded
-from reconciler.observe.transport import Target, UnsafeTarget, ssh_argv
-from reconciler.scrub import scrub_text
+from reconciler.observe.transport import SILENT_255, Target, UnsafeTarget, ssh_argv
+from reconciler.scrub import exception_text, scrub_text
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
+
+# What connect() gives a box to open (or reuse) its connection and run `true`.
+CONNECT_S = 20.0
 
 
 class OpenSSHConnector(BaseConnector):
@@ -70,9 +73,18 @@ class OpenSSHConnector(BaseConnector):
             argv = ssh_argv(self._target(), "true")
         except UnsafeTarget as exc:  # a user or host that ssh would read as an option
             raise ConnectError(str(exc)) from None
-        code, output = run_bounded(argv, timeout=20)
+        # A box that hangs (sshd silent after accepting, a stalled key exchange) or ssh that
+        # cannot start is this host's failure to connect: pyinfra goes on with the others.
+        # Raised as anything else, it was pyinfra's "internal exception", ending every host.
+        try:
+            code, output = run_bounded(argv, timeout=CONNECT_S)
+        except TimeoutError:
+            raise ConnectError(f"no answer within {CONNECT_S:g} s") from None
+        except OSError as exc:
+            raise ConnectError(f"cannot run ssh: {exception_text(exc)}") from None
         if code != 0:
-            raise ConnectError(_last_line(output, f"ssh exited {code}"))
+            silent = SILENT_255 if code == 255 else f"ssh exited {code}"
+            raise ConnectError(_last_line(output, silent))
 
     def run_shell_command(
         self,

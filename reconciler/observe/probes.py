@@ -15,11 +15,13 @@ Both read an answer the same bounded way: at most MAX_BODY bytes, within TOTAL_S
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.observe.transport import Background
+from reconciler.observe.transport import Background, controller_short, say_controller_short
 from reconciler.scrub import exception_text
 
 PATHS = (("health", "/health"), ("capabilities", "/capabilities"), ("models_noauth", "/v1/models"))
@@ -47,7 +49,9 @@ def needs_tls(urls: list[str]) -> bool:
 def probe_gateways(
     bases: dict[str, str], timeout: float | None = None
 ) -> dict[str, dict[str, Any]]:
-    """{box: base URL} -> {box: {"base", "health", "capabilities", "models_noauth"}}.
+    """{box: base URL} -> {box: {"base", "health", "capabilities", "models_noauth"}}: every
+    box given at once, three sockets and threads each (a fleet's go through `ProbeRun`, a few
+    boxes at a time).
 
     `timeout`: what a box may take (default: the run's, observe/fanout.py), counted from now;
     every probe ends by then, and one still going then (a resolver that hangs) is given up
@@ -61,12 +65,139 @@ def probe_gateways(
     # A thread each (not a concurrent.futures pool: it imports logging, ~7 ms of CPU); _get
     # is bounded by its own timeouts and the deadline, and returns its failures.
     running = [
-        (box, probe, Background(_get, url, probe != "models_noauth", deadline))
-        for box, probe, url in jobs
+        (box, probe, _begun(url, probe != "models_noauth", deadline)) for box, probe, url in jobs
     ]
     for box, probe, job in running:
-        out[box][probe] = waited(job, deadline)
+        out[box][probe] = waited(job, deadline) if isinstance(job, Background) else job
     return out
+
+
+def _begun(url: str, keep_body: bool, deadline: Deadline) -> Background | dict[str, Any]:
+    """A probe started in its thread, or, when the controller has no thread to give it, the
+    probe's failure saying so (the controller's, never the gateway's)."""
+    try:
+        return Background(_get, url, keep_body, deadline)
+    except RuntimeError as exc:
+        short = controller_short(exc)
+        if short is None:
+            raise
+        return not_made(short)
+
+
+# A probe the controller itself could not make (out of open files, threads: its own limits).
+NOT_MADE = "the controller could not make the probe"
+
+
+def not_made(short: str) -> dict[str, Any]:
+    return {"status": None, "error": f"{NOT_MADE}: {short}"}
+
+
+class ProbeRun(Background):
+    """`probe` (probe_gateways) over a fleet, at most `size` boxes at a time: each box's three
+    GETs at once, with `timeout` from their own start, the boxes in the order given. `size` is
+    the collectors' limit (fanout.limit), so the probes' sockets and threads are bounded as the
+    ssh clients are (fanout.FDS_PER_BOX counts both), and the boxes' order is the collectors':
+    a box's probes run about when its ssh does. All boxes at once, a fleet of 360 took three
+    sockets each, ran a controller with 1,024 open files out of them (every ssh then failed with
+    EMFILE), and a 1,000-box run took ~4,000 threads.
+
+    A `Background` to gather (observe.py): `result()` is every box's probes."""
+
+    def __init__(
+        self,
+        probe: Callable[[dict[str, str], float | None], dict[str, dict[str, Any]]],
+        bases: dict[str, str],
+        timeout: float | None,
+        size: int,
+    ) -> None:
+        self._probe = probe
+        self._bases = dict(bases)
+        self._budget = probe_budget(timeout)
+        self._size = max(1, min(size, len(bases)))
+        self._waiting = deque(self._bases.items())
+        self._lock = threading.Lock()
+        self._out: dict[str, dict[str, Any]] = {}
+        self._failed: BaseException | None = None
+        self._begun = time.monotonic()
+        self._said = False
+        super().__init__(self._all)  # the workers start in its thread: this one goes on
+
+    def _all(self) -> dict[str, dict[str, Any]]:
+        if len(self._bases) <= self._size:  # every box at once (the 50-box lab): one call
+            return self._probe(self._bases, self._budget)
+        workers = []
+        for _ in range(self._size):
+            try:
+                worker = threading.Thread(target=self._work, daemon=True)
+                worker.start()
+            except RuntimeError:  # the controller's thread limit: the ones started do it all
+                break
+            workers.append(worker)
+        if not workers:
+            self._work()  # not even one more thread: this one probes the boxes, one by one
+        for worker in workers:
+            worker.join()  # each box ends by its own deadline (probe_gateways): so does this
+        if self._failed is not None:
+            raise self._failed
+        return self._filled()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._waiting or self._failed is not None:
+                    return
+                box, base = self._waiting.popleft()
+            try:
+                found = self._probe({box: base}, self._budget)[box]
+            except BaseException as exc:  # as Background: the caller's result() raises it
+                with self._lock:
+                    self._failed = self._failed or exc
+                return
+            with self._lock:
+                self._out[box] = found
+
+    def _filled(self) -> dict[str, dict[str, Any]]:
+        """Every box's probes, in the order given: a box not done is `unanswered`."""
+        with self._lock:
+            done = dict(self._out)
+        return {
+            box: done.get(box) or {"base": base, **unanswered_gateway(self._budget)}
+            for box, base in self._bases.items()
+        }
+
+    def bound(self) -> float:
+        """When, counted from the start, every box's probes have ended: each box within its
+        budget and GRACE_S of its own start, `size` of them at a time."""
+        turns = -(-len(self._bases) // self._size)
+        return turns * (self._budget + GRACE_S) + GRACE_S
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Every box's probes. `timeout` is what the caller gives probes that all began with
+        the run (gather's deadline); boxes that waited for their turn began later, each with
+        its own budget, and are waited for past it, until `bound`. Never TimeoutError: a box
+        not done by then is `unanswered`. Probes the controller could not make (its own limits)
+        are said once on stderr: the boxes' entries say which."""
+        left = self._begun + self.bound() - time.monotonic()
+        if self._done.wait(None if timeout is None else max(timeout, left)):
+            found: dict[str, dict[str, Any]] = super().result(0)
+        else:
+            found = self._filled()
+        self._say_not_made(found)
+        return found
+
+    def _say_not_made(self, found: dict[str, dict[str, Any]]) -> None:
+        if self._said:
+            return
+        self._said = True
+        errors = [
+            str(p.get("error"))
+            for probes in found.values()
+            for p in probes.values()
+            if isinstance(p, dict) and str(p.get("error") or "").startswith(NOT_MADE)
+        ]
+        if errors:
+            why = errors[0][len(NOT_MADE) + 2 :]
+            say_controller_short(f"make {len(errors)} of its gateway probes", why)
 
 
 # What a probe may take past its box's deadline before it is given up (it is then a daemon
@@ -113,6 +244,9 @@ def _get(url: str, keep_body: bool, deadline: Deadline | None = None) -> dict[st
     try:
         status, raw = plain_get(url, deadline)
     except Exception as exc:  # one gateway's odd answer fails that probe, never the others
+        short = controller_short(exc)
+        if short is not None:  # out of open files (EMFILE): the controller's, not the gateway's
+            return not_made(short)
         said = exception_text(exc) if _said_in_full(exc) else failure(exc)
         return {"status": None, "error": said}
     elapsed_ms = int((time.monotonic() - started) * 1000)

@@ -8,6 +8,8 @@ times out or is unknown returns an error string, and the other boxes are unaffec
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import os
 import shlex
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reconciler.scrub import exception_text, scrub_text
+from reconciler.scrub import exception_text, reason, scrub_text
 
 
 # The types a drift run needs before its collectors are spawned are NamedTuples and plain
@@ -87,6 +89,47 @@ SOCKET_NAME_BYTES = len("/") + SOCKET_NAME_HEX + len(".") + 16
 
 class UnsafeTarget(ValueError):
     """A user or host that ssh could read as an option (or as more than one argument)."""
+
+
+# What a box's error says when ssh exits 255 and says nothing: at LogLevel=ERROR it keeps its
+# fatal reasons to itself when they are logged at INFO (a connection timed out after the SSH
+# banner, "Bad packet length", a reset mid-run), which leaves only these.
+SILENT_255 = (
+    "ssh gave up without a reason: the connection timed out or broke "
+    "(sshd silent, or the network cut)"
+)
+# How long cancel() waits for a killed ssh to be reaped (at once, unless the kernel holds it).
+CANCEL_WAIT_S = 5.0
+# The controller's own limits: too many open files (its process's, or the system's), no process
+# or thread to be had (EAGAIN: a pids cgroup, systemd's TasksMax), no memory for a socket.
+_CONTROLLER_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOBUFS}
+)
+
+
+def controller_short(exc: BaseException) -> str | None:
+    """What the controller ran out of when `exc` is its own limit, never the box's doing (so a
+    box is never said unreachable for it); None for any other failure."""
+    if isinstance(exc, OSError) and exc.errno in _CONTROLLER_ERRNOS:
+        return reason(exc)  # "too many open files (EMFILE)"
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return "no thread could be started (its process or thread limit)"
+    return None
+
+
+_said_short: set[str] = set()
+
+
+def say_controller_short(what: str, why: str) -> None:
+    """On stderr, once per process and kind: the controller itself could not do `what`."""
+    if what in _said_short:
+        return
+    _said_short.add(what)
+    print(
+        f"reconcile: this controller could not {what}: {why}; a limit of the controller, not "
+        "of the boxes (lower --max-parallel, or raise its limit: `ulimit -n`, TasksMax)",
+        file=sys.stderr,
+    )
 
 
 def control_dir() -> Path | None:
@@ -338,8 +381,8 @@ class Running:
         out = _Capped(limit + 1, kill=proc)  # one byte past the limit: the parser says too large
         err = _Tail(STDERR_LIMIT_BYTES)  # read to its end, its last bytes kept
         readers = [
-            threading.Thread(target=out.drain, args=(proc.stdout,), daemon=True),
-            threading.Thread(target=err.drain, args=(proc.stderr,), daemon=True),
+            threading.Thread(target=_drained, args=(out.drain, proc.stdout), daemon=True),
+            threading.Thread(target=_drained, args=(err.drain, proc.stderr), daemon=True),
         ]
         for reader in readers:
             reader.start()
@@ -362,14 +405,36 @@ class Running:
         if out.overflowed:
             return RemoteResult(self.box, proc.returncode, stdout, stderr, None, truncated=True)
         if proc.returncode == 255:
-            last = (stderr.strip().splitlines() or ["ssh failed"])[-1]
+            last = (stderr.strip().splitlines() or [SILENT_255])[-1]
             return RemoteResult(self.box, 255, stdout, stderr, f"unreachable: {scrub_text(last)}")
         return RemoteResult(self.box, proc.returncode, stdout, stderr, None)
 
     def cancel(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+        """Stop the command now (the run is cancelled: Ctrl-C, a box refused): ssh killed and
+        reaped. Never raises: it runs on the way out of an interrupted run, where an exception
+        would replace the interrupt with a traceback and leave the later boxes' ssh clients
+        running. Not communicate(): spawn() closed ssh's stdin once the payload was written,
+        and communicate() flushes it first ("flush of closed file"); the pipes are drained by
+        finish()'s readers, if any, and closed with the process object otherwise."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            proc.kill()  # nothing if it has ended (Popen knows its return code)
+            proc.wait(CANCEL_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # already reaped elsewhere, or unkillable (stuck in the kernel): nothing to do
+
+
+def _drained(drain: Callable[[Any], None], pipe: Any) -> None:
+    """`drain(pipe)`, then the pipe closed by the thread that read it (never under a reader):
+    a box's handle lives until the whole run is gathered, and its pipes with it, so a finished
+    box kept two descriptors open: 2,000 on a 1,000-box run, whatever --max-parallel said."""
+    try:
+        drain(pipe)
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()
 
 
 class _Capped:
@@ -435,16 +500,32 @@ def spawn(target: Target, remote_command: str, stdin: bytes | None = None) -> Ru
             stderr=subprocess.PIPE,
         )
     except OSError as exc:
-        return Running(target.box, None, f"cannot run ssh: {exception_text(exc)}")
+        return _not_started(target.box, exc) or Running(
+            target.box, None, f"cannot run ssh: {exception_text(exc)}"
+        )
     except UnsafeTarget as exc:
         return Running(target.box, None, str(exc))
-    fresh = Background(new_connections_refused, target)
-    if stdin is not None and proc.stdin is not None:
-        if len(stdin) <= PIPE_BUF:
-            _write_all(proc.stdin, stdin)
-        else:
-            threading.Thread(target=_write_all, args=(proc.stdin, stdin), daemon=True).start()
+    try:
+        fresh = Background(new_connections_refused, target)
+        if stdin is not None and proc.stdin is not None:
+            if len(stdin) <= PIPE_BUF:
+                _write_all(proc.stdin, stdin)
+            else:
+                threading.Thread(target=_write_all, args=(proc.stdin, stdin), daemon=True).start()
+    except RuntimeError as exc:  # no thread to be had: this ssh is stopped, never left behind
+        Running(target.box, proc).cancel()
+        return _not_started(target.box, exc) or Running(target.box, None, str(exc))
     return Running(target.box, proc, fresh=fresh)
+
+
+def _not_started(box: str, exc: BaseException) -> Running | None:
+    """A box whose ssh the controller could not start for a limit of its own (open files,
+    processes, threads): said as the controller's, here and on stderr; None for another cause."""
+    short = controller_short(exc)
+    if short is None:
+        return None
+    say_controller_short("start ssh for every box", short)
+    return Running(box, None, f"the controller could not start ssh: {short}")
 
 
 # What a write to an empty pipe takes whole, whatever its capacity (POSIX: at least 512; Linux
@@ -738,10 +819,17 @@ def _read_identity(path: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return f"unreadable: {exc.errno}"
-    with os.fdopen(fd, "rb") as file:
+    # The type before fdopen: a directory opens O_RDONLY, and fdopen raised IsADirectoryError,
+    # an OSError no caller expects here (pyinfra's connect died with a traceback for every box).
+    try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            return f"not a regular file: {stat.S_IFMT(mode):o}"
+    except OSError as exc:
+        os.close(fd)
+        return f"unreadable: {exc.errno}"
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        return f"not a regular file: {stat.S_IFMT(mode):o}"
+    with os.fdopen(fd, "rb") as file:
         digest = hashlib.sha256()
         try:
             while chunk := file.read(_CHUNK):
