@@ -126,7 +126,10 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             if _json_replay(args) and replays_in_parts(len(boxes)):
                 recorded = outs.history is not None or outs.metrics is not None
                 directory = Path(args.from_snapshot)
-                run: DriftRun | PartsReport = replay_parts(inputs, boxes, directory, recorded)
+                stored = outs.history is not None  # the entries' rows: for the store alone
+                run: DriftRun | PartsReport = replay_parts(
+                    inputs, boxes, directory, recorded, stored
+                )
             else:
                 run = run_drift_on(
                     inputs,

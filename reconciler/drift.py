@@ -129,7 +129,11 @@ def replays_in_parts(boxes: int) -> bool:
 
 
 def replay_parts(
-    inputs: DriftInputs, boxes: list[str], directory: Path, keep: bool = False
+    inputs: DriftInputs,
+    boxes: list[str],
+    directory: Path,
+    keep: bool = False,
+    keep_rows: bool = True,
 ) -> PartsReport:
     """A replay's JSON report as its boxes' parts, each made beside the box's comparison and
     all that is kept of it. `keep` (a run recorded in the history or the metrics): each box's
@@ -145,7 +149,7 @@ def replay_parts(
     kept: list[Any] = []
     rows: ItemSpool[Any] | None = None
     if keep:
-        from reconciler.history.kept_parts import kept_part, spooled_kept
+        from reconciler.history.kept_parts import kept_part, spooled_counts, spooled_kept
         from reconciler.report.spool import ItemSpool
 
         rows = ItemSpool()
@@ -162,7 +166,10 @@ def replay_parts(
             kept.extend(chunk[2])
             parts.extend(k.part for k in chunk[2])
 
-        map_chunks(keep_box, order, workers, partial(spooled_kept, spool, rows), take_kept)
+        # The drift entries' rows only for the history (a run with --metrics alone counts,
+        # never stores them): not pickled through the spool for nothing.
+        pack = partial(spooled_kept, spool, rows) if keep_rows else partial(spooled_counts, spool)
+        map_chunks(keep_box, order, workers, pack, take_kept)
     else:
 
         def take(chunk: tuple[Spooled, list[BoxPart]]) -> None:

@@ -80,6 +80,18 @@ def spooled_kept(
     return where, entries, light
 
 
+def spooled_counts(
+    text: TextSpool, kept: list[KeptPart]
+) -> tuple[Spooled, Held[EntryRow], list[KeptPart]]:
+    """`spooled_kept` for a run that stores no history (--metrics alone): the drift entries'
+    rows are dropped where they were made."""
+    from reconciler.report.spool import Held
+
+    where, parts = spooled(text, [k.part for k in kept])
+    light = [k._replace(part=part, entries=[]) for k, part in zip(kept, parts, strict=True)]
+    return where, Held([]), light
+
+
 def report_text(printed: Iterable[str]) -> ReportText:
     """The document as the store keeps it: the JSON report as it was printed
     (json_parts.render_json_parts), whole."""

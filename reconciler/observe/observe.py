@@ -136,7 +136,11 @@ def observe(
         if early is not None:
             early.cancel()
         early = launch(inputs, boxes, run_key, timeout)
-    return gather(early.running, early.probes, timeout)
+    try:
+        return gather(early.running, early.probes, timeout)
+    except BaseException:  # Ctrl-C while the boxes work (an apply's drift): no ssh left behind
+        early.cancel()
+        raise
 
 
 # How long past the run's deadline (its start and one box's timeout) gather still waits for the

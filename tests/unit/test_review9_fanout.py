@@ -505,3 +505,24 @@ def test_ssh_exiting_255_without_a_word_says_what_that_means() -> None:
         "unreachable: ssh gave up without a reason: the connection timed out or broke "
         "(sshd silent, or the network cut)"
     )
+
+
+def test_an_interrupted_observe_cancels_every_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    """observe() (an apply's drift) interrupted while the boxes work cancels them all, as the
+    drift command's own early start does: no ssh is left running."""
+    from types import SimpleNamespace
+
+    from reconciler.observe import observe as observe_module
+
+    cancelled: list[bool] = []
+    early = SimpleNamespace(
+        run_key="k", running={"thor": None}, probes=None, cancel=lambda: cancelled.append(True)
+    )
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(observe_module, "gather", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        observe_module.observe(None, ["thor"], "k", 1.0, early)  # type: ignore[arg-type]
+    assert cancelled == [True]

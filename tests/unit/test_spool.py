@@ -146,6 +146,9 @@ for keep in (False, True):
     if keep:
         rows = list(parts.rows)
         assert rows == list(parts.rows) and {{r.box for r in rows}} >= {{"thor-1", "orin-39"}}
+    counted = replay_parts(drift_inputs(fleet), boxes, root / "snapshot", keep, False)
+    assert list(counted.rows or ()) == [], "--metrics alone: no entries' rows kept"
+    assert [k.counted for k in counted.kept] == [k.counted for k in parts.kept]
     whole = render_json(run_drift(fleet, boxes, from_snapshot=root / "snapshot").report)
     printed = "".join(render_json_parts(parts))
     generated = lambda text: next(x for x in text.splitlines() if '"generated_at"' in x)
