@@ -46,12 +46,17 @@ WORKERS_ENV = "FLEET_REPLAY_WORKERS"
 # From this many boxes a replay forks workers: below it, one core is done in ~0.2 s.
 WORKERS_FROM = 100
 MAX_WORKERS = 8
-# Chunks per worker: small enough that the worker with the last chunk does not keep the other
-# idle long at the end (~60 boxes, ~0.15 s, at 1,000 boxes on two cores), large enough that
-# each result travels in a few large pickles.
+# Chunks per worker, at least: small enough that the worker with the last chunk does not keep
+# the other idle long at the end; a chunk's result is small (each box's tally and causes, its
+# entries spooled), so many chunks cost little.
 CHUNKS_PER_WORKER = 8
-# Boxes a chunk holds when one process does them all: about a worker's chunk at 1,000 boxes.
-SERIAL_CHUNK = 64
+# And at most this many boxes a chunk: a worker holds its chunk's results until it packs them,
+# and a box's report entry grows with the fleet (its mesh seeds name every member), so chunks
+# that grew with the fleet too held memory growing as its square (2 MB a chunk at 1,000 boxes,
+# three copies on the way to the spool). Each chunk now costs a small pickle and a spool write.
+MAX_CHUNK = 16
+# Boxes a chunk holds when one process does them all: a worker's at most.
+SERIAL_CHUNK = MAX_CHUNK
 
 
 def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
@@ -105,7 +110,7 @@ def map_chunks(
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    size = max(1, -(-len(boxes) // (workers * CHUNKS_PER_WORKER)))
+    size = max(1, min(MAX_CHUNK, -(-len(boxes) // (workers * CHUNKS_PER_WORKER))))
     chunks = [list(boxes[i : i + size]) for i in range(0, len(boxes), size)]
     context = multiprocessing.get_context("fork")
     # Made before the workers fork, so shared with them: one byte of shared memory (an
