@@ -735,9 +735,12 @@ NOTE = [
     "recorded replay its drift entries' rows held until the store took them (25 MB; now "
     "spooled too) and its report joined and bound whole for the store (~100 MB of one "
     "process at 1,000 boxes: the text, SQLite's copy, its record; now written into the row "
-    "piece by piece, history/store.py, where SQLite still makes it a TEXT value whole, about "
-    "twice the report's size: 66 MB at 1,000 boxes, what is left of a recorded replay's "
-    "growth as the square of the fleet, since the store keeps each run's report as one value).",
+    "piece by piece, history/store.py, where SQLite still holds the value whole about twice "
+    "while storing it, the row's zeroblob and the cast to TEXT: 66 MB at 1,000 boxes, what is "
+    "left of a recorded replay's growth as the square of the fleet, since the store keeps "
+    "each run's report as one TEXT value). Then a worker's chunk of boxes, which grew with the "
+    "fleet as each box's entry did (2 MB of entries a chunk at 1,000 boxes, held three times "
+    "on the way to the spool): a chunk is now at most 16 boxes, replay_workers.py.",
 ]
 
 

@@ -486,12 +486,14 @@ def _utf8(conn: sqlite3.Connection) -> bool:
 
 
 def _write_report(conn: sqlite3.Connection, rid: int, report: ReportText) -> None:
-    """A report given in pieces written into the room its row holds for it (a zeroblob, SQLite
-    writes its pages without holding it), piece by piece, then made TEXT as the column's other
-    values are (what `sqlite3` and json_extract read). Bound whole, a 1,000-box replay's 33 MB
-    report was held three times over (the text, SQLite's copy of it, its record): 100 MB of a
-    recorded replay's peak, growing as the square of the fleet (issue 12); now about twice,
-    by SQLite alone, for the cast."""
+    """A report given in pieces written into the room its row holds for it (a zeroblob), piece
+    by piece, then made TEXT as the column's other values are (what `sqlite3` and json_extract
+    read). Bound whole, a 1,000-box replay's 33 MB report was held three times over (the joined
+    text, SQLite's copy of it, its record): 100 MB of a recorded replay's peak, growing as the
+    square of the fleet (issue 12). Now the text is never joined, but SQLite still holds the
+    value about twice while it stores it: the zeroblob is made whole (`report` is not the
+    table's last column, so the record cannot leave its zeros implicit) and so is the cast. Only
+    a BLOB in the last column would be stored without; the schema keeps TEXT, as documented."""
     with conn.blobopen("runs", "report", rid) as blob:
         for piece in report.pieces:
             blob.write(piece.encode("utf-8"))
