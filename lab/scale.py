@@ -278,6 +278,10 @@ def _user(b: ScaleBox) -> None:
         run(["usermod", "--password", "*", b.user])  # key only; see lab/users.py
     # The shared engine's socket is root:<engine user> 0660: the box user joins that group.
     run(["usermod", "--append", "--groups", b.engine.docker_group, b.user])
+    if not os.path.lexists(b.home):  # a user left without its home (a scale down cut short)
+        pw = pwd.getpwnam(b.user)
+        os.mkdir(b.home, 0o750)
+        os.chown(b.home, pw.pw_uid, pw.pw_gid)
     os.chmod(b.home, 0o750)
 
 
