@@ -124,8 +124,9 @@ def replays_in_parts(boxes: int) -> bool:
     """Whether a replay of this many boxes whose caller wants its JSON report and nothing else
     takes `replay_parts`: each box's entry made beside its comparison (report/json_parts.py),
     in worker processes where there are cores for them, and kept aside in a spool
-    (report/spool.py). A small replay renders its report whole, as always."""
-    return replay_workers.in_parts(boxes)
+    (report/spool.py), from the size at which workers are forked, whatever the cores, so that
+    its memory grows as its fleet does. A small replay renders its report whole, as always."""
+    return boxes >= replay_workers.WORKERS_FROM
 
 
 def replay_parts(
@@ -149,10 +150,10 @@ def replay_parts(
     kept: list[Any] = []
     rows: ItemSpool[Any] | None = None
     if keep:
-        from reconciler.history.kept_parts import kept_part, spooled_counts, spooled_kept
+        from reconciler.history.kept_parts import kept_part, spooled_kept
         from reconciler.report.spool import ItemSpool
 
-        rows = ItemSpool()
+        rows = held = ItemSpool[Any]()
 
         def keep_box(name: str) -> Any:
             read: list[bytes] = []
@@ -161,14 +162,13 @@ def replay_parts(
 
         def take_kept(chunk: tuple[Spooled, Any, list[Any]]) -> None:
             spool.keep(chunk[0])
-            assert rows is not None
-            rows.keep(chunk[1])
+            held.keep(chunk[1])
             kept.extend(chunk[2])
             parts.extend(k.part for k in chunk[2])
 
         # The drift entries' rows only for the history (a run with --metrics alone counts,
         # never stores them): not pickled through the spool for nothing.
-        pack = partial(spooled_kept, spool, rows) if keep_rows else partial(spooled_counts, spool)
+        pack = partial(spooled_kept, spool, held if keep_rows else None)
         map_chunks(keep_box, order, workers, pack, take_kept)
     else:
 

@@ -72,15 +72,6 @@ def worker_count(boxes: int, environ: Mapping[str, str] | None = None) -> int:
     return 1 if boxes < WORKERS_FROM else max(1, min(wanted, boxes))
 
 
-def in_parts(boxes: int) -> bool:
-    """Whether a replay of this many boxes is made in chunks whose results are packed where
-    they are made (`map_chunks`; a JSON replay's entries then go to a spool, report/spool.py),
-    in workers or, with one core (or FLEET_REPLAY_WORKERS=1), in this process: from the size at
-    which workers are forked, so that a replay's memory grows as its fleet does whatever its
-    cores."""
-    return boxes >= WORKERS_FROM
-
-
 def map_boxes(job: Callable[[str], Result], boxes: Sequence[str], workers: int) -> list[Result]:
     """`[job(box) for box in boxes]`, in that order, with `workers` processes doing it."""
     out: list[Result] = []

@@ -69,27 +69,18 @@ def kept_part(box: BoxResult, data: bytes | None, many: bool) -> KeptPart:
 
 
 def spooled_kept(
-    text: TextSpool, rows: ItemSpool[EntryRow], kept: list[KeptPart]
+    text: TextSpool, rows: ItemSpool[EntryRow] | None, kept: list[KeptPart]
 ) -> tuple[Spooled, tuple[int, int] | Held[EntryRow], list[KeptPart]]:
     """json_parts.spooled of a chunk of recorded boxes: their report entries' text put in the
     `text` spool and their drift entries' rows in `rows` (each holds the box's desired mesh
-    seeds: they grow with the fleet), and the boxes without either."""
-    where, parts = spooled(text, [k.part for k in kept])
-    entries = rows.put([entry for k in kept for entry in k.entries])
-    light = [k._replace(part=part, entries=[]) for k, part in zip(kept, parts, strict=True)]
-    return where, entries, light
-
-
-def spooled_counts(
-    text: TextSpool, kept: list[KeptPart]
-) -> tuple[Spooled, Held[EntryRow], list[KeptPart]]:
-    """`spooled_kept` for a run that stores no history (--metrics alone): the drift entries'
-    rows are dropped where they were made."""
+    seeds: they grow with the fleet), and the boxes without either. `rows` None: a run that
+    stores no history (--metrics alone), whose rows are dropped where they were made."""
     from reconciler.report.spool import Held
 
     where, parts = spooled(text, [k.part for k in kept])
+    entries = Held([]) if rows is None else rows.put([e for k in kept for e in k.entries])
     light = [k._replace(part=part, entries=[]) for k, part in zip(kept, parts, strict=True)]
-    return where, Held([]), light
+    return where, entries, light
 
 
 def report_text(printed: Iterable[str]) -> ReportText:
