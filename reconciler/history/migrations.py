@@ -95,6 +95,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE boxes ADD COLUMN faults TEXT;
     """,
+    # 5: each run's report document as UTF-8 JSON bytes in a column of its own, the table's
+    # last (`report` is then ''; the view `run_reports` reads either as TEXT). A zeroblob at
+    # the end of a record stays implicit, so a large replay's report (33 MB at 1,000 boxes,
+    # growing as the square of the fleet: issue 12) is written into its row piece by piece
+    # (blob I/O) without SQLite ever holding it whole; `report`, not the last column, had its
+    # zeroblob made whole and then its cast to TEXT. So `report_utf8` must stay the last
+    # column of `runs`: add no column to `runs` after it. A store made UTF-16 keeps writing
+    # `report` (bytes cast to TEXT read in the database's encoding).
+    """
+    ALTER TABLE runs ADD COLUMN report_utf8 BLOB;
+    CREATE VIEW run_reports AS SELECT id AS run,
+        CASE WHEN report_utf8 IS NULL THEN report ELSE CAST(report_utf8 AS TEXT) END AS report
+        FROM runs;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

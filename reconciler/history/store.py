@@ -382,27 +382,26 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
     conn.execute("BEGIN IMMEDIATE")
     try:
         summary = json.dumps(run.summary, sort_keys=True)
-        pieces = run.report if isinstance(run.report, ReportText) else None
-        if pieces is not None and not _utf8(conn):
-            # The pieces' bytes are written as UTF-8 and cast to TEXT, which SQLite reads in
-            # the database's encoding: a store made UTF-16 takes the text bound whole.
-            pieces = None
         report: str | _Reserved
-        if pieces is not None:
-            report = _reserved(pieces)
+        utf8 = _utf8(conn)
+        if not utf8:
+            # Bytes cast to TEXT are read in the database's encoding: a store made UTF-16
+            # takes the report as text, bound whole, in `report` (migrations.py, 5).
+            report = run.report.text() if isinstance(run.report, ReportText) else _dumped(run)
         elif isinstance(run.report, ReportText):
-            report = run.report.text()
+            report = _reserved(run.report)
         else:
-            report = json.dumps(run.report, ensure_ascii=False)
+            report = _Reserved.of(_dumped(run))
         observations = [
             (box, doc if isinstance(doc, Packed) else pack(doc))
             for box, doc in run.observations.items()
         ]
         cur = conn.execute(
             "INSERT INTO runs (run_id, command, source, started_at, started, duration_s,"
-            " inventory, exit_code, summary, report, root) VALUES (?,?,?,?,?,?,?,?,?,"
-            + ("?" if isinstance(report, str) else "zeroblob(?)")  # its bytes, written after
-            + ",?)",
+            " inventory, exit_code, summary, report, root, report_utf8)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,"
+            + ("NULL" if isinstance(report, str) else "zeroblob(?)")  # its bytes, written after
+            + ")",
             (
                 run.run_id,
                 run.command,
@@ -413,13 +412,14 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
                 run.inventory,
                 run.exit_code,
                 summary,
-                report if isinstance(report, str) else report.size,
+                report if isinstance(report, str) else "",
                 run.root,
+                *(() if isinstance(report, str) else (report.size,)),
             ),
         )
         rid = int(cur.lastrowid or 0)
-        if pieces is not None:
-            _write_report(conn, rid, pieces)
+        if isinstance(report, _Reserved):
+            _write_report(conn, rid, report)
         conn.executemany(
             "INSERT INTO boxes (run, box, reachable, observation, entries, causes, errors,"
             " verdict, faults) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -462,13 +462,23 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
 
 @dataclass(frozen=True)
 class _Reserved:
-    """The room a report given in pieces takes: its UTF-8 bytes and its characters."""
+    """A report to write into its row's `report_utf8` (migrations.py, 5): its pieces, the
+    bytes they take as UTF-8 and their characters."""
 
+    pieces: Iterable[str]  # re-iterable: read once to measure, once to write
     size: int
     chars: int
 
     def __len__(self) -> int:  # what _size counts of a report: its characters
         return self.chars
+
+    @classmethod
+    def of(cls, text: str) -> _Reserved:
+        return _reserved(ReportText([text]))
+
+
+def _dumped(run: RunRecord) -> str:
+    return json.dumps(run.report, ensure_ascii=False)
 
 
 def _reserved(report: ReportText) -> _Reserved:
@@ -478,26 +488,24 @@ def _reserved(report: ReportText) -> _Reserved:
     for piece in report.pieces:
         chars += len(piece)
         size += len(piece) if piece.isascii() else len(piece.encode("utf-8"))
-    return _Reserved(size, chars)
+    return _Reserved(report.pieces, size, chars)
 
 
 def _utf8(conn: sqlite3.Connection) -> bool:
     return str(conn.execute("PRAGMA encoding").fetchone()[0]).upper() == "UTF-8"
 
 
-def _write_report(conn: sqlite3.Connection, rid: int, report: ReportText) -> None:
-    """A report given in pieces written into the room its row holds for it (a zeroblob), piece
-    by piece, then made TEXT as the column's other values are (what `sqlite3` and json_extract
-    read). Bound whole, a 1,000-box replay's 33 MB report was held three times over (the joined
-    text, SQLite's copy of it, its record): 100 MB of a recorded replay's peak, growing as the
-    square of the fleet (issue 12). Now the text is never joined, but SQLite still holds the
-    value about twice while it stores it: the zeroblob is made whole (`report` is not the
-    table's last column, so the record cannot leave its zeros implicit) and so is the cast. Only
-    a BLOB in the last column would be stored without; the schema keeps TEXT, as documented."""
-    with conn.blobopen("runs", "report", rid) as blob:
+def _write_report(conn: sqlite3.Connection, rid: int, report: _Reserved) -> None:
+    """A report written piece by piece into the room its row holds for it (a zeroblob in
+    `report_utf8`, the last column: its zeros stay implicit in the record, migrations.py, 5),
+    never joined nor bound whole, so SQLite never holds it whole either: its pages go through
+    the page cache. Bound whole, a 1,000-box replay's 33 MB report was held three times over
+    (the joined text, SQLite's copy, its record); written into `report`, which is not the last
+    column, about twice (its zeroblob made whole, then the cast to TEXT): the part of a
+    recorded replay's peak that grew as the square of the fleet (issue 12)."""
+    with conn.blobopen("runs", "report_utf8", rid) as blob:
         for piece in report.pieces:
             blob.write(piece.encode("utf-8"))
-    conn.execute("UPDATE runs SET report = CAST(report AS TEXT) WHERE id = ?", (rid,))
 
 
 class _EntryRows:
@@ -861,7 +869,7 @@ def errors_of(conn: sqlite3.Connection, run: int) -> dict[str, list[Any]]:
     from msgspec import MsgspecError
     from msgspec import json as c_json
 
-    row = conn.execute("SELECT report FROM runs WHERE id = ?", (run,)).fetchone()
+    row = conn.execute(f"SELECT {_report_column(conn)} FROM runs WHERE id = ?", (run,)).fetchone()
     if row is None or not isinstance(row[0], str | bytes):
         return {}
     try:
@@ -869,6 +877,14 @@ def errors_of(conn: sqlite3.Connection, run: int) -> dict[str, list[Any]]:
     except (MsgspecError, ValueError, RecursionError):
         return {}
     return {b.box: b.errors for b in report.boxes if b.errors}
+
+
+def _report_column(conn: sqlite3.Connection) -> str:
+    """A run's report, wherever its schema put it: `report_utf8` (bytes) from schema 5 on,
+    else `report` (text; a store older than 5, read unmigrated, has only that)."""
+    if _has_column(conn, "runs", "report_utf8"):
+        return "coalesce(report_utf8, report)"
+    return "report"
 
 
 @functools.cache

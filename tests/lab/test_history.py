@@ -29,12 +29,20 @@ def store_text(db: Path) -> str:
     with sqlite3.connect(db) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
-            for row in conn.execute(f"SELECT * FROM {table}"):  # the store's own table names
-                for value in row:
-                    parts.append(zlib.decompress(value).decode() if isinstance(value, bytes)
-                                 else str(value))  # fmt: skip
+            rows = conn.execute(f"SELECT * FROM {table}")  # the store's own table names
+            names = [d[0] for d in rows.description]
+            for row in rows:
+                for name, value in zip(names, row, strict=True):
+                    parts.append(_text(name, value))
     conn.close()
     return "\n".join(parts)
+
+
+def _text(column: str, value: object) -> str:
+    if not isinstance(value, bytes):
+        return str(value)
+    # runs.report_utf8: the report's UTF-8 bytes; observations.document: zlib(JSON).
+    return value.decode() if column == "report_utf8" else zlib.decompress(value).decode()
 
 
 def samples(path: Path) -> dict[str, dict[tuple[Any, ...], float]]:

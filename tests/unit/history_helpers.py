@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,35 @@ def samples_of_box(series: dict[tuple[tuple[str, str], ...], float], box: str) -
         if named.pop("box") == box:
             out[next(iter(named.values()), "")] = value
     return out
+
+
+def as_version(db: Path, version: int) -> None:
+    """The store as a reconciler of that schema version left it, the runs' rows and reports as
+    they were written: each migration after `version` undone (5: the report back in
+    `runs.report` as text, 4: no `boxes.faults`, 3: no `run_sizes`, 2: no `runs.root`)."""
+    with sqlite3.connect(db) as conn:
+        if version < 5:
+            conn.execute(
+                "UPDATE runs SET report = CAST(report_utf8 AS TEXT) WHERE report_utf8 IS NOT NULL"
+            )
+            conn.execute("DROP VIEW run_reports")
+            conn.execute("ALTER TABLE runs DROP COLUMN report_utf8")
+        if version < 4:
+            conn.execute("ALTER TABLE boxes DROP COLUMN faults")
+        if version < 3:
+            conn.execute("DROP TABLE run_sizes")
+        if version < 2:
+            conn.execute("ALTER TABLE runs DROP COLUMN root")
+        conn.execute("UPDATE schema_version SET version = ?", (version,))
+    conn.close()
+
+
+def stored_reports(db: Path) -> list[str]:
+    """Every run's stored report document as text, oldest first (the store's own view; a store
+    older than it, schema 4 and before, keeps them in `runs.report`)."""
+    with sqlite3.connect(db) as conn:
+        view = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_reports'").fetchone()
+        query = "SELECT report FROM " + ("run_reports ORDER BY run" if view else "runs ORDER BY id")
+        found = [r for (r,) in conn.execute(query)]
+    conn.close()
+    return found

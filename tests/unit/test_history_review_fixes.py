@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from reconciler.history.diff import Side, diff_sides, render_text
+from reconciler.history.migrations import VERSION
 from reconciler.history.observed import comparable
 from reconciler.history.record import FindingRow
 from reconciler.history.since import parse_since
@@ -24,6 +25,7 @@ from reconciler.history.store import observations_of, opened
 from tests.unit.history_helpers import (
     INCIDENTS,
     SNAPSHOT,
+    as_version,
     container,
     edited_snapshot,
     reconcile,
@@ -102,12 +104,7 @@ def test_a_store_at_schema_version_1_is_read_as_it_is_and_migrated_by_a_run(
     db = tmp_path / "h.sqlite3"
     replay(capsys, db, SNAPSHOT)
     replay(capsys, db, SNAPSHOT)
-    with sqlite3.connect(db) as conn:  # as the reconciler before `root` (and sizes) left it
-        conn.execute("ALTER TABLE runs DROP COLUMN root")
-        conn.execute("DROP TABLE run_sizes")
-        conn.execute("ALTER TABLE boxes DROP COLUMN faults")
-        conn.execute("UPDATE schema_version SET version = 1")
-    conn.close()
+    as_version(db, 1)  # as the reconciler before `root` (and sizes) left it
     before = db.read_bytes()
     code, out, _ = reconcile(capsys, "history", "--history", str(db), "--format", "json")
     assert code == 0 and [r["root"] for r in json.loads(out)["runs"]] == [None, None]
@@ -118,7 +115,7 @@ def test_a_store_at_schema_version_1_is_read_as_it_is_and_migrated_by_a_run(
     code, out, _ = reconcile(capsys, "diff", "--history", str(db))
     assert (code, out.splitlines()[-1]) == (0, "diff: nothing changed")
     with opened(db, create=False) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)]
         roots = [r[0] for r in conn.execute("SELECT root FROM runs ORDER BY id")]
         measured = [r[0] for r in conn.execute("SELECT run FROM run_sizes ORDER BY run")]
     assert roots == [None, None, str(INCIDENTS)]

@@ -253,7 +253,7 @@ def test_a_recorded_replay_in_parts_keeps_what_one_process_keeps(tmp_path: Path)
         run = _replay(root, workers, tmp_path, "--history", str(history), "--metrics", str(metrics))
         assert run.returncode == 1 and "spark-1" in run.stdout, run.stderr
         with sqlite3.connect(history) as conn:
-            (report,) = conn.execute("SELECT report FROM runs").fetchone()
+            (report,) = conn.execute("SELECT report FROM run_reports").fetchone()
             boxes = {row[0] for row in conn.execute("SELECT box FROM observations")}
         document = json.loads(report)
         del document["generated_at"]
@@ -274,7 +274,7 @@ def _recorded(history: Path) -> tuple[object, ...]:
     """A store's one run as the history keeps it (rows without their run id, in order), less
     when the report was made."""
     with sqlite3.connect(history) as conn:
-        (report,) = conn.execute("SELECT report FROM runs").fetchone()
+        (report,) = conn.execute("SELECT report FROM run_reports").fetchone()
         document = json.loads(report)
         del document["generated_at"]
         tables = [

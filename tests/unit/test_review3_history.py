@@ -27,6 +27,7 @@ from tests.unit.history_helpers import (
     INCIDENTS,
     ROOT,
     SNAPSHOT,
+    as_version,
     edited_snapshot,
     metric_samples,
     reconcile,
@@ -119,14 +120,6 @@ def test_the_store_keeps_each_boxs_fault_parts(
     ]
 
 
-def _as_version_3(db: Path) -> None:
-    """The store as the reconciler before `boxes.faults` (schema 3) left it."""
-    with sqlite3.connect(db) as conn:
-        conn.execute("ALTER TABLE boxes DROP COLUMN faults")
-        conn.execute("UPDATE schema_version SET version = 3")
-    conn.close()
-
-
 def test_a_version_3_store_is_read_as_it_is_a_box_with_errors_not_compared(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,7 +129,7 @@ def test_a_version_3_store_is_read_as_it_is_a_box_with_errors_not_compared(
     db = tmp_path / "h.sqlite3"
     replay(capsys, db, SNAPSHOT)
     replay(capsys, db, snapshot_of(tmp_path, "down", docker_down("thor")))
-    _as_version_3(db)
+    as_version(db, 3)
     before = db.read_bytes()
     code, out, _ = reconcile(capsys, "diff", "--history", str(db))
     assert code == 2, out

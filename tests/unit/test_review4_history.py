@@ -26,6 +26,7 @@ from tests.unit.history_helpers import (
     AUDIT_FIXTURES,
     ROOT,
     SNAPSHOT,
+    as_version,
     container,
     edited_snapshot,
     metric_samples,
@@ -67,19 +68,6 @@ def snapshot_of(tmp_path: Path, name: str, edit: Any) -> Path:
     target = edited_snapshot(tmp_path, name, edit)
     unvouched(target)
     return target
-
-
-def as_version(db: Path, version: int) -> None:
-    """The store as a reconciler of that schema version left it (1: before `runs.root`,
-    3: before `boxes.faults`), the runs' rows and reports as they were written."""
-    with sqlite3.connect(db) as conn:
-        conn.execute("ALTER TABLE boxes DROP COLUMN faults")
-        if version < 2:
-            conn.execute("ALTER TABLE runs DROP COLUMN root")
-        if version < 3:
-            conn.execute("DROP TABLE run_sizes")
-        conn.execute("UPDATE schema_version SET version = ?", (version,))
-    conn.close()
 
 
 def set_errors(db: Path, run: int, box: str, errors: list[str] | None) -> None:
