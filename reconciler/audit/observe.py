@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.audit.probes import Endpoint, LanePort, ProofAttempt, mesh_side, prove
+from reconciler.audit.probes import Endpoint, LanePort, MeshSide, ProofAttempt, prove
 from reconciler.desired.envfile import fleet_env
 from reconciler.desired.fleet import Fleet
 from reconciler.drift_inputs import gateway_bases, targets
 from reconciler.observe.collectors import start_collectors
-from reconciler.observe.fanout import box_timeout, cancel_all
+from reconciler.observe.fanout import box_timeout, cancel_all, limit
 from reconciler.observe.observe import BoxObservation, gather
 from reconciler.observe.payload import collector_payload, local_chat_role
-from reconciler.observe.transport import Background
 
 
 def gateway_base(fleet: Fleet, box: str) -> str:
@@ -40,7 +39,8 @@ def observe_audit(
     ]
     running = start_collectors(targets(fleet, boxes), payloads)
     try:
-        return gather(running, Background(mesh_side, endpoints), timeout or box_timeout())
+        probes = MeshSide(endpoints, timeout, limit())  # as many boxes at once as the ssh
+        return gather(running, probes, timeout or box_timeout())
     except BaseException:
         # Ctrl-C (exit 130) or a failure: no box's ssh is left running behind the run, and none
         # waiting for a slot starts.

@@ -7,13 +7,19 @@ proofs and published lane ports) needs phase 1's postures to know which request 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from reconciler.observe.probes import (
     GRACE_S,
     Deadline,
+    ProbeRun,
     body_json,
     failure,
     fetch,
@@ -22,7 +28,6 @@ from reconciler.observe.probes import (
     skip_httpx_cli,
     unanswered,
     unanswered_gateway,
-    waited,
 )
 from reconciler.observe.transport import Background
 from reconciler.scrub import exception_text
@@ -72,18 +77,66 @@ def mesh_side(endpoints: list[Endpoint], timeout: float | None = None) -> dict[s
     Every box at once, a thread each (as drift's probes, observe/probes.py), its requests one
     after another within its `timeout` (default: the run's, observe/fanout.py) from now: a
     gateway that accepts and never answers costs its own box that time, and delays no other
-    box. A box still going past it (and GRACE_S) is given up: its probes say so."""
-    budget = probe_budget(timeout)
-    deadline = (time.monotonic() + budget, budget)  # from the call: the import below counts
+    box. A box still going past it (and GRACE_S) is given up: its probes say so. A run over a
+    fleet bounds how many boxes go at once: MeshSide."""
     skip_httpx_cli()
     import httpx  # imported here: only commands that probe pay for it
 
-    verify = needs_tls([ep.base for ep in endpoints])
-    with _Client(httpx, verify) as c:
-        jobs = [(ep, Background(_box_probes, c.client, ep, deadline)) for ep in endpoints]
-        out = {ep.box: _waited_box(ep, job, deadline) for ep, job in jobs}
-        c.leave_open = not all(job.done for _, job in jobs)
+    with _Client(httpx, needs_tls([ep.base for ep in endpoints])) as c:
+        out, c.leave_open = _probed(c.client, endpoints, timeout)
     return out
+
+
+def _probed(
+    client: Any, endpoints: list[Endpoint], timeout: float | None
+) -> tuple[dict[str, dict[str, Any]], bool]:
+    """Each box's probes through `client`, every box at once, each within `timeout` from now;
+    and whether a box was given up while its thread may still use the client."""
+    budget = probe_budget(timeout)
+    deadline = (time.monotonic() + budget, budget)
+    jobs = [(ep, Background(_box_probes, client, ep, deadline)) for ep in endpoints]
+    out = {ep.box: _waited_box(ep, job, deadline) for ep, job in jobs}
+    return out, not all(job.done for _, job in jobs)
+
+
+class MeshSide(ProbeRun):
+    """mesh_side over a fleet, at most `size` boxes at a time (the collectors' limit,
+    fanout.limit(), as drift's ProbeRun bounds its probes), each box within `timeout` from its
+    own start, all through one client. All at once, a 1,000-box audit opened a socket and
+    started a thread for every box together: past the controller's open files (1,024 by
+    default) the later boxes' probes failed, read as their gateways' faults. A `Background`
+    for gather (observe.py): `result()` is every box's probes, a box not done `unanswered`."""
+
+    def __init__(self, endpoints: list[Endpoint], timeout: float | None, size: int) -> None:
+        self._endpoints = {ep.box: ep for ep in endpoints}
+        self._client: Any = None  # the run's, made in its thread (_all)
+        self._given_up = False  # a box given up whose thread may still use the client
+        bases = {ep.box: ep.base for ep in endpoints}
+        super().__init__(self._probe_some, bases, timeout, size)
+
+    def _all(self) -> dict[str, dict[str, Any]]:
+        skip_httpx_cli()
+        import httpx
+
+        with _Client(httpx, needs_tls(list(self._bases.values()))) as c:
+            self._client = c.client
+            try:
+                return super()._all()
+            finally:
+                c.leave_open = self._given_up
+
+    def _probe_some(self, bases: dict[str, str], budget: float | None) -> dict[str, dict[str, Any]]:
+        out, given_up = _probed(self._client, [self._endpoints[b] for b in bases], budget)
+        self._given_up = self._given_up or given_up
+        return out
+
+    def _filled(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            done = dict(self._out)
+        return {
+            box: done.get(box) or _unanswered_box(ep, self._budget)
+            for box, ep in self._endpoints.items()
+        }
 
 
 def _box_probes(c: Any, ep: Endpoint, deadline: Deadline) -> dict[str, Any]:
@@ -102,12 +155,14 @@ def _box_probes(c: Any, ep: Endpoint, deadline: Deadline) -> dict[str, Any]:
 
 
 def _waited_box(ep: Endpoint, job: Background, deadline: Deadline) -> dict[str, Any]:
-    budget = deadline[1]
     try:
         found: dict[str, Any] = job.result(max(0.0, deadline[0] + GRACE_S - time.monotonic()))
         return found
     except TimeoutError:  # given up: every probe of the box says it had no answer in time
-        pass
+        return _unanswered_box(ep, deadline[1])
+
+
+def _unanswered_box(ep: Endpoint, budget: float) -> dict[str, Any]:
     chat = {**unanswered(budget), "model": ep.chat_model}
     return {
         "base": ep.base,
@@ -117,36 +172,91 @@ def _waited_box(ep: Endpoint, job: Background, deadline: Deadline) -> dict[str, 
 
 
 def prove(
-    attempts: list[ProofAttempt], lanes: list[LanePort], timeout: float | None = None
+    attempts: list[ProofAttempt],
+    lanes: list[LanePort],
+    timeout: float | None = None,
+    size: int | None = None,
 ) -> dict[str, Any]:
     """Phase 2: the weakest-link requests and unauthenticated calls to published lane ports,
-    all at once, within `timeout` (default: the run's) from now, as mesh_side's."""
+    at most `size` at a time (default: the collectors' limit, fanout.limit(); five lanes a
+    box made 5,000 sockets and threads at once at 1,000 boxes), each within `timeout`
+    (default: the run's) from its own start."""
     budget = probe_budget(timeout)
-    deadline = (time.monotonic() + budget, budget)
     skip_httpx_cli()
     import httpx
 
     verify = needs_tls([a.base for a in attempts] + [lane.url for lane in lanes])
     with _Client(httpx, verify) as c:
-        chats = [(a, a.base + "/v1/chat/completions") for a in attempts]
-        proof_jobs = [
-            (a, url, Background(_request, c.client, "POST", url, False, body, deadline))
-            for a, url, body in ((a, url, chat_body(a.role)) for a, url in chats)
+        chats = [(a, a.base + "/v1/chat/completions", chat_body(a.role)) for a in attempts]
+        calls: list[Callable[[Deadline], dict[str, Any]]] = [
+            functools.partial(_request, c.client, "POST", url, False, body)
+            for _, url, body in chats
         ]
-        lane_jobs = [
-            (lane, Background(_request, c.client, "GET", lane.url, False, None, deadline))
-            for lane in lanes
+        calls += [
+            functools.partial(_request, c.client, "GET", lane.url, False, None) for lane in lanes
         ]
-        proofs, ports = [], []
-        for a, url, job in proof_jobs:
-            result = waited(job, deadline)
-            proofs.append({"via": a.via, "role": a.role, "host": a.host, "url": url, **result})
-        for lane, job in lane_jobs:
-            result = waited(job, deadline)
-            ports.append({"box": lane.box, "container": lane.container, "url": lane.url, **result})
-        jobs = [job for *_, job in proof_jobs] + [job for _, job in lane_jobs]
-        c.leave_open = not all(job.done for job in jobs)
+        results, c.leave_open = _bounded(calls, _size(size), budget)
+    proofs = [
+        {"via": a.via, "role": a.role, "host": a.host, "url": url, **result}
+        for (a, url, _), result in zip(chats, results[: len(chats)], strict=True)
+    ]
+    ports = [
+        {"box": lane.box, "container": lane.container, "url": lane.url, **result}
+        for lane, result in zip(lanes, results[len(chats) :], strict=True)
+    ]
     return {"weakest_link": proofs, "lane_ports": ports}
+
+
+def _size(size: int | None) -> int:
+    if size is not None:
+        return size
+    from reconciler.observe.fanout import limit
+
+    return limit()
+
+
+def _bounded(
+    calls: list[Callable[[Deadline], dict[str, Any]]], size: int, budget: float
+) -> tuple[list[dict[str, Any]], bool]:
+    """Each call given its own deadline (`budget` from when it starts), at most `size` running
+    at once, in order; a call not done within its deadline and GRACE_S is `unanswered`. And
+    whether one was given up while its thread may still run."""
+    waiting = deque(enumerate(calls))
+    results: list[dict[str, Any] | None] = [None] * len(calls)
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not waiting:
+                    return
+                index, call = waiting.popleft()
+            deadline = (time.monotonic() + budget, budget)
+            try:
+                found = call(deadline)
+            except Exception as exc:  # as _request's own: one request's failure, not the run's
+                found = {"status": None, "error": failure(exc)}
+            with lock:
+                results[index] = found
+
+    workers: list[Background] = []
+    for _ in range(max(1, min(size, len(calls)))):
+        try:
+            workers.append(Background(work))
+        except RuntimeError:  # the controller's thread limit: the ones started do it all
+            break
+    if not workers:
+        work()  # not even one more thread: this one makes the requests, one by one
+    turns = -(-len(calls) // max(1, size))
+    ends = time.monotonic() + turns * (budget + GRACE_S) + GRACE_S
+    for worker in workers:
+        with contextlib.suppress(TimeoutError):
+            worker.result(max(0.0, ends - time.monotonic()))
+    with lock:
+        done = list(results)
+        waiting.clear()  # a call not started by now never starts
+    given_up = not all(worker.done for worker in workers)
+    return [r if r is not None else unanswered(budget) for r in done], given_up
 
 
 class _Client:

@@ -388,7 +388,7 @@ def no_box_contacted(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(collectors, "spawn", contacted)
     monkeypatch.setattr(early, "probe_gateways", contacted)
-    monkeypatch.setattr("reconciler.audit.observe.mesh_side", contacted)
+    monkeypatch.setattr("reconciler.audit.observe.MeshSide", contacted)
 
 
 # -- 4. a FIFO in a snapshot ----------------------------------------------------------------------
