@@ -735,12 +735,15 @@ NOTE = [
     "recorded replay its drift entries' rows held until the store took them (25 MB; now "
     "spooled too) and its report joined and bound whole for the store (~100 MB of one "
     "process at 1,000 boxes: the text, SQLite's copy, its record; now written into the row "
-    "piece by piece, history/store.py, where SQLite still holds the value whole about twice "
-    "while storing it, the row's zeroblob and the cast to TEXT: 66 MB at 1,000 boxes, what is "
-    "left of a recorded replay's growth as the square of the fleet, since the store keeps "
-    "each run's report as one TEXT value). Then a worker's chunk of boxes, which grew with the "
+    "piece by piece, history/store.py). Then a worker's chunk of boxes, which grew with the "
     "fleet as each box's entry did (2 MB of entries a chunk at 1,000 boxes, held three times "
-    "on the way to the spool): a chunk is now at most 16 boxes, replay_workers.py.",
+    "on the way to the spool): a chunk is now at most 16 boxes, replay_workers.py. Then "
+    "SQLite itself holding that report whole about twice while storing it (66 MB at 1,000 "
+    "boxes, the last of a recorded replay's growth as the square of the fleet: the row's "
+    "zeroblob made whole, `report` not being the table's last column, then the cast to "
+    "TEXT): the store's schema 5 keeps each run's report as UTF-8 bytes in a column of its "
+    "own, the table's last, whose zeroblob stays implicit, and the pieces go through "
+    "SQLite's page cache (the view `run_reports` reads it as text).",
 ]
 
 
@@ -1054,7 +1057,9 @@ def input_view(results: dict[int, Size]) -> list[str]:
             "fleet, and for the fleet as its square. No process holds the report whole: each "
             "worker writes its boxes' entries to a temporary file (report/spool.py, in TMPDIR; "
             "its pages are the kernel's file cache, not any process's memory, so not in these "
-            "columns), and the document is written from it a chunk at a time.",
+            "columns), and the document is written from it a chunk at a time; a recorded "
+            "replay's store writes it into its row piece by piece (history/store.py, schema 5: "
+            "the pages go through SQLite's page cache).",
         ]
     return lines
 
