@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reconciler import __version__
+from reconciler import __version__, interrupts
 from reconciler.arg_types import directory, file_path, not_empty
 
 if TYPE_CHECKING:
@@ -600,7 +600,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.boxes = once(args.boxes)  # here, before any early start reads them
         if collecting and args.handler is not _cmd_drift:
             gc.enable()  # every other command
-        code = _run(args)
+        # Ctrl-C recorded as well as raised: one that lands where Python ignores exceptions
+        # (a weakref callback inside a lazy import) still ends the run's waits (interrupts.py).
+        with interrupts.handled():
+            code = _run(args)
         if argv is None and args.handler is _cmd_drift:
             _end_now(code)
         return code

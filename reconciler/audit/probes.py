@@ -7,7 +7,6 @@ proofs and published lane ports) needs phase 1's postures to know which request 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 import time
@@ -249,9 +248,8 @@ def _bounded(
         work()  # not even one more thread: this one makes the requests, one by one
     turns = -(-len(calls) // max(1, size))
     ends = time.monotonic() + turns * (budget + GRACE_S) + GRACE_S
-    for worker in workers:
-        with contextlib.suppress(TimeoutError):
-            worker.result(max(0.0, ends - time.monotonic()))
+    for worker in workers:  # each ends by its calls' deadlines; a Ctrl-C ends the wait
+        worker.wait(max(0.0, ends - time.monotonic()))
     with lock:
         done = list(results)
         waiting.clear()  # a call not started by now never starts

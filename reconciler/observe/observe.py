@@ -20,7 +20,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, cast
 
-from reconciler import fast_json
+from reconciler import fast_json, interrupts
 from reconciler.drift_inputs import DriftInputs
 from reconciler.observe import fanout
 from reconciler.observe.document import (
@@ -210,7 +210,9 @@ def _finish_each(
     jobs = {box: Background(answer, box, handle) for box, handle in running.items()}
     out: dict[str, Answer] = {}
     for _ in jobs:
-        box = through.get()
+        # In slices: a Ctrl-C Python swallowed (raised in a weakref callback) ends the wait
+        # within one, not after the last box's timeout.
+        box = interrupts.get(through)
         try:
             out[box] = jobs[box].result()
         except UnicodeDecodeError:

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from reconciler import interrupts
 from reconciler.observe.transport import Background, controller_short, say_controller_short
 from reconciler.scrub import exception_text
 
@@ -178,7 +179,8 @@ class ProbeRun(Background):
         not done by then is `unanswered`. Probes the controller could not make (its own limits)
         are said once on stderr: the boxes' entries say which."""
         left = self._begun + self.bound() - time.monotonic()
-        if self._done.wait(None if timeout is None else max(timeout, left)):
+        # In slices, as gather's wait for the boxes: a swallowed Ctrl-C ends it (interrupts.py).
+        if interrupts.wait(self._done, None if timeout is None else max(timeout, left)):
             found: dict[str, dict[str, Any]] = super().result(0)
         else:
             found = self._filled()

@@ -711,6 +711,13 @@ class Background:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether it finished within `timeout`; on the main thread in slices, so that a
+        Ctrl-C Python swallowed still ends the wait (interrupts.py)."""
+        from reconciler import interrupts
+
+        return interrupts.wait(self._done, timeout)
+
     def result(self, timeout: float | None = None) -> Any:
         if not self._done.wait(timeout):
             raise TimeoutError(f"not finished within {timeout} s")
