@@ -189,6 +189,11 @@ class Queued(Running):
         self._done = False
         self._lock = threading.Lock()
 
+    @property
+    def line_size(self) -> int:
+        """How many boxes of its line run at once (observe._finish_each reads as many)."""
+        return self._slots.size
+
     def begin(self) -> None:
         with self._lock:
             start = None if self._cancelled else self._start

@@ -12,7 +12,9 @@ import json
 import os
 import re
 import stat
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import InitVar, asdict, dataclass, field
@@ -190,40 +192,62 @@ Answer = tuple[dict[str, Any] | None, Observed | Fault]
 def _finish_each(
     running: dict[str, Running], timeout: float, done: Callable[[int], None] = lambda n: None
 ) -> dict[str, Answer]:
-    """Every box's answer at once, each read as soon as it arrives (while slower boxes are
-    still working); whatever goes wrong reading one box is that box's fault (an answer that is
-    not UTF-8 makes the pipe's decoding raise, for one). `done(n)` is told each time one more
-    box is through. Boxes waiting for a slot (fanout.Queued) have a thread each too: it waits
-    for the box's turn, which an earlier box's thread gives it when it finishes."""
+    """Every box's answer, each read as soon as it arrives (while slower boxes are still
+    working); whatever goes wrong reading one box is that box's fault (an answer that is not
+    UTF-8 makes the pipe's decoding raise, for one). `done(n)` is told each time one more box
+    is through.
+
+    A reader thread per box in flight, not per box of the fleet: as many as boxes may run at
+    once (fanout.Slots' size; every box when none waits in line), each taking the next box in
+    the order the boxes start in (collectors.start_collectors: the line is that order), so
+    every box that has started has a reader; a box in line is waited for by the reader that
+    took it until an earlier box's end gives it its turn. A thread per box made ~1,000 threads
+    for a 1,000-box fleet (past a container's pids limit, say). Not a concurrent.futures pool:
+    it imports logging, ~7 ms of a repeated run's CPU."""
     if not running:
         return {}
-    # A thread per box, each saying when it is through (not a concurrent.futures pool: it
-    # imports logging, ~7 ms of a repeated run's CPU).
-    through: SimpleQueue[str] = SimpleQueue()
+    through: SimpleQueue[tuple[str, Answer | None, BaseException | None]] = SimpleQueue()
+    order = deque(running.items())
+    lock = threading.Lock()
 
-    def answer(box: str, handle: Running) -> Answer:
-        try:
-            return _answer(handle, timeout)
-        finally:
-            through.put(box)
+    def reader() -> None:
+        while True:
+            with lock:
+                if not order:
+                    return
+                box, handle = order.popleft()
+            try:
+                through.put((box, _answer(handle, timeout), None))
+            except BaseException as exc:  # that box's, said below (and never a lost reader)
+                through.put((box, None, exc))
 
-    jobs = {box: Background(answer, box, handle) for box, handle in running.items()}
+    for _ in range(_readers(running)):
+        threading.Thread(target=reader, daemon=True).start()
     out: dict[str, Answer] = {}
-    for _ in jobs:
+    for _ in running:
         # In slices: a Ctrl-C Python swallowed (raised in a weakref callback) ends the wait
         # within one, not after the last box's timeout.
-        box = interrupts.get(through)
-        try:
-            out[box] = jobs[box].result()
-        except UnicodeDecodeError:
+        box, answer, failed = interrupts.get(through)
+        if answer is not None:
+            out[box] = answer
+        elif not isinstance(failed, Exception):
+            raise failed or RuntimeError(f"{box}: no answer and no failure")
+        elif isinstance(failed, UnicodeDecodeError):
             running[box].cancel()
             out[box] = (None, Fault(FaultKind.NOT_JSON, "not UTF-8"))
-        except Exception as exc:  # one box's trouble, never the run's
+        else:  # one box's trouble, never the run's
             running[box].cancel()
-            failed = f"reading the answer failed ({type(exc).__name__})"
-            out[box] = (None, Fault(FaultKind.UNREACHABLE, failed))
+            failed_as = f"reading the answer failed ({type(failed).__name__})"
+            out[box] = (None, Fault(FaultKind.UNREACHABLE, failed_as))
         done(len(out))
     return {box: out[box] for box in running}  # the boxes' own order, not the finish order
+
+
+def _readers(running: dict[str, Running]) -> int:
+    """How many boxes can be in flight at once: the line's size when boxes wait in one (all
+    boxes of a run share one line), else every box (all started at once)."""
+    sizes = [h.line_size for h in running.values() if isinstance(h, fanout.Queued)]
+    return min(len(running), max(sizes)) if sizes else len(running)
 
 
 def _answer(handle: Running, timeout: float) -> Answer:
