@@ -97,6 +97,8 @@ def _cmd_drift(args: argparse.Namespace) -> int:
     outs = prepare(args)  # --metrics / the history store: checked before any box is contacted
     if outs is None:
         return EXIT_ERROR
+    if args.from_snapshot and not args.save_snapshot:
+        args.inventory = _snapshot_inventory(args)
     # A saving run asks the boxes for more than the remembered payloads say (own_render.py).
     early = None if args.from_snapshot or args.save_snapshot else _start_early(args)
     try:
@@ -230,6 +232,24 @@ def _drift_inputs(args: argparse.Namespace) -> DriftInputs:
 
         return drift_inputs(fleet)  # the snapshot's facts: not the inputs of a live run
     return remembered_inputs(fleet, inventory_file(fleet.root, args.inventory))
+
+
+def _snapshot_inventory(args: argparse.Namespace) -> str | None:
+    """The inventory a replay judges its snapshot against: `-i` (or FLEET_INVENTORY) when
+    chosen, said when it is not the one the snapshot's index names; else the index's, as
+    `reconcile diff --from-snapshot` judges it (history/snapshots.py). Replayed against the
+    default `hosts`, a lab snapshot read every box as observed elsewhere than desired. An
+    index that cannot be read leaves the choice as it is: the replay says what is wrong."""
+    from pathlib import Path
+
+    from reconciler.history.snapshots import judged_inventory
+    from reconciler.observe.observe import snapshot_index
+
+    try:
+        index = snapshot_index(Path(args.from_snapshot))
+    except (OSError, ValueError):
+        return args.inventory
+    return judged_inventory(args, args.from_snapshot, index.get("inventory"))
 
 
 def _replay_inputs(args: argparse.Namespace) -> DriftInputs | None:

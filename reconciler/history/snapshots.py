@@ -88,7 +88,7 @@ def _judged(args: argparse.Namespace, directory: str, taken: Any) -> RunRecord |
     from reconciler import cli
     from reconciler.desired.problems import DesiredStateError
 
-    inventory = _inventory(args, directory, taken)
+    inventory = judged_inventory(args, directory, taken)
     replay = argparse.Namespace(
         **{**vars(args), "from_snapshot": directory, "boxes": [], "inventory": inventory}
     )
@@ -114,7 +114,7 @@ def _judged(args: argparse.Namespace, directory: str, taken: Any) -> RunRecord |
     return drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0, faults=faults)
 
 
-def _inventory(args: argparse.Namespace, directory: str, taken: Any) -> str | None:
+def judged_inventory(args: argparse.Namespace, directory: str, taken: Any) -> str | None:
     """The inventory the snapshot is judged against: the one chosen (`-i`, FLEET_INVENTORY),
     else the one its index names. Judged against another inventory (`hosts`, the default),
     every box of a lab snapshot read "not observed": a box it does not name, the wrong
