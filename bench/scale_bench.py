@@ -726,7 +726,7 @@ NOTE = [
     "as text, twice (58 MB of their 62 at 1,000 boxes, growing as the square of the fleet; "
     "the child that stores them held it all again, the cold replay's peak: now each box's "
     "seeds are a reference to the mesh's origins, kept once, 9 MB in all). Then what grew "
-    "as the square of the fleet in memory (the goal's linearity was not met): every box's "
+    "as the square of the fleet in memory (found when the linearity check failed): every box's "
     "JSON entry (33 MB at 1,000 boxes) held by the replay's own process until the document "
     "was written (now written by each worker to a temporary file, report/spool.py, and read "
     "back a chunk at a time as the document is written), the report guard remembering every "
