@@ -8,9 +8,7 @@ proofs and published lane ports) needs phase 1's postures to know which request 
 from __future__ import annotations
 
 import functools
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +26,7 @@ from reconciler.observe.probes import (
     unanswered,
     unanswered_gateway,
 )
-from reconciler.observe.transport import Background
+from reconciler.observe.transport import Background, Pool
 from reconciler.scrub import exception_text
 
 # The response headers that prove a request crossed the mesh (lobes stamps them on every
@@ -220,41 +218,21 @@ def _bounded(
     """Each call given its own deadline (`budget` from when it starts), at most `size` running
     at once, in order; a call not done within its deadline and GRACE_S is `unanswered`. And
     whether one was given up while its thread may still run."""
-    waiting = deque(enumerate(calls))
     results: list[dict[str, Any] | None] = [None] * len(calls)
-    lock = threading.Lock()
 
-    def work() -> None:
-        while True:
-            with lock:
-                if not waiting:
-                    return
-                index, call = waiting.popleft()
-            deadline = (time.monotonic() + budget, budget)
-            try:
-                found = call(deadline)
-            except Exception as exc:  # as _request's own: one request's failure, not the run's
-                found = {"status": None, "error": failure(exc)}
-            with lock:
-                results[index] = found
-
-    workers: list[Background] = []
-    for _ in range(max(1, min(size, len(calls)))):
+    def run(item: tuple[int, Callable[[Deadline], dict[str, Any]]]) -> None:
+        index, call = item
         try:
-            workers.append(Background(work))
-        except RuntimeError:  # the controller's thread limit: the ones started do it all
-            break
-    if not workers:
-        work()  # not even one more thread: this one makes the requests, one by one
+            results[index] = call((time.monotonic() + budget, budget))
+        except Exception as exc:  # as _request's own: one request's failure, not the run's
+            results[index] = {"status": None, "error": failure(exc)}
+
+    pool = Pool(enumerate(calls), size, run)
     turns = -(-len(calls) // max(1, size))
-    ends = time.monotonic() + turns * (budget + GRACE_S) + GRACE_S
-    for worker in workers:  # each ends by its calls' deadlines; a Ctrl-C ends the wait
-        worker.wait(max(0.0, ends - time.monotonic()))
-    with lock:
-        done = list(results)
-        waiting.clear()  # a call not started by now never starts
-    given_up = not all(worker.done for worker in workers)
-    return [r if r is not None else unanswered(budget) for r in done], given_up
+    pool.wait(turns * (budget + GRACE_S) + GRACE_S)  # each ends by its deadline; Ctrl-C ends it
+    pool.stop()  # a call not started by now never starts
+    done = list(results)
+    return [r if r is not None else unanswered(budget) for r in done], not pool.done
 
 
 class _Client:

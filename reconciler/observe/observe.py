@@ -14,7 +14,6 @@ import re
 import stat
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import InitVar, asdict, dataclass, field
@@ -43,7 +42,7 @@ from reconciler.observe.document import (
 )
 from reconciler.observe.early import EarlyStart, launch
 from reconciler.observe.probes import GRACE_S, unanswered_gateway
-from reconciler.observe.transport import Background, Running
+from reconciler.observe.transport import Background, Pool, Running
 from reconciler.pids import may_run
 
 # The collector version a snapshot's document is in when it does not say (documents cut down
@@ -203,26 +202,19 @@ def _finish_each(
     every box that has started has a reader; a box in line is waited for by the reader that
     took it until an earlier box's end gives it its turn. A thread per box made ~1,000 threads
     for a 1,000-box fleet (past a container's pids limit, say). Not a concurrent.futures pool:
-    it imports logging, ~7 ms of a repeated run's CPU."""
+    it imports logging, ~7 ms of a repeated run's CPU (transport.Pool)."""
     if not running:
         return {}
     through: SimpleQueue[tuple[str, Answer | None, BaseException | None]] = SimpleQueue()
-    order = deque(running.items())
-    lock = threading.Lock()
 
-    def reader() -> None:
-        while True:
-            with lock:
-                if not order:
-                    return
-                box, handle = order.popleft()
-            try:
-                through.put((box, _answer(handle, timeout), None))
-            except BaseException as exc:  # that box's, said below (and never a lost reader)
-                through.put((box, None, exc))
+    def read(item: tuple[str, Running]) -> None:
+        box, handle = item
+        try:
+            through.put((box, _answer(handle, timeout), None))
+        except BaseException as exc:  # that box's, said below (and never a lost reader)
+            through.put((box, None, exc))
 
-    for _ in range(_readers(running)):
-        threading.Thread(target=reader, daemon=True).start()
+    Pool(running.items(), _readers(running), read)
     out: dict[str, Answer] = {}
     for _ in running:
         # In slices: a Ctrl-C Python swallowed (raised in a weakref callback) ends the wait
@@ -544,7 +536,6 @@ def _stops_cleanly() -> Iterator[None]:
     save to DIR). A signal its caller handles or ignores is left as it is; so is a save in a
     thread other than the main one (only that thread can take a signal's handler)."""
     import signal
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -17,12 +17,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from reconciler import interrupts
-from reconciler.observe.transport import Background, controller_short, say_controller_short
+from reconciler.observe.transport import Background, Pool, controller_short, say_controller_short
 from reconciler.scrub import exception_text
 
 PATHS = (("health", "/health"), ("capabilities", "/capabilities"), ("models_noauth", "/v1/models"))
@@ -115,7 +114,6 @@ class ProbeRun(Background):
         self._bases = dict(bases)
         self._budget = probe_budget(timeout)
         self._size = max(1, min(size, len(bases)))
-        self._waiting = deque(self._bases.items())
         self._lock = threading.Lock()
         self._out: dict[str, dict[str, Any]] = {}
         self._failed: BaseException | None = None
@@ -126,36 +124,24 @@ class ProbeRun(Background):
     def _all(self) -> dict[str, dict[str, Any]]:
         if len(self._bases) <= self._size:  # every box at once (the 50-box lab): one call
             return self._probe(self._bases, self._budget)
-        workers = []
-        for _ in range(self._size):
-            try:
-                worker = threading.Thread(target=self._work, daemon=True)
-                worker.start()
-            except RuntimeError:  # the controller's thread limit: the ones started do it all
-                break
-            workers.append(worker)
-        if not workers:
-            self._work()  # not even one more thread: this one probes the boxes, one by one
-        for worker in workers:
-            worker.join()  # each box ends by its own deadline (probe_gateways): so does this
+        # Each box ends by its own deadline (probe_gateways): so does this wait.
+        Pool(self._bases.items(), self._size, self._one).wait()
         if self._failed is not None:
             raise self._failed
         return self._filled()
 
-    def _work(self) -> None:
-        while True:
+    def _one(self, item: tuple[str, str]) -> None:
+        box, base = item
+        if self._failed is not None:  # the run has failed: no box more is probed
+            return
+        try:
+            found = self._probe({box: base}, self._budget)[box]
+        except BaseException as exc:  # as Background: the caller's result() raises it
             with self._lock:
-                if not self._waiting or self._failed is not None:
-                    return
-                box, base = self._waiting.popleft()
-            try:
-                found = self._probe({box: base}, self._budget)[box]
-            except BaseException as exc:  # as Background: the caller's result() raises it
-                with self._lock:
-                    self._failed = self._failed or exc
-                return
-            with self._lock:
-                self._out[box] = found
+                self._failed = self._failed or exc
+            return
+        with self._lock:
+            self._out[box] = found
 
     def _filled(self) -> dict[str, dict[str, Any]]:
         """Every box's probes, in the order given: a box not done is `unanswered`."""
