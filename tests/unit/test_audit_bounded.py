@@ -30,14 +30,16 @@ class _Counting(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
             time.sleep(0.1)
-            body = b'{"status": "ok"}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
         finally:
+            # Out of flight before the answer is sent: the caller's next request can only
+            # come after it (counted after the answer, it raced that next request).
             with cls.lock:
                 cls.open -= 1
+        body = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     do_GET = do_POST = _answer
 

@@ -13,19 +13,29 @@ from reconciler.observe.transport import RemoteResult, Running
 
 
 class _Box(Running):
-    """A box that answers after a moment, noting how many threads ran while it worked."""
+    """A box that answers after a moment, noting how many threads ran while it worked and how
+    many boxes were being read at once."""
 
     seen: ClassVar[list[int]] = []
     lock = threading.Lock()
+    reading = peak = 0
+    together: threading.Barrier | None = None  # every box waits for all the others to be read
 
     def __init__(self, box: str, stdout: str = "not json") -> None:
         super().__init__(box, None)
         self.stdout = stdout
 
     def finish(self, timeout: float, limit: int = 0) -> RemoteResult:
+        cls = type(self)
+        with cls.lock:
+            cls.reading += 1
+            cls.peak = max(cls.peak, cls.reading)
+            cls.seen.append(threading.active_count())
+        if cls.together is not None:
+            cls.together.wait()  # broken (an error: that box's fault) unless all are read at once
         time.sleep(0.02)
-        with self.lock:
-            self.seen.append(threading.active_count())
+        with cls.lock:
+            cls.reading -= 1
         return RemoteResult(self.box, 0, self.stdout, "", None)
 
     def cancel(self) -> None:
@@ -57,8 +67,13 @@ def test_a_fleet_past_the_limit_is_read_by_as_many_threads_as_boxes_in_flight() 
 
 def test_every_box_at_once_is_read_by_a_thread_each() -> None:
     _Box.seen.clear()
+    _Box.together = threading.Barrier(6, timeout=10)
     boxes = {f"b{i}": _Box(f"b{i}") for i in range(6)}
     before = threading.active_count()
-    answers = _finish_each(dict(boxes), 10.0)
+    try:
+        answers = _finish_each(dict(boxes), 10.0)
+    finally:
+        _Box.together = None
     assert list(answers) == list(boxes)
-    assert before < max(_Box.seen) <= before + 6
+    assert not any("reading the answer failed" in str(doc) for _, doc in answers.values())
+    assert max(_Box.seen) <= before + 6
