@@ -6,50 +6,22 @@ lane in phase 2: five a box), past the controller's 1,024 open files."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from reconciler.audit.probes import Endpoint, LanePort, MeshSide, ProofAttempt, prove
+from tests.unit.counting_gateway import CountingGateway
 
 
-class _Counting(BaseHTTPRequestHandler):
-    """A gateway that answers every request after 0.1 s; counts the requests in flight."""
-
-    lock = threading.Lock()
-    open = peak = 0
-
-    def _answer(self) -> None:
-        cls = type(self)
-        with cls.lock:
-            cls.open += 1
-            cls.peak = max(cls.peak, cls.open)
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
-            time.sleep(0.1)
-        finally:
-            # Out of flight before the answer is sent: the caller's next request can only
-            # come after it (counted after the answer, it raced that next request).
-            with cls.lock:
-                cls.open -= 1
-        body = b'{"status": "ok"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, *_: object) -> None:
-        pass
+class _Counting(CountingGateway):
+    delay = 0.1
 
 
 @pytest.fixture
 def gateway() -> Iterator[str]:
-    _Counting.open = _Counting.peak = 0
+    _Counting.reset()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -34,7 +34,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -44,6 +44,7 @@ import pytest
 from reconciler.observe import early, openssh_connector, probes
 from reconciler.observe.bounded_process import run_bounded
 from reconciler.observe.transport import Running
+from tests.unit.counting_gateway import CountingGateway
 
 REPO = Path(__file__).resolve().parents[2]
 INCIDENTS = REPO / "examples" / "lab-incidents"
@@ -290,30 +291,10 @@ def test_a_finished_box_keeps_no_pipe_open() -> None:
     assert (proc.stdout.closed, proc.stderr.closed) == (True, True)
 
 
-class _Slow(BaseHTTPRequestHandler):
+class _Slow(CountingGateway):
     """A gateway that answers every GET after 0.2 s; counts the requests in flight."""
 
-    lock = threading.Lock()
-    open = peak = 0
-
-    def do_GET(self) -> None:
-        cls = type(self)
-        with cls.lock:
-            cls.open += 1
-            cls.peak = max(cls.peak, cls.open)
-        try:
-            time.sleep(0.2)
-            body = b'{"status": "ok"}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        finally:
-            with cls.lock:
-                cls.open -= 1
-
-    def log_message(self, *_: Any) -> None:
-        pass
+    delay = 0.2
 
 
 def test_boxes_in_line_for_their_probes_get_their_answers_past_the_runs_first_deadline() -> None:
