@@ -10,9 +10,7 @@ the callback), and the waits that follow must end within a slice, not at the box
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -28,6 +26,7 @@ from reconciler import cli, interrupts
 from reconciler.observe import observe
 from reconciler.observe.probes import ProbeRun
 from reconciler.observe.transport import OUTPUT_LIMIT_BYTES, RemoteResult, Running
+from tests.unit.test_review3_caches import interrupted_replay
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 8.0  # what the hanging box may take: the waits below must end long before it
@@ -167,42 +166,4 @@ def test_only_the_main_threads_waits_end_on_the_record() -> None:
 def test_ctrl_c_during_a_replay_with_workers_under_the_commands_handler(tmp_path: Path) -> None:
     """A replay's workers are forked from a process running the command's handler: they still
     ignore Ctrl-C (replay_workers._Job.take), and the replay ends with 130 and no traceback."""
-    started = tmp_path / "started"
-    code = (
-        "import sys, time\n"
-        "from reconciler import interrupts\n"
-        "from reconciler.replay_workers import map_boxes\n"
-        "def job(name):\n"
-        "    if name == 'box-0':\n"
-        f"        open({str(started)!r}, 'a').close()\n"
-        "        time.sleep(2)\n"
-        "    return name\n"
-        "try:\n"
-        "    with interrupts.handled():\n"
-        "        map_boxes(job, [f'box-{i}' for i in range(160)], 2)\n"
-        "except KeyboardInterrupt:\n"
-        "    print('interrupted', flush=True)\n"
-        "    sys.exit(130)\n"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a group of its own, as a terminal's: Ctrl-C reaches them all
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert started.exists(), "no worker started"
-        time.sleep(0.5)  # the other worker through the other chunks, waiting for more
-        os.killpg(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert (process.returncode, out.strip()) == (130, "interrupted"), err
-    assert "Traceback" not in err and "Error" not in err, err
+    interrupted_replay(tmp_path, handled=True)

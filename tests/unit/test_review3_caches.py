@@ -297,9 +297,18 @@ def test_ctrl_c_during_a_replay_with_workers_prints_no_traceback(tmp_path: Path)
     for more: Ctrl-C made the idle one die with a traceback of its own, the pool break and its
     manager thread raise InvalidStateError on the cancelled chunks. Now the chunks not started
     are cancelled and the one running is let finish (a real chunk: a fraction of a second)."""
+    interrupted_replay(tmp_path)
+
+
+def interrupted_replay(tmp_path: Path, handled: bool = False) -> None:
+    """A replay's workers (map_boxes over 160 boxes, 2 workers) sent Ctrl-C while one compares
+    the first chunk: the replay ends with 130, and nothing prints a traceback. `handled`: the
+    replay runs under the command's SIGINT handler (interrupts.handled), as cli.main runs it."""
     started = tmp_path / "started"
+    replay = "map_boxes(job, [f'box-{i}' for i in range(160)], 2)\n"
     code = (
         "import os, sys, time\n"
+        "from reconciler import interrupts\n"
         "from reconciler.replay_workers import map_boxes\n"
         "def job(name):\n"
         "    if name == 'box-0':\n"
@@ -307,8 +316,8 @@ def test_ctrl_c_during_a_replay_with_workers_prints_no_traceback(tmp_path: Path)
         "        time.sleep(3)\n"
         "    return name\n"
         "try:\n"
-        "    map_boxes(job, [f'box-{i}' for i in range(160)], 2)\n"
-        "except KeyboardInterrupt:\n"
+        + ("    with interrupts.handled():\n        " + replay if handled else "    " + replay)
+        + "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n"
         "    sys.exit(130)\n"
     )
