@@ -41,7 +41,7 @@ from reconciler.observe.document import (
     transport_fault,
 )
 from reconciler.observe.early import EarlyStart, launch
-from reconciler.observe.probes import GRACE_S, unanswered_gateway
+from reconciler.observe.probes import GRACE_S, unanswered_gateway, unmade_gateway
 from reconciler.observe.transport import Background, Pool, Running
 from reconciler.pids import may_run
 
@@ -167,8 +167,12 @@ def gather(
         controller = probes.result(max(0.0, started + timeout + PROBES_GRACE_S - time.monotonic()))
     except TimeoutError:  # a probe that hangs is its box's failed probe, never the run's hang
         controller = {box: unanswered_gateway(timeout) for box in running}
-    except Exception:  # the probes are a part of each box's observation, never the run's end
-        controller = {}
+    except Exception as exc:  # the probes are a part of each box's observation, never the run's end
+        # Each box's probes say the controller could not make them (its fault, never the
+        # gateway's). An empty answer read as no probes made at all: the mesh side unobserved
+        # and nothing said of why.
+        why = f"{type(exc).__name__} in its probes"  # the kind only: the text could hold anything
+        controller = {box: unmade_gateway(why) for box in running}
     elapsed = time.monotonic() - started
     out = {}
     for box, (raw, doc) in answers.items():

@@ -219,6 +219,12 @@ def unanswered(budget: float) -> dict[str, Any]:
     return {"status": None, "error": f"no answer within {budget:g} s"}
 
 
+def unmade_gateway(why: str) -> dict[str, Any]:
+    """A gateway whose probes the controller could not make (observe.gather: they failed
+    before any answer was kept; `why` names the exception's kind, never its text)."""
+    return {probe: not_made(why) for probe, _ in PATHS}
+
+
 def unanswered_gateway(budget: float) -> dict[str, Any]:
     """A gateway none of whose probes finished in time (observe.gather gave up waiting)."""
     return {probe: unanswered(budget) for probe, _ in PATHS}

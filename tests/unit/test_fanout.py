@@ -20,6 +20,7 @@ import pytest
 from reconciler.observe import fanout
 from reconciler.observe.document import FaultKind
 from reconciler.observe.observe import _finish_each, gather
+from reconciler.observe.probes import NOT_MADE, PATHS
 from reconciler.observe.transport import Running
 
 ANSWER = '{"collector": 0}'  # valid JSON; the document parser refuses it as a fault, fine here
@@ -136,6 +137,21 @@ def test_gather_reads_queued_boxes_like_running_ones() -> None:
     assert list(found) == ["thor", "spark", "orin"]
     assert all(obs.failure is not None for obs in found.values())  # '{"collector": 0}' is refused
     assert all(obs.failure.kind is not FaultKind.UNREACHABLE for obs in found.values())  # type: ignore[union-attr]
+
+
+def test_gather_says_each_boxs_probes_were_not_made_when_the_probes_fail_whole() -> None:
+    # The probes' run raising (a bug, a limit) used to leave every box with no probes at all:
+    # its gateway read as never probed, and nothing said why.
+    handles, _ = _fleet({"thor": 0.05, "spark": 0.05}, size=2)
+    failed: Future[dict[str, dict[str, object]]] = Future()
+    failed.set_exception(RuntimeError("a secret-looking text hf_abcdef"))
+    found = gather(handles, failed, 30.0)
+    for obs in found.values():
+        assert set(obs.controller) == {probe for probe, _ in PATHS}
+        for probe in obs.controller.values():
+            assert probe["status"] is None
+            assert probe["error"].startswith(NOT_MADE)
+            assert "RuntimeError" in probe["error"] and "hf_" not in probe["error"]
 
 
 # -- the limit -------------------------------------------------------------------------------------
