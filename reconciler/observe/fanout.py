@@ -93,10 +93,44 @@ def configure(max_parallel: int | None = None, timeout: float | None = None) -> 
 
 def limit() -> int:
     if "max_parallel" in _configured:
-        return int(_configured["max_parallel"])
+        return within_open_files(int(_configured["max_parallel"]))
     if os.environ.get(LIMIT_ENV):
-        return parse_limit(os.environ[LIMIT_ENV])
+        return within_open_files(parse_limit(os.environ[LIMIT_ENV]))
     return default_limit()
+
+
+_lowered: set[int] = set()
+
+
+def within_open_files(asked: int) -> int:
+    """An asked limit (`--max-parallel`, $FLEET_MAX_PARALLEL) that this process's open files
+    can hold: its soft limit is raised toward the hard one as far as the boxes need (a process
+    may; 1,024 is a soft default for select(), which nothing here uses), and past the hard one
+    the limit is lowered to what fits, said once on stderr. Asked beyond it, the boxes past
+    the limit failed one by one with EMFILE, each said as that box's failure."""
+    needed = FDS_RESERVED + asked * FDS_PER_BOX
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return asked
+    wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # left as it is: the limit is lowered below instead
+    fits = max(1, (soft - FDS_RESERVED) // FDS_PER_BOX)
+    if fits >= asked:
+        return asked
+    if asked not in _lowered:
+        _lowered.add(asked)
+        print(
+            f"reconcile: observing at most {fits} boxes at once, not {asked}: this process may "
+            f"open {soft} files and a box in flight holds up to {FDS_PER_BOX} (raise `ulimit -n` "
+            "for more)",
+            file=sys.stderr,
+        )
+    return fits
 
 
 def settings_problem() -> str | None:

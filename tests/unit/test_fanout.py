@@ -9,6 +9,7 @@ test_transport_bounded.py): what is under test is the controller's scheduling an
 from __future__ import annotations
 
 import io
+import resource
 import subprocess
 import sys
 import threading
@@ -159,6 +160,45 @@ def test_the_default_limit_is_per_core_within_the_open_file_limit() -> None:
     assert fanout.default_limit(cpus=2, open_files=20000) == 64
     assert fanout.default_limit(cpus=16, open_files=1024) == (1024 - 64) // 8
     assert fanout.default_limit(cpus=1, open_files=64) == fanout.MIN_LIMIT
+
+
+def _limit_under(soft: int, hard: int, asked: str) -> tuple[int, int, str]:
+    """fanout.limit() for --max-parallel `asked`, in a process whose open files are (soft,
+    hard): the limit used, the soft limit after, what was said on stderr."""
+    script = (
+        "import resource; from reconciler.observe import fanout\n"
+        f"fanout.configure(max_parallel={asked})\n"
+        "print(fanout.limit(), fanout.limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)),
+    )
+    first, second, after = map(int, ran.stdout.split())
+    assert first == second
+    return first, after, ran.stderr
+
+
+def test_an_asked_limit_raises_the_soft_open_file_limit_as_far_as_its_boxes_need() -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 2000:
+        pytest.fail(f"this test needs a hard open-file limit of 2,000 or more, not {hard}")
+    used, soft, said = _limit_under(128, hard, "200")
+    assert used == 200 and soft == fanout.FDS_RESERVED + 200 * fanout.FDS_PER_BOX
+    assert said == ""
+    used, soft, said = _limit_under(4096, hard, "200")  # enough already: left alone
+    assert (used, soft, said) == (200, 4096, "")
+
+
+def test_an_asked_limit_past_the_hard_open_file_limit_is_lowered_and_said_once() -> None:
+    # Before, the boxes past what fitted each failed with EMFILE, as if the box had.
+    used, soft, said = _limit_under(128, 128, "40")
+    assert used == (128 - fanout.FDS_RESERVED) // fanout.FDS_PER_BOX == 8 and soft == 128
+    assert said.count("observing at most 8 boxes at once, not 40") == 1, said
 
 
 def test_the_limit_and_timeout_come_from_the_command_line_then_the_environment(
