@@ -35,6 +35,7 @@ from reconciler.observe.document import (
 )
 from reconciler.observe.early import EarlyStart
 from reconciler.observe.observe import BoxObservation, gather, load_snapshot
+from reconciler.observe.probes import NOT_MADE
 from reconciler.observe.transport import RemoteResult
 from reconciler.report import render
 
@@ -394,7 +395,11 @@ def test_probes_that_crashed_leave_every_box_observed() -> None:
     failed: Future[Any] = Future()
     failed.set_exception(RuntimeError("httpx blew up"))
     found = gather({"thor": Answered("thor", text(collected()))}, failed, 5.0)  # type: ignore[dict-item]
-    assert found["thor"].document is not None and found["thor"].probes.health is None
+    assert found["thor"].document is not None
+    # Each probe says the controller could not make it (its kind, never its text)
+    health = found["thor"].probes.health
+    assert health is not None and health.status is None and health.error is not None
+    assert health.error.startswith(NOT_MADE) and "blew up" not in health.error
 
 
 def test_a_hostile_gateway_body_in_the_controller_probes_is_that_probes_error() -> None:
