@@ -129,6 +129,7 @@ def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
             yield from _argv(exp, service, spec, c)
             yield from _env(exp, service, spec, c, images)
             yield from _runtime(exp, service, spec, c)
+            yield from _restart(exp, service, spec, c)
         for extra in group[1:]:
             # Its ports too, as the duplicate's own (recreating the service would not unpublish
             # them): what a person decides about it decides about them.
@@ -309,6 +310,42 @@ def _runtime(exp: BoxExpectation, service: str, spec: Service, c: Container) -> 
         source=c.name,
         note="created from another compose chain (a GPU file dropped?)",
     )
+
+
+def _restart(exp: BoxExpectation, service: str, spec: Service, c: Container) -> Iterator[Drift]:
+    """The restart policy the render names against the container's. A lane whose policy was
+    changed to `no` by hand does not come back after the box reboots, and nothing else tells:
+    its config hash is unchanged, so `docker compose up` leaves it as it is. A render naming
+    none, or a container whose policy was not collected (an older snapshot), is not compared."""
+    want, got = spec.restart, c.restart_policy
+    if want is None or got is None or want == got:
+        return
+    r = rule("container.restart")
+    # The command is offered only for a policy docker takes (the render's text is the box's).
+    fix = (
+        f"`docker update --restart {want} {c.name}` puts it back without a recreate"
+        if _docker_takes(want)
+        else "not a policy docker takes"
+    )
+    yield Drift(
+        exp.name,
+        r.kind,
+        _subject(service),
+        "restart",
+        want,
+        got,
+        _action(r, service),
+        source=c.name,
+        note=f"changed after it was created ({fix})",
+    )
+
+
+def _docker_takes(policy: str) -> bool:
+    """A policy `docker update --restart` takes: no, always, unless-stopped, on-failure[:N]."""
+    if policy in ("no", "always", "unless-stopped", "on-failure"):
+        return True
+    count = policy.removeprefix("on-failure:")
+    return count != policy and count.isascii() and count.isdigit() and len(count) <= 9
 
 
 def _env(

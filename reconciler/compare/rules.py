@@ -59,6 +59,12 @@ RULES: dict[str, Rule] = {
         # The OCI runtime the render names (`runtime: nvidia`); none named: the engine's default.
         Rule("container.runtime", Kind.STATE, "compose render: runtime",
              "docker inspect: HostConfig.Runtime", "strict", Action.RECREATE),
+        # The restart policy the render names (`restart: unless-stopped`) against the one the
+        # container holds: `docker update --restart` changes it without any recreate, and no
+        # `compose up` puts it back (the config hash is unchanged). Report-only: the fix is
+        # that same `docker update`, not a recreate that would reload the lane's model.
+        Rule("container.restart", Kind.STATE, "compose render: restart",
+             "docker inspect: HostConfig.RestartPolicy", "strict", Action.REPORT),
         Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
         Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
              Action.RECREATE),

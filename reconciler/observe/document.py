@@ -706,6 +706,9 @@ class Container:
     config_files: str | None = None
     started_at: str | None = None
     runtime: str | None = None
+    # HostConfig.RestartPolicy as compose writes `restart` (collector.restart_policy); None
+    # where not recorded (a snapshot of an earlier collector): then never compared.
+    restart_policy: str | None = None
     # A `docker compose run` container (label com.docker.compose.oneoff=True): never its
     # service's container. False also where not recorded (a snapshot of an earlier collector),
     # so such a snapshot compares as it always did.
@@ -747,6 +750,7 @@ class Service:
     profiles: tuple[str, ...] = ()
     container_name: str | None = None
     runtime: str | None = None
+    restart: str | None = None  # `restart:` (None: the render names none, or not recorded)
 
 
 @document()
@@ -1279,6 +1283,7 @@ def _container(r: _Reader, raw: Any, path: str) -> Container:
         config_files=_opt_text(get("config_files", False), f"{path}.config_files"),
         started_at=_opt_text(get("started_at", False), f"{path}.started_at"),
         runtime=_opt_text(get("runtime", False), f"{path}.runtime"),
+        restart_policy=_opt_text(get("restart_policy", False), f"{path}.restart_policy"),
         oneoff=_bool(_or(get("oneoff", False), False), f"{path}.oneoff"),
     )
 
@@ -1372,6 +1377,7 @@ def _service(raw: Any, path: str) -> Service:
         profiles=_names(_or(obj.get("profiles"), []), f"{path}.profiles"),
         container_name=_opt_name(obj.get("container_name"), f"{path}.container_name"),
         runtime=_opt_text(obj.get("runtime"), f"{path}.runtime"),
+        restart=_opt_text(obj.get("restart"), f"{path}.restart"),
     )
 
 

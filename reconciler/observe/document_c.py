@@ -115,6 +115,7 @@ class _Container(Struct, forbid_unknown_fields=True, gc=False):
     config_files: Text | None = None
     started_at: Text | None = None
     runtime: Text | None = None
+    restart_policy: Text | None = None
     oneoff: bool | None = None
 
 
@@ -140,6 +141,7 @@ class _Service(Struct, forbid_unknown_fields=True, gc=False):
     profiles: Texts | None = None
     container_name: Text | None = None
     runtime: Text | None = None
+    restart: Text | None = None
 
 
 class _Render(Struct, forbid_unknown_fields=True, gc=False):
@@ -364,6 +366,7 @@ def _container(c: _Container) -> Container:
         config_files=c.config_files,
         started_at=c.started_at,
         runtime=c.runtime,
+        restart_policy=c.restart_policy,
         oneoff=c.oneoff is True,
     )
 
@@ -421,6 +424,7 @@ def _service(s: _Service) -> Service:
         profiles=s.profiles or (),
         container_name=_opt_name(s.container_name, "container_name"),
         runtime=s.runtime,
+        restart=s.restart,
     )
 
 

@@ -2939,8 +2939,24 @@ def render(run, project, env):
             "profiles": svc.get("profiles") or [],
             "container_name": svc.get("container_name"),
             "runtime": svc.get("runtime"),
+            "restart": svc.get("restart"),
         }
     return {"services": services}
+
+
+def restart_policy(policy):
+    """HostConfig.RestartPolicy as compose writes a service's `restart`: `unless-stopped`,
+    `on-failure:3` (a retry count, when one is set), `no` (the engine's "" too); None when
+    the engine said nothing usable."""
+    if not isinstance(policy, dict):
+        return None
+    name = policy.get("Name")
+    if not isinstance(name, str):
+        return None
+    count = policy.get("MaximumRetryCount")
+    if name == "on-failure" and isinstance(count, int) and count > 0:
+        return "on-failure:%d" % count
+    return name or "no"
 
 
 def _reader(into, kind):
@@ -3705,6 +3721,7 @@ def containers(run):
                 "started_at": state.get("StartedAt"),
                 "ports": host.get("PortBindings") or {},
                 "runtime": host.get("Runtime"),
+                "restart_policy": restart_policy(host.get("RestartPolicy")),
                 "ips": sorted(n.get("IPAddress") for n in nets.values() if n.get("IPAddress")),
                 # A `docker compose run` container: compose labels it oneoff "True" (its
                 # service's own "False"); it keeps the service's label, yet is never the
