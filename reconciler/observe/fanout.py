@@ -106,8 +106,8 @@ def within_open_files(asked: int) -> int:
     """An asked limit (`--max-parallel`, $FLEET_MAX_PARALLEL) that this process's open files
     can hold: its soft limit is raised toward the hard one as far as the boxes need (a process
     may; 1,024 is a soft default for select(), which nothing here uses), and past the hard one
-    the limit is lowered to what fits, said once on stderr. Asked beyond it, the boxes past
-    the limit failed one by one with EMFILE, each said as that box's failure."""
+    the limit is lowered to what fits, said once on stderr. (Before, a limit the open files
+    could not hold had the boxes past what fitted fail one by one with EMFILE.)"""
     needed = FDS_RESERVED + asked * FDS_PER_BOX
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
