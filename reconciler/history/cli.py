@@ -332,7 +332,7 @@ def _unlike(a: RunInfo, b: RunInfo) -> str | None:
 def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
     """A stored run as the diff reads it, with how each of its boxes was observed."""
     from reconciler.history.diff import Side
-    from reconciler.history.parts import known
+    from reconciler.history.parts import GATEWAY_PROBE, known, probe_sides
     from reconciler.history.store import (
         boxes_of,
         entries_of,
@@ -343,11 +343,19 @@ def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
 
     boxes = boxes_of(conn, run.id)
     faults: dict[str, tuple[str, ...] | None] = {}
+    probes: dict[str, frozenset[str] | None] = {}
     if run.command == "drift":  # an audit's faults hide no finding (it has no entries)
-        # A run recorded before the parts were kept: read from its report's error texts.
+        # A run recorded before the parts were kept: read from its report's error texts; so
+        # are whose gateway probes faulted (the box's or the controller's).
         old = any(b.faults is None and b.errors for b in boxes)
-        texts = errors_of(conn, run.id) if old else {}
+        probed = any(GATEWAY_PROBE in (b.faults or ()) for b in boxes)
+        texts = errors_of(conn, run.id) if old or probed else {}
         faults = {b.box: known(b.errors, b.faults, texts.get(b.box)) for b in boxes}
+        probes = {
+            box: probe_sides(texts.get(box))
+            for box, parts in faults.items()
+            if GATEWAY_PROBE in (parts or ())
+        }
     return Side(
         f"run {run.id} ({run.command} {run.started_at}, {run.run_id})",
         entries_of(conn, run.id),
@@ -356,4 +364,5 @@ def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
         boxes={b.box: b.observation for b in boxes},
         name=f"run {run.id}",
         faults=faults,
+        probes=probes,
     )

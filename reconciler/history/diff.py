@@ -39,6 +39,9 @@ class Side:
     # Per box, the parts of its faults (history/parts.py: parts.known, NOT_RECORDED for a fault
     # of an older run whose text names none). A box not here had none.
     faults: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
+    # Per box with a gateway-probe fault, whose probes those are (parts.probe_sides: LOOPBACK,
+    # CONTROLLER); None or absent: not known, every probe's entries left not compared.
+    probes: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
 
     def observation(self, box: str) -> str:
         if self.boxes is None:
@@ -142,7 +145,7 @@ class RunDiff:
 
 
 def diff_sides(a: Side, b: Side) -> RunDiff:
-    from reconciler.history.parts import column
+    from reconciler.history.parts import GATEWAY, column, probe_of
 
     unseen = _unseen(a, b)
     skipped = {u.box for u in unseen if not u.columns}
@@ -154,9 +157,17 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
     # appeared nor cleared (dockerd down is no lane in sync); its findings and observed
     # values are still compared (the observation says the engine did not answer).
     hidden = {(u.box, col) for u in unseen for col in u.columns}
+    # What a probe saw itself stays compared when only the other probe faulted (an auth entry
+    # names its probe): a loopback probe timing out says nothing of the controller's answer.
+    kept = {u.box: kept_probes(u.box, a, b) for u in unseen if GATEWAY in u.columns}
 
     def compared(e: EntryRow) -> bool:
-        return e.box not in skipped and (e.box, column(e.subject)) not in hidden
+        if e.box in skipped:
+            return False
+        col = column(e.subject)
+        if (e.box, col) not in hidden:
+            return True
+        return col == GATEWAY and probe_of(e.path) in kept.get(e.box, ())
 
     before = {e.key: e for e in a.entries if compared(e)}
     after = {e.key: e for e in b.entries if compared(e)}
@@ -239,7 +250,7 @@ def _covered(a: Side, b: Side) -> list[str]:
 
 def _partly(box: str, a: Side, b: Side) -> Unseen | None:
     """A box observed in both runs, with columns one of them did not observe, or None."""
-    from reconciler.history.parts import words
+    from reconciler.history.parts import GATEWAY, words
 
     columns = a.unseen(box) | b.unseen(box)
     if not columns:
@@ -254,9 +265,39 @@ def _partly(box: str, a: Side, b: Side) -> Unseen | None:
             what = ", ".join(named) if named else "some part (not recorded which)"
             said.append(f"{what} not observed in {side.name or side.label}")
     reason = f"{box}: {'; '.join(said)}: its entries on {words(columns)} not compared"
+    probes = sorted(kept_probes(box, a, b)) if GATEWAY in columns else []
+    if probes:
+        reason += f" (but those the {' and '.join(probes)} probe saw itself)"
     ordered = tuple(sorted(columns))
     changed = a.unseen(box) != b.unseen(box)
     return Unseen(box, FULL, FULL, reason, columns=ordered, faults_changed=changed)
+
+
+def kept_probes(box: str, a: Side, b: Side) -> frozenset[str]:
+    """The probes (parts.LOOPBACK, CONTROLLER) whose own entries on the box's gateway both runs
+    observed: every probe but those a gateway-probe fault of either run was of, when no other
+    fault of either left the gateway unseen and each run knows whose its probe faults were."""
+    from reconciler.history.parts import (
+        CONTROLLER,
+        GATEWAY,
+        GATEWAY_PROBE,
+        LOOPBACK,
+        unseen_columns,
+    )
+
+    kept = {LOOPBACK, CONTROLLER}
+    for side in (a, b):
+        faults = side.faults.get(box, ())
+        if faults is None:
+            return frozenset()
+        if GATEWAY in unseen_columns([f for f in faults if f != GATEWAY_PROBE]):
+            return frozenset()
+        if GATEWAY_PROBE in faults:
+            whose = side.probes.get(box)
+            if whose is None:
+                return frozenset()
+            kept -= whose
+    return frozenset(kept)
 
 
 _OBSERVED = {"partial": "only partly observed", "none": "not observed", ABSENT: "not"}

@@ -17,6 +17,7 @@ entry of a box whose login shell once timed out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -108,6 +109,43 @@ def unseen_columns(faults: Sequence[str] | None) -> frozenset[str]:
             return EVERY
         out.update(LANES if col == HTML_LANES else col for col in _UNSEEN.get(part, ()))
     return frozenset(out)
+
+
+# Whose probe of the gateway a gateway-probe fault is (compare/box.py's `where`): the box's own
+# (`gateway health (loopback)`, the lanes' windows read through it) or the controller's
+# (`gateway health (from the controller)`). An auth entry names the probe that saw it
+# (compare/gateway.py: `GET /v1/models without key (controller)`).
+LOOPBACK, CONTROLLER = "loopback", "controller"
+_BY_CONTROLLER = re.compile(r"gateway [a-z_]+ \(from the controller\): ")
+GATEWAY_PROBE = "gateway-probe"
+
+
+def probe_sides(texts: Iterable[Any] | None) -> frozenset[str] | None:
+    """Whose probes (LOOPBACK, CONTROLLER) a box's gateway-probe faults are, read from its
+    faults' texts; None when not known (no texts: a report that could not be read)."""
+    if texts is None:
+        return None
+    out: set[str] = set()
+    for text in texts:
+        if not isinstance(text, str):
+            return None
+        if _BY_CONTROLLER.match(text) or text.startswith("controller probes"):
+            out.add(CONTROLLER)  # its probes, or its record of them (compare/box.py)
+            continue
+        part = part_of(text)
+        if part is None:
+            return None  # a fault naming no part: whose probe it may be is not known
+        if part == GATEWAY_PROBE:
+            out.add(LOOPBACK)
+    return frozenset(out)
+
+
+def probe_of(path: str) -> str | None:
+    """The probe an entry's path says saw it (LOOPBACK, CONTROLLER), or None (most entries)."""
+    for side in (LOOPBACK, CONTROLLER):
+        if path.endswith(f"({side})"):
+            return side
+    return None
 
 
 def column(subject: str) -> str:
