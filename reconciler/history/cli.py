@@ -332,7 +332,7 @@ def _unlike(a: RunInfo, b: RunInfo) -> str | None:
 def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
     """A stored run as the diff reads it, with how each of its boxes was observed."""
     from reconciler.history.diff import Side
-    from reconciler.history.parts import GATEWAY_PROBE, known, probe_sides
+    from reconciler.history.parts import GATEWAY_PROBE, known, probes_of
     from reconciler.history.store import (
         boxes_of,
         entries_of,
@@ -351,11 +351,7 @@ def _side(conn: sqlite3.Connection, run: RunInfo) -> Side:
         probed = any(GATEWAY_PROBE in (b.faults or ()) for b in boxes)
         texts = errors_of(conn, run.id) if old or probed else {}
         faults = {b.box: known(b.errors, b.faults, texts.get(b.box)) for b in boxes}
-        probes = {
-            box: probe_sides(texts.get(box))
-            for box, parts in faults.items()
-            if GATEWAY_PROBE in (parts or ())
-        }
+        probes = probes_of(faults, texts)
     return Side(
         f"run {run.id} ({run.command} {run.started_at}, {run.run_id})",
         entries_of(conn, run.id),

@@ -139,6 +139,18 @@ def probe_sides(texts: Iterable[Any] | None) -> frozenset[str] | None:
     return frozenset(out)
 
 
+def probes_of(
+    faults: dict[str, tuple[str, ...] | None], texts: dict[Any, Any]
+) -> dict[str, frozenset[str] | None]:
+    """`probe_sides` of each box with a gateway-probe fault, from its faults' `texts` (by box):
+    what a diff's Side keeps, for a stored run and for a judged snapshot alike."""
+    return {
+        box: probe_sides(texts.get(box))
+        for box, parts in faults.items()
+        if GATEWAY_PROBE in (parts or ())
+    }
+
+
 def _by_controller(text: str) -> bool:
     """`gateway <probe> (from the controller): ...` (a string test: this module is imported on
     every drift run, which compiles no regex it does not use)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.history.diff import Side
-from reconciler.history.parts import GATEWAY_PROBE, known, probe_sides
+from reconciler.history.parts import known, probes_of
 from reconciler.history.record import RunRecord
 
 
@@ -40,7 +40,7 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
         if judged is not None:  # how the drift judged each box observed, and its faults
             entries, seen = tuple(judged.entries), {b.box: b.observation for b in judged.boxes}
             faults = {b.box: known(b.errors, b.faults) for b in judged.boxes}
-            probes = _probes(judged, faults)
+            probes = probes_of(faults, _error_texts(judged))
         else:  # no drift judged: how each box file says it was observed
             entries, seen = (), {box: _observed(doc) for box, doc in observations.items()}
         label = f"snapshot {directory}"
@@ -48,20 +48,10 @@ def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Si
     return sides[0], sides[1]
 
 
-def _probes(
-    judged: RunRecord, faults: dict[str, tuple[str, ...] | None]
-) -> dict[str, frozenset[str] | None]:
-    """Whose gateway probes faulted (parts.probe_sides), per box with a gateway-probe fault,
-    from the judged report's error texts."""
+def _error_texts(judged: RunRecord) -> dict[Any, Any]:
+    """Each box's fault texts, as the judged report keeps them (`boxes[].errors`)."""
     report = judged.report if isinstance(judged.report, dict) else {}
-    texts = {
-        b.get("box"): b.get("errors") for b in report.get("boxes") or () if isinstance(b, dict)
-    }
-    return {
-        box: probe_sides(texts.get(box))
-        for box, parts in faults.items()
-        if GATEWAY_PROBE in (parts or ())
-    }
+    return {b.get("box"): b.get("errors") for b in report.get("boxes") or () if isinstance(b, dict)}
 
 
 def _observed(doc: Any) -> str:
