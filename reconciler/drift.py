@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -34,6 +33,7 @@ from reconciler.observe.observe import (
 from reconciler.observe.payload import new_run_key
 from reconciler.observe.snapshot_key import KeyOnce, trust_observation
 from reconciler.observe.snapshot_key import record as record_masks
+from reconciler.records import record_class
 from reconciler.replay_workers import map_boxes, map_chunks, worker_count
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 NOT_IN_SNAPSHOT = Fault(FaultKind.NOT_OBSERVED, "not in the snapshot")
 
 
-@dataclass(frozen=True)
+@record_class()
 class DriftRun:
     """A drift run's report and the observations it was judged on."""
 

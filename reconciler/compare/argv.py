@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reconciler.compare.drift import Value
 from reconciler.compare.inline import shown_flag
 from reconciler.compare.values import argv_items, flags_of, same, value
 from reconciler.observe.document import EnvValue
+from reconciler.records import record_class
 from reconciler.scrub import flag_values, secret_flag
 
 Argv = tuple[EnvValue, ...]
 
 
-@dataclass(frozen=True)
+@record_class()
 class ArgvDiff:
     """One difference of two command lines, in drift terms."""
 

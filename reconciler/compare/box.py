@@ -7,7 +7,6 @@ returns a BoxResult. A box whose answer could not be read has no document, only 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler.compare.composefiles import compare_compose_files
@@ -35,10 +34,11 @@ from reconciler.observe.document import (
     Observed,
     SourceSpec,
 )
+from reconciler.records import field, record_class, replace
 from reconciler.scrub import scrub_text
 
 
-@dataclass(frozen=True)
+@record_class()
 class Replayed:
     """What a saved observation (a snapshot's box) is replayed against beyond the expectation:
     the desired state's deployment directory (`~/...`, as it gives it) and ssh_user, each

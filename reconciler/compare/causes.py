@@ -44,10 +44,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from reconciler.compare.drift import BoxResult, Drift, Kind, SecretValue
 from reconciler.desired import roles
+from reconciler.records import record_class
 
 __all__ = ["Cause", "Link", "group_causes", "link_box", "own_cause"]
 
@@ -82,7 +82,7 @@ _VERSION_KEYS = frozenset({"MODEL_GEAR_VERSION"})
 IMAGE_KNOB = "image"
 
 
-@dataclass(frozen=True)
+@record_class()
 class Link:
     """One entry's place: the cause that explains it, and whether it is that change itself."""
 
@@ -90,7 +90,7 @@ class Link:
     symptom: bool  # False: the entry is the change (or part of it); True: it follows from it
 
 
-@dataclass(frozen=True)
+@record_class()
 class Cause:
     """One cause across the fleet: the entries that are the change, then those it explains."""
 

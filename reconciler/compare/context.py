@@ -5,11 +5,11 @@ Built by the caller from a Fleet; compare/ never loads files or opens connection
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from reconciler.desired import roles
 from reconciler.desired.entries import EnvEntry, SecretName
+from reconciler.records import field, record_class
 
 if TYPE_CHECKING:
     from reconciler.compare.values import Flags
@@ -28,7 +28,7 @@ KNOB_FLAGS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@record_class()
 class LaneExpectation:
     """What one lane should be: its service, image, model limits and the `.env` knobs it reads."""
 
@@ -66,7 +66,7 @@ class LaneExpectation:
         object.__setattr__(self, "knob_secrets", frozenset(secrets))
 
 
-@dataclass(frozen=True)
+@record_class()
 class GatewayExpectation:
     """How the gateway should listen and answer: bind, port, auth mode, health timeout."""
 
@@ -76,7 +76,7 @@ class GatewayExpectation:
     health_timeout_s: int
 
 
-@dataclass(frozen=True)
+@record_class()
 class ContractExpectation:
     """What the gateway must advertise for one role (desired/models.py RoleContract)."""
 
@@ -85,7 +85,7 @@ class ContractExpectation:
     feasible: bool
 
 
-@dataclass(frozen=True)
+@record_class()
 class BoxExpectation:
     """Plain values only (no validation models): compare needs nothing else, and a drift run
     reuses these between runs without importing pydantic (reconciler/drift_inputs.py)."""

@@ -6,12 +6,12 @@ with a keyed digest, and a drift carries `SecretValue(digest)`, which reports re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 # A secret as the box's keyed digest: the observation document's type, carried as is.
 from reconciler.observe.document import SecretValue
+from reconciler.records import field, record_class
 
 __all__ = [
     "Action",
@@ -58,7 +58,7 @@ class Action(StrEnum):
 Value = str | int | float | bool | None | SecretValue | tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@record_class()
 class Drift:
     """One difference. Sorted by (box, kind, subject, path) so every report is stable."""
 
@@ -152,7 +152,7 @@ class BoxError(str):
         return (self.part, self.where, self.what)
 
 
-@dataclass(frozen=True)
+@record_class()
 class BoxResult:
     """Everything known about one box after a run: drift, or why it could not be observed."""
 
@@ -173,7 +173,7 @@ class BoxResult:
         return "full" if self.reachable else "none"
 
 
-@dataclass(frozen=True)
+@record_class()
 class DriftReport:
     """The drift of every box of one run, in inventory order."""
 

@@ -26,12 +26,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 
 from reconciler.compare import inline
 from reconciler.compare.envfile import EMPTY_IS_OFF, env_file_readers
 from reconciler.desired.entries import EnvEntry, SecretName
 from reconciler.observe.document import EnvValue, Observed, Render, SecretValue
+from reconciler.records import replace
 
 
 def env_basis(pairs: Mapping[str, EnvValue]) -> str:

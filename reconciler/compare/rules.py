@@ -7,15 +7,15 @@ not in the table is not compared.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from reconciler.compare.drift import Action, Kind
+from reconciler.records import record_class
 
 Mode = Literal["strict", "allow_more_present", "ignore"]
 
 
-@dataclass(frozen=True)
+@record_class()
 class Rule:
     """How one kind of drift is found and what apply does about it."""
 

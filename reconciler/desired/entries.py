@@ -6,17 +6,17 @@ validation models. A secret is only ever its name here; its value is read where 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from reconciler.records import record_class
 
 
-@dataclass(frozen=True)
+@record_class()
 class SecretName:
     """A reference to a declared secret (`secrets.<name>` in group_vars), never its value."""
 
     secret: str
 
 
-@dataclass(frozen=True)
+@record_class()
 class EnvEntry:
     """One managed `.env` key: its desired value (or a secret name), and the YAML path behind it."""
 

@@ -357,9 +357,9 @@ def _observations(
 
     boxes = [b["box"] for b in doc["boxes"]]
     if observed:
-        # The snapshot file's fields, by reference: dataclasses.asdict would deep-copy every
+        # The snapshot file's fields, by reference: records.asdict would deep-copy every
         # box's whole answer (~100 ms on the lab) only to serialise it.
-        from dataclasses import fields
+        from reconciler.records import fields
 
         kept = {
             b: {f.name: getattr(observed[b], f.name) for f in fields(observed[b])}

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from reconciler.records import field, record_class
 
 MESH = "(mesh)"  # the box column of a finding about the mesh as a whole
 
 
-@dataclass(frozen=True)
+@record_class()
 class BoxRow:
     """One box of a recorded run: reachable, how much drift, the verdict."""
 
@@ -33,7 +34,7 @@ class BoxRow:
     faults: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@record_class()
 class EntryRow:
     """One drift entry as the history stores it (values as JSON, secrets hashed)."""
 
@@ -55,7 +56,7 @@ class EntryRow:
         return (self.box, self.kind, self.subject, self.path)
 
 
-@dataclass(frozen=True)
+@record_class()
 class FindingRow:
     """One audit finding as the history stores it."""
 
@@ -65,7 +66,7 @@ class FindingRow:
     message: str
 
 
-@dataclass(frozen=True)
+@record_class()
 class RunRecord:
     """One run as the history stores it: its header, boxes, entries, findings, observations."""
 
@@ -168,7 +169,7 @@ def box_rows(
     return row, rows
 
 
-@dataclass(frozen=True)
+@record_class()
 class ReportText:
     """A report document already as JSON text (a large replay's, as it was printed), in the
     pieces it was printed in (json_parts.render_json_parts: iterable again and again, its

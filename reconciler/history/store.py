@@ -24,13 +24,13 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reconciler.history.location import prepare, restrict
 from reconciler.history.migrations import MIGRATIONS, TABLES, VERSION, is_sqlite_internal
 from reconciler.history.record import EntryRow, FindingRow, ReportText, RunRecord
+from reconciler.records import record_class
 
 DEFAULT_KEEP_RUNS = 1000
 DEFAULT_KEEP_DAYS = 30
@@ -61,7 +61,7 @@ def _stored_json(text: str | bytes, what: str) -> Any:
         raise _Damaged(what) from None
 
 
-@dataclass(frozen=True)
+@record_class()
 class RunInfo:
     """One run, as `reconcile history` lists it."""
 
@@ -86,7 +86,7 @@ class RunInfo:
         return self.inventory + (f" in {self.root}" if self.root else "")
 
 
-@dataclass(frozen=True)
+@record_class()
 class BoxInfo:
     """One box of a stored run, as the history's readers get it."""
 
@@ -460,7 +460,7 @@ def record(conn: sqlite3.Connection, run: RunRecord) -> int:
     return rid
 
 
-@dataclass(frozen=True)
+@record_class()
 class _Reserved:
     """A report to write into its row's `report_utf8` (migrations.py, 5): its pieces, the
     bytes they take as UTF-8 and their characters."""

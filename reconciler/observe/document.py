@@ -16,11 +16,10 @@ box, never an exception: the other boxes of a run are compared and reported as u
 names the field path and what was wrong with it, never the value (a box's values may be
 secrets, or text crafted to mislead a reader).
 
-Stdlib dataclasses, not pydantic: a repeated `reconcile drift` imports this module on its fast
-path, which must stay as light as BENCHMARKS.md says (no pydantic, no ruamel there). For the
-same reason the document classes are `eq=False`: Python 3.11 compiles each generated method of
-a dataclass at import, and `__eq__`/`__hash__` of some thirty classes cost about a millisecond
-each on every run, while a document is only ever read field by field, never compared whole.
+Records (reconciler/records.py), not pydantic: a repeated `reconcile drift` imports this
+module on its fast path, which must stay as light as BENCHMARKS.md says (no pydantic, no
+ruamel, no dataclasses there). The document classes are `eq=False`: a document is only ever
+read field by field, never compared whole.
 
 A field the collector always writes must be present in a live answer (`complete=True`); a saved
 snapshot may hold a document cut down to what one command reads (tests/fixtures/audit keep a
@@ -34,30 +33,17 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import compress
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
+
+from reconciler.records import field, record_class
 
 T = TypeVar("T")
 
-# The document classes. mypy (run by CI on this package) checks them as frozen dataclasses:
-# no code may assign to a field of a parsed document. At run time they are plain dataclasses
-# with only a generated `__init__`: Python 3.11 compiles every generated method of every
-# dataclass at import, and the frozen `__setattr__`/`__delattr__`, `__repr__` and `__eq__` of
-# some thirty classes cost ~25 ms on each `reconcile drift` (BENCHMARKS.md), while a frozen
-# `__init__` also pays a call per field for every container parsed. Nothing compares a document
-# whole (identity equality is enough) or prints one.
-if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-
-    @dataclass_transform(frozen_default=True, eq_default=False, field_specifiers=(field,))
-    def document(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]: ...
-
-else:
-
-    def document(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
-        return dataclass(eq=False, repr=False, kw_only=kw_only)
+# The document classes are records (reconciler/records.py: frozen as mypy checks them, no
+# dataclasses import on the drift path) compared by identity (`eq=False`): nothing compares a
+# document whole, and identity is what a parsed answer's parts are.
 
 
 # What this reconciler reads: the collector's `collector` field. A collector that changes the
@@ -101,7 +87,7 @@ class FaultKind(StrEnum):
 CONTROLLER_PART = "controller"  # parse_probes' paths: the controller's probes, not the box's
 
 
-@dataclass(frozen=True)
+@record_class()
 class Fault:
     """Why one box's answer cannot be used. `path` is the field path for MALFORMED (and the
     version field for UNSUPPORTED_VERSION); `what` says what was wrong, without the value."""
@@ -469,7 +455,7 @@ def _plain_json(raw: Any, path: str, depth: int = 0) -> Any:
 
 
 # -- secrets and values ----------------------------------------------------------------------------
-@dataclass(frozen=True, order=True)
+@record_class(order=True)
 class SecretValue:
     """A secret, as the box's keyed digest (`hmac:<hex>`): equal values give equal digests
     within one run, and nothing about the value can be recovered. Prints as `***`."""
@@ -626,7 +612,7 @@ def _error(obj: Mapping[str, Any], path: str) -> str | None:
 
 
 # -- the collector's document ----------------------------------------------------------------------
-@document()
+@record_class(eq=False)
 class FileFact:
     """A file on the box: exists, digest, mode and size, or why it could not be read."""
 
@@ -637,7 +623,7 @@ class FileFact:
     error: str | None = None
 
 
-@document()
+@record_class(eq=False)
 class EnvLine:
     """One assignment of the deployed `.env`, parsed like compose (the last one wins)."""
 
@@ -651,7 +637,7 @@ class EnvLine:
 SourceStatus = Literal["ok", "file-missing", "file-unreadable", "key-missing", "not-sent"]
 
 
-@document()
+@record_class(eq=False)
 class SourceSpec:
     """The source a secret was read from, as the run's payload named it (the answer's
     `source`): a box_file's `path` as given (`~/...`), as `expanded` on the box, and its `key`;
@@ -664,7 +650,7 @@ class SourceSpec:
     variable: str | None = None
 
 
-@document()
+@record_class(eq=False)
 class SecretSource:
     """A secret's source as the collector read it (box_file) or was sent it on stdin
     (controller_env, `path` "$VAR on the controller"); digest only when found. `spec`: which
@@ -676,7 +662,7 @@ class SecretSource:
     spec: SourceSpec | None = None
 
 
-@document()
+@record_class(eq=False)
 class Binding:
     """One published port of a container: the host address and port."""
 
@@ -684,7 +670,7 @@ class Binding:
     host_port: str
 
 
-@document()
+@record_class(eq=False)
 class Container:
     """One container of the compose project, as `docker inspect` showed it (secrets hashed)."""
 
@@ -720,7 +706,7 @@ class Container:
         return self.service or self.name
 
 
-@document()
+@record_class(eq=False)
 class Image:
     """An image as the Engine describes it: its digests, tags and default environment."""
 
@@ -729,7 +715,7 @@ class Image:
     env: Mapping[str, EnvValue]
 
 
-@document()
+@record_class(eq=False)
 class Docker:
     """The project's containers and their images, or why the engine could not be asked."""
 
@@ -738,7 +724,7 @@ class Docker:
     error: str | None = None
 
 
-@document()
+@record_class(eq=False)
 class Service:
     """One service of `docker compose config` (secrets hashed)."""
 
@@ -753,7 +739,7 @@ class Service:
     restart: str | None = None  # `restart:` (None: the render names none, or not recorded)
 
 
-@document()
+@record_class(eq=False)
 class Render:
     """compose's render (its services) or why it failed, and the .env it used."""
 
@@ -762,7 +748,7 @@ class Render:
     basis: str | None = None  # sha256 of the .env it renders (compare/render_basis.py)
 
 
-@document()
+@record_class(eq=False)
 class Variables:
     """The variables the compose files interpolate, or why they could not be listed."""
 
@@ -771,7 +757,7 @@ class Variables:
     observed: bool = True  # False: a snapshot without the section (no names known, no error)
 
 
-@document()
+@record_class(eq=False)
 class Export:
     """One variable the login shell exports: its value and where it was set."""
 
@@ -779,7 +765,7 @@ class Export:
     source: str | None  # "~/.bashrc:6": the file and line that last assigned it
 
 
-@document()
+@record_class(eq=False)
 class LoginShell:
     """What the deploy user's login shell exports, or why it could not be traced."""
 
@@ -788,7 +774,7 @@ class LoginShell:
     observed: bool = True  # False: a snapshot without the section (no exports known, no error)
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class Probe:
     """One HTTP request's outcome: a status, or why there was none (`error`)."""
 
@@ -804,7 +790,7 @@ class Probe:
         return self.error or self.error_type
 
 
-@document()
+@record_class(eq=False)
 class RoleEntry:
     """One role of the gateway's `/capabilities` (only what the tool reads)."""
 
@@ -815,28 +801,28 @@ class RoleEntry:
     proxied: bool | None = None
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class HealthProbe(Probe):
     """The gateway's /health answer, with the version it reports."""
 
     version: str | None = None  # /health's `version`
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class CapabilitiesProbe(Probe):
     """The gateway's /capabilities answer, with the roles it advertises."""
 
     roles: Mapping[str, RoleEntry] | None = None  # None: no JSON object in the answer
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class LaneProbe(Probe):
     """A lane's /v1/models answer, with the first served model's window."""
 
     max_model_len: int | None = None  # the first served model's window (/v1/models)
 
 
-@document()
+@record_class(eq=False)
 class GatewayProbes:
     """`/health`, `/capabilities` and an unauthenticated `/v1/models` from one place."""
 
@@ -847,7 +833,7 @@ class GatewayProbes:
     observed: bool = True  # False: a snapshot without the section (no probes known, no error)
 
 
-@document()
+@record_class(eq=False)
 class MemInfo:
     """The box's memory from /proc/meminfo, in KiB."""
 
@@ -859,7 +845,7 @@ class MemInfo:
 LineState = Literal["set", "empty", "commented-out", "absent", "no-file"]
 
 
-@document()
+@record_class(eq=False)
 class EnvKeyState:
     """One audited key's line in `.env`: set, empty, commented out or absent (digest only)."""
 
@@ -868,7 +854,7 @@ class EnvKeyState:
     digest: SecretValue | None = None
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class KeyedProbe(Probe):
     """`GET /v1/models` with a key, sent on the box (only the key's digest comes back)."""
 
@@ -877,7 +863,7 @@ class KeyedProbe(Probe):
     skipped: str | None = None  # why no request was sent
 
 
-@document()
+@record_class(eq=False)
 class HostNetwork:
     """The containers on the host network, or why they could not be listed."""
 
@@ -885,7 +871,7 @@ class HostNetwork:
     error: str | None = None
 
 
-@document()
+@record_class(eq=False)
 class RunningContainer:
     """A running container of any compose project or none: where it publishes (audit)."""
 
@@ -897,7 +883,7 @@ class RunningContainer:
     ports: Mapping[str, tuple[Binding, ...]]  # "8000/tcp" -> host bindings, as bound now
 
 
-@document()
+@record_class(eq=False)
 class Running:
     """Every running container on the box (no label filter), or why they could not be listed."""
 
@@ -905,7 +891,7 @@ class Running:
     error: str | None = None  # also: the list was cut (more than the collector lists)
 
 
-@document()
+@record_class(eq=False)
 class AuditSection:
     """The box side of an audit: .env's key lines, probes, host network."""
 
@@ -919,7 +905,7 @@ class AuditSection:
     running: Running | None = None
 
 
-@document()
+@record_class(eq=False)
 class ConvergeHolder:
     """A converge of the box held its lock while it was observed (the lock file's record: who,
     which process, since when; each None where the record did not say)."""
@@ -930,7 +916,7 @@ class ConvergeHolder:
 
 
 # -- the whole answer ------------------------------------------------------------------------------
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class Observed:
     """One box's collector answer, typed. Version `collector`; see COLLECTOR_VERSIONS."""
 
@@ -1610,14 +1596,14 @@ def _running_container(raw: Any, path: str) -> RunningContainer:
 
 
 # -- the controller's probes -----------------------------------------------------------------------
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class MeshDetectProbe(Probe):
     """The gateway's /mesh/detect answer: is it a mesh member?"""
 
     mesh: bool | None = None  # /mesh/detect's `mesh`
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class ProofProbe(Probe):
     """A weakest-link request: through `via`, for `role`, which `host` serves (audit phase 2)."""
 
@@ -1627,7 +1613,7 @@ class ProofProbe(Probe):
     url: str
 
 
-@document(kw_only=True)
+@record_class(eq=False, kw_only=True)
 class LanePortProbe(Probe):
     """An unauthenticated request to a lane port published on the box (audit phase 2)."""
 
@@ -1636,7 +1622,7 @@ class LanePortProbe(Probe):
     url: str
 
 
-@document()
+@record_class(eq=False)
 class ControllerAudit:
     """The controller side of an audit: keyless probes, proofs, lane ports."""
 
@@ -1646,7 +1632,7 @@ class ControllerAudit:
     lane_ports: tuple[LanePortProbe, ...] = ()
 
 
-@document()
+@record_class(eq=False)
 class ControllerProbes:
     """What a caller on the network got from the box's gateway, without a key."""
 

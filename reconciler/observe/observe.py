@@ -16,10 +16,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from reconciler import fast_json, interrupts
 from reconciler.drift_inputs import DriftInputs
@@ -44,6 +43,10 @@ from reconciler.observe.early import EarlyStart, launch
 from reconciler.observe.probes import GRACE_S, unanswered_gateway, unmade_gateway
 from reconciler.observe.transport import Background, Pool, Running
 from reconciler.pids import may_run
+from reconciler.records import asdict, field, record_class
+
+if TYPE_CHECKING:
+    from dataclasses import InitVar  # records.py reads the annotation's text at run time
 
 # The collector version a snapshot's document is in when it does not say (documents cut down
 # by tests/lab/audit_scenarios.py keep only what the audit reads, without `collector`).
@@ -52,7 +55,7 @@ SNAPSHOT_COLLECTOR = 1
 SNAPSHOT_FILE_LIMIT = 2 * MAX_ANSWER_BYTES
 
 
-@dataclass
+@record_class(frozen=False)
 class BoxObservation:
     """One box: the raw answer as received (JSON-able: what a snapshot keeps) and, read from it
     once, the typed `document` and `probes`, or the `fault` that makes the box unobserved.

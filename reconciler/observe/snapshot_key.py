@@ -28,9 +28,10 @@ import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from reconciler.records import replace
 
 if TYPE_CHECKING:
     from reconciler.compare.context import BoxExpectation

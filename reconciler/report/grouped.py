@@ -12,7 +12,6 @@ Stdlib only, like the rest of the repeated-drift path.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import string
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 
 from reconciler.compare.causes import Cause, group_causes
 from reconciler.compare.drift import BoxResult, Drift, DriftReport
+from reconciler.records import replace
 from reconciler.report.order import ordered_drifts
 from reconciler.report.values import ABSENT, MASK, display, secret_tag
 
@@ -45,9 +45,7 @@ class Row:
 def ordered_boxes(report: DriftReport) -> tuple[BoxResult, ...]:
     """The boxes with their drifts in report order, so grouping never depends on how compare
     happened to emit them."""
-    return tuple(
-        dataclasses.replace(box, drifts=tuple(ordered_drifts(box.drifts))) for box in report.boxes
-    )
+    return tuple(replace(box, drifts=tuple(ordered_drifts(box.drifts))) for box in report.boxes)
 
 
 def causes(report: DriftReport) -> tuple[Cause, ...]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from reconciler.compare.causes import link_box
 from reconciler.compare.drift import BoxResult, DriftReport, Kind, worst_exit
+from reconciler.records import record_class
 from reconciler.report.order import ordered_drifts
 
 
-@dataclass(frozen=True)
+@record_class()
 class Summary:
     """The counts a report's first line and the metrics give."""
 

@@ -10,7 +10,6 @@ after a flag named like a secret or named by the fleet's `secret_patterns` (`--a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import hmac
@@ -31,6 +30,7 @@ from reconciler.compare.drift import (
     comparable,
 )
 from reconciler.desired.secret_names import is_fleet_secret_name, when_patterns_change
+from reconciler.records import replace
 from reconciler.scrub import (
     PLAIN_FLAGS,
     flag_values,
@@ -74,7 +74,7 @@ def guarded(report: DriftReport) -> DriftReport:
     boxes = [guarded_box(box) for box in report.boxes]
     if all(new is old for new, old in zip(boxes, report.boxes, strict=True)):
         return report
-    return dataclasses.replace(report, boxes=tuple(boxes))
+    return replace(report, boxes=tuple(boxes))
 
 
 def guarded_box(box: BoxResult) -> BoxResult:
@@ -92,8 +92,8 @@ def guarded_box(box: BoxResult) -> BoxResult:
     if drifts is None and facts is box.facts:
         return box
     if drifts is None:
-        return dataclasses.replace(box, facts=facts)
-    return dataclasses.replace(box, drifts=tuple(drifts), facts=facts)
+        return replace(box, facts=facts)
+    return replace(box, drifts=tuple(drifts), facts=facts)
 
 
 def _guarded_facts(facts: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def _guard(drift: Drift) -> Drift:
     desired, observed = _masked(drift.desired), _masked(drift.observed)
     if desired is drift.desired and observed is drift.observed:
         return drift
-    return dataclasses.replace(drift, desired=desired, observed=observed)
+    return replace(drift, desired=desired, observed=observed)
 
 
 def _masked(value: Value) -> Value:
@@ -159,7 +159,7 @@ def _guard_words(drift: Drift) -> Drift:
     desired, observed = _words(drift.desired), _words(drift.observed)
     if desired is drift.desired and observed is drift.observed:
         return drift
-    return dataclasses.replace(drift, desired=desired, observed=observed)
+    return replace(drift, desired=desired, observed=observed)
 
 
 def _words(value: Value) -> Value:

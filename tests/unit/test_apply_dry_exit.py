@@ -5,13 +5,13 @@ fires; and an empty $FLEET_EVIDENCE_DIR is named as the mistake it is, not judge
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reconciler.apply import engine
+from reconciler.records import replace
 from tests.unit.test_apply_review_fixes import apply_main, faked_calls
 
 

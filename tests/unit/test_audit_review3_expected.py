@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from reconciler.audit.report_text import render_text
 from reconciler.audit.verdict import Severity
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.load import load_fleet
+from reconciler.records import replace
 from tests.unit.test_audit_review2_published import lane_probe, running
 from tests.unit.test_audit_review_fixes import judge, on, snapshot
 from tests.unit.test_audit_snapshots import fleet

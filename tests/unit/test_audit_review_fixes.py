@@ -18,7 +18,6 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from reconciler.audit.run import audit_report
 from reconciler.audit.verdict import Severity
 from reconciler.desired.fleet import Fleet
 from reconciler.observe.observe import load_snapshot
+from reconciler.records import replace
 from tests.unit.test_audit_snapshots import FIXTURES, _collector, fleet
 
 Box = dict[str, Any]

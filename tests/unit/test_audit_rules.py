@@ -5,7 +5,6 @@ ever shows more of a secret than a short digest."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from reconciler.audit.report_md import render_markdown
 from reconciler.audit.report_text import render_text
 from reconciler.audit.verdict import Severity, box_verdict, mesh_verdict
 from reconciler.compare.drift import SecretValue
+from reconciler.records import replace
 
 K1, K2, MESH = (
     SecretValue("hmac:" + "1" * 64),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from reconciler.audit.run import audit_report
 from reconciler.desired.fleet import Fleet
 from reconciler.desired.load import load_fleet
 from reconciler.observe.observe import load_snapshot
+from reconciler.records import replace
 from tests.unit.conftest import load_box_program
 
 REPO = Path(__file__).resolve().parents[2]

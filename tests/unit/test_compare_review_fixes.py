@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 
 import pytest
 
+from reconciler import records
 from reconciler.compare.box import compare_box
 from reconciler.compare.causes import link_box
 from reconciler.compare.containers import normal_ref
@@ -235,7 +235,7 @@ def _compare_with(captured: Any, box: str, exp_edit: Any, raw_edit: Any = None) 
 def test_a_tagged_digest_reference_matches_the_repo_digest(captured: Any) -> None:
     def tagged(exp: Any) -> Any:
         want = exp.gateway_image.replace("/lobes/gateway@", "/lobes/gateway:0.91.0@")
-        return dataclasses.replace(exp, gateway_image=want)
+        return records.replace(exp, gateway_image=want)
 
     result = _compare_with(captured, "thor", tagged)
     assert not _of(result, Kind.IMAGE, "gateway")
@@ -249,8 +249,8 @@ def test_a_docker_hub_reference_matches_its_short_repo_digest(captured: Any) -> 
         raw["docker"]["images"][image]["repo_digests"] = [hub]
 
     def pinned(exp: Any) -> Any:
-        lane = dataclasses.replace(exp.lanes["vllm-worker"], image=f"docker.io/{hub}")
-        return dataclasses.replace(exp, lanes={**exp.lanes, "vllm-worker": lane})
+        lane = records.replace(exp.lanes["vllm-worker"], image=f"docker.io/{hub}")
+        return records.replace(exp, lanes={**exp.lanes, "vllm-worker": lane})
 
     result = _compare_with(captured, "thor", pinned, digests)
     assert not [d for d in _of(result, Kind.IMAGE, "lane:vllm-worker") if d.path == "digest"]

@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from reconciler.drift_inputs import drift_inputs, remembered_inputs
 from reconciler.observe import collectors
 from reconciler.observe.controller_secrets import MissingControllerSecret, controller_values
 from reconciler.observe.observe import load_snapshot
+from reconciler.records import replace
 from reconciler.scrub import scrub_text
 from tests.unit.conftest import load_box_program
 from tests.unit.test_audit_snapshots import FIXTURES, fleet

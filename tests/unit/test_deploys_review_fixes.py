@@ -13,7 +13,6 @@ the reviewer's fakepyi*.py did; `reconcile apply` runs in this process (test_app
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from reconciler import records
 from reconciler.apply import engine, operation, session
 from reconciler.desired.load import load_fleet
 from reconciler.desired.pyinfra_data import host_data
@@ -291,7 +291,7 @@ def test_the_mesh_verify_is_a_change_only_when_a_box_converges(
     prepared = {b: engine.prepare(fleet, b, run) for b in boxes}
     for box in boxes:  # in sync, but for the boxes in `todo`
         if box not in todo:
-            prepared[box] = dataclasses.replace(prepared[box], plan=Plan(box))
+            prepared[box] = records.replace(prepared[box], plan=Plan(box))
     session.use(fleet, prepared)
     monkeypatch.setattr(OpenSSHConnector, "connect", lambda self: None)
     state = State(Inventory(([("@openssh/orin", host_data(fleet, "orin"))], {})), Config())

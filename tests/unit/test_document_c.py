@@ -10,7 +10,6 @@ secret that is not one, a key removed, renamed or added."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from reconciler import records
 from reconciler.observe.document_c import read_snapshot_file
 from reconciler.observe.observe import BoxObservation, snapshot_observation
 from tests.unit.test_observation_document import _paths
@@ -36,8 +36,8 @@ THOR = ROOT / "examples" / "lab-incidents" / "snapshot" / "thor.json"
 
 def _plain(value: Any) -> Any:
     """A document as nested plain values, types and order included (documents are eq=False)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = dataclasses.fields(value)
+    if records.is_record(value) and not isinstance(value, type):
+        fields = records.fields(value)
         return (type(value).__name__, [(f.name, _plain(getattr(value, f.name))) for f in fields])
     if isinstance(value, dict):
         return ("dict", [(_plain(k), _plain(v)) for k, v in value.items()])

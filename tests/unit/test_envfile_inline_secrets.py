@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from reconciler.drift_inputs import drift_inputs
 from reconciler.observe.document import EnvLine, Observed, parse_collected
 from reconciler.observe.document_c import read_snapshot_file
 from reconciler.observe.observe import BoxObservation, load_snapshot, save_snapshot
+from reconciler.records import replace
 from reconciler.report import FORMATS, render
 from tests.unit.conftest import import_snapshot, load_box_program
 

@@ -19,7 +19,6 @@ test_dotenv_compose_parity.py), plus lobes' own HAND_IMAGE form.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from reconciler.desired.facts import snapshot_facts
 from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import drift_inputs
 from reconciler.observe.document import Observed, parse_collected
+from reconciler.records import replace
 from tests.unit.conftest import ROOT, load_box_program
 
 collector = load_box_program("box_collector_envnull", "reconciler/observe/remote/collector.py")

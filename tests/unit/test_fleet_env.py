@@ -3,12 +3,12 @@ never to a copy of the state with other boxes, and never remembered in the pickl
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from pathlib import Path
 
 import pytest
 
+from reconciler import records
 from reconciler.desired import envfile
 from reconciler.desired.envfile import desired_env, fleet_env, mesh_seeds
 from reconciler.desired.fleet import Fleet
@@ -43,7 +43,7 @@ def test_a_copy_with_other_boxes_derives_its_own_envs() -> None:
     thor = fleet.boxes["thor"]
     lobes = thor.lobes.model_copy(update={"profile": "changed"})
     boxes = {**fleet.boxes, "thor": thor.model_copy(update={"lobes": lobes})}
-    copy = dataclasses.replace(fleet, boxes=boxes)
+    copy = records.replace(fleet, boxes=boxes)
     env = {e.key: e.value for e in fleet_env(copy, ["thor"])["thor"]}
     assert env["LOBES_PROFILE"] == "changed"
     assert fleet_env(copy, list(copy.boxes)) == _derived_anew(copy)

@@ -11,7 +11,6 @@ state, it must replay exactly as the live run reported.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import drift_inputs
 from reconciler.observe.document import Observed, parse_collected
 from reconciler.observe.observe import load_snapshot
+from reconciler.records import replace
 from tests.unit.conftest import import_snapshot, load_box_program
 
 REPO = Path(__file__).resolve().parents[2]

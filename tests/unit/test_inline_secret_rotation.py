@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from reconciler.drift_inputs import DriftInputs
 from reconciler.observe import snapshot_key
 from reconciler.observe.observe import BoxObservation, save_snapshot
 from reconciler.observe.snapshot_key import SnapshotKeyError
+from reconciler.records import replace
 from reconciler.report import FORMATS, render
 from tests.unit import test_envfile_inline_secrets as env_case
 from tests.unit import test_knob_inline_secrets as knob_case

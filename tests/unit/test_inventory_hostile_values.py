@@ -7,7 +7,6 @@ itself is linked in, so the copy runs this code)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -15,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from reconciler import records
 
 ROOT = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
@@ -96,8 +97,6 @@ def test_pyinfra_host_data_checks_again_whatever_built_the_fleet() -> None:
     for field in ("ssh_user", "ssh_hostname"):
         thor = fleet.inventory.boxes["thor"].model_copy(update={field: "-oProxyCommand=x"})
         boxes = {**fleet.inventory.boxes, "thor": thor}
-        bad = dataclasses.replace(
-            fleet, inventory=fleet.inventory.model_copy(update={"boxes": boxes})
-        )
+        bad = records.replace(fleet, inventory=fleet.inventory.model_copy(update={"boxes": boxes}))
         with pytest.raises(ValueError, match="-oProxyCommand=x"):
             host_data(bad, "thor")

@@ -4,12 +4,12 @@ entry made beside its comparison, then the document around them, must be the ver
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from reconciler import records
 from reconciler.compare.drift import (
     Action,
     BoxError,
@@ -70,7 +70,7 @@ def test_the_lab_replay_in_parts_is_the_report() -> None:
     whole = render_json(report)
     assert _in_parts(report) == whole
     # The parts' causes are the summary's: two boxes fewer, fewer causes counted.
-    fewer = dataclasses.replace(report, boxes=report.boxes[:1])
+    fewer = records.replace(report, boxes=report.boxes[:1])
     assert _in_parts(fewer) == render_json(fewer) != whole
 
 
@@ -97,14 +97,14 @@ def test_parts_keep_the_reports_exit_code_and_summary(
 ) -> None:
     # The parts are all a replay keeps of its boxes: its exit code and summary come from them.
     odd = _odd_box(1)
-    last = dataclasses.replace(
+    last = records.replace(
         odd,
         reachable=reachable,
         errors=(BoxError(Part.DOCKER, "docker", "down"),) if errors else (),
         drifts=odd.drifts if drifted else (),
         partial="seen" if not reachable else None,
     )
-    clean = dataclasses.replace(odd, box="b0", drifts=())
+    clean = records.replace(odd, box="b0", drifts=())
     report = DriftReport((clean, last), "lab", "t", "r")
     parts = _as_parts(report)
     assert parts.exit_code == report.exit_code == code

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import expectations
 from reconciler.observe.document import Observed, parse_collected
 from reconciler.observe.observe import load_snapshot
+from reconciler.records import replace
 from tests.unit.test_compare_rules import EXAMPLE, compare, find
 
 

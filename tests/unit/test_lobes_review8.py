@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import io
 import json
 import shutil
@@ -36,6 +35,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler import records
 from reconciler.apply.payload import BadPayload, check, verify_spec
 from reconciler.cli import main
 from reconciler.desired.load import load_fleet
@@ -172,7 +172,7 @@ def test_the_converge_and_the_collector_ask_the_same_address(bind):
 # -- 1. the payload carries the bind, and both sides check it -------------------------------------
 def _exp(bind: str) -> Any:
     exp = expectations(load_fleet(REPO, "hosts"), ["thor"])["thor"]
-    return dataclasses.replace(exp, gateway=dataclasses.replace(exp.gateway, bind=bind))
+    return records.replace(exp, gateway=records.replace(exp.gateway, bind=bind))
 
 
 def test_the_verify_spec_carries_the_desired_bind():

@@ -9,7 +9,6 @@ document. A live answer without either, or with either null, is that box's fault
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from reconciler import records
 from reconciler.compare.box import compare_box
 from reconciler.compare.drift import BoxResult, Part
 from reconciler.observe.document import Fault, FaultKind, parse_answer
@@ -60,7 +60,7 @@ def test_no_report_calls_a_box_in_sync_without_them(thor_exp: Any, key: str) -> 
 
 
 def test_a_box_without_lanes_desired_needs_no_lane_probes(thor_exp: Any) -> None:
-    bare = dataclasses.replace(thor_exp, lanes={})
+    bare = records.replace(thor_exp, lanes={})
     result = compare_box(bare, _snapshot_doc(lanes=...))
     assert not [e for e in result.errors if e.where == "lanes"]
 

@@ -8,7 +8,6 @@ grouping on captured lab data); JSON lists every entry with its cause id.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import re
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from reconciler import records
 from reconciler.compare.drift import (
     Action,
     BoxResult,
@@ -356,7 +356,7 @@ def test_output_does_not_depend_on_drift_order(seed: int) -> None:
 
 def test_ties_on_sort_key_are_ordered_too() -> None:
     a = Drift("thor", Kind.STATE, "lane:x", "status", "running", "exited", Action.START)
-    b = dataclasses.replace(a, observed="restarting", action=Action.RECREATE)
+    b = records.replace(a, observed="restarting", action=Action.RECREATE)
     assert render_json(make_report((a, b))) == render_json(make_report((b, a)))
 
 
@@ -661,7 +661,7 @@ def test_text_names_at_most_a_dozen_boxes_per_list_and_json_every_one() -> None:
     names = [f"thor-{n}" for n in range(30)]
     window = THOR_DRIFTS[0]
     boxes = tuple(
-        BoxResult(name, True, drifts=(dataclasses.replace(window, box=name),)) for name in names
+        BoxResult(name, True, drifts=(records.replace(window, box=name),)) for name in names
     )
     report = DriftReport(boxes, "lab", "2026-11-29T08:30:00Z", "20261129T083000Z-7f3a")
     text = _joined(_plain(report))

@@ -9,7 +9,6 @@ examples/lab-incidents/ the lab with the five field incidents, replayed from its
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import re
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from reconciler import records
 from reconciler.compare.causes import Cause, group_causes, link_box, own_cause
 from reconciler.compare.drift import (
     Action,
@@ -324,10 +324,10 @@ def test_causes_do_not_depend_on_entry_order() -> None:
     rng = random.Random(11)
     for _ in range(3):
         shuffled = tuple(
-            dataclasses.replace(b, drifts=tuple(rng.sample(b.drifts, len(b.drifts))))
+            records.replace(b, drifts=tuple(rng.sample(b.drifts, len(b.drifts))))
             for b in report.boxes
         )
-        other = dataclasses.replace(report, boxes=shuffled)
+        other = records.replace(report, boxes=shuffled)
         assert (render(other, "json"), render(other, "text"), render(other, "markdown")) == want
 
 
@@ -361,7 +361,7 @@ def test_a_container_carrying_another_value_than_the_shell_follows_the_env() -> 
     envfile = _d(Kind.ENVFILE, "file:.env", "GATEWAY_API_KEY", SecretValue("hmac:bb"), None)
     gateway = _d(Kind.ENV, "gateway", "GATEWAY_API_KEY", SecretValue("hmac:bb"), "")
     assert link_box([shell, envfile, gateway])[2].cause == "envfile:GATEWAY_API_KEY"
-    carrying = dataclasses.replace(gateway, observed=SecretValue("hmac:aa"))
+    carrying = records.replace(gateway, observed=SecretValue("hmac:aa"))
     assert link_box([shell, envfile, carrying])[2].cause == "shell:GATEWAY_API_KEY"
 
 
@@ -389,7 +389,7 @@ def test_every_kind_has_a_stable_id_without_values() -> None:
     for kind in Kind:
         drift = _d(kind, "lane:vllm-x", "PATH", SecretValue("hmac:dead"), "clear-value")
         cause = own_cause(drift)
-        assert cause == own_cause(dataclasses.replace(drift, observed="other"))
+        assert cause == own_cause(records.replace(drift, observed="other"))
         assert "dead" not in cause and "clear-value" not in cause
 
 

@@ -20,7 +20,6 @@ under way.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -37,6 +36,7 @@ from reconciler.compare.box import observation_errors
 from reconciler.compare.drift import Part
 from reconciler.observe import document_c
 from reconciler.observe.document import Observed, parse_answer, parse_collected
+from reconciler.records import asdict
 from tests.unit.conftest import ROOT, load_box_program
 
 collector = load_box_program("box_collector_review3", "reconciler/observe/remote/collector.py")
@@ -537,8 +537,8 @@ def test_both_snapshot_readers_read_the_converge_alike(tmp_path: Path) -> None:
     fast = document_c.read_snapshot_file(json.dumps({"collected": collected}).encode())
     assert isinstance(slow, Observed) and fast is not None
     assert slow.converge is not None and fast.document.converge is not None
-    assert dataclasses.astuple(fast.document.converge) == dataclasses.astuple(slow.converge)
-    assert dataclasses.astuple(slow.converge) == (4242, "ops@ctl", None)
+    assert asdict(fast.document.converge) == asdict(slow.converge)
+    assert tuple(asdict(slow.converge).values()) == (4242, "ops@ctl", None)
     collected.pop("converge")
     assert parse_collected(collected, complete=False).converge is None  # type: ignore[union-attr]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from reconciler.desired.load import load_fleet
 from reconciler.drift_inputs import drift_inputs, expectations
 from reconciler.observe.document import Observed, parse_collected
 from reconciler.observe.observe import load_snapshot
+from reconciler.records import replace
 from tests.unit.conftest import import_snapshot
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,6 @@ that box, and the box says why (a render error): partial, never wrong.
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from reconciler.drift_inputs import drift_inputs
 from reconciler.observe.document import Observed
 from reconciler.observe.observe import load_snapshot
 from reconciler.plan import plan_box
+from reconciler.records import replace
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_DESIRED = REPO / "tests/fixtures/import/lab_desired"

@@ -18,7 +18,6 @@ import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +35,7 @@ from reconciler.desired.fleet import Fleet
 from reconciler.observe.document import FaultKind
 from reconciler.observe.observe import load_snapshot
 from reconciler.observe.payload import collector_payload
+from reconciler.records import replace
 from tests.unit.conftest import load_box_program
 from tests.unit.test_audit_snapshots import fleet
 

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from reconciler.observe.observe import (
     snapshot_index,
     snapshot_observation,
 )
+from reconciler.records import replace
 from tests.unit.conftest import load_box_program
 
 REPO = Path(__file__).resolve().parents[2]
