@@ -122,7 +122,7 @@ def _built(klass: type[T], *, eq: bool, order: bool, frozen: bool, kw_only: bool
     every = {**inherited, **own}
     fields_ = tuple(every.values())
     cls.__record_fields__ = fields_
-    cls.__init__ = _init_fn(cls, fields_, initvars)
+    cls.__init__ = _first_init(cls, *_init_source(cls, fields_, initvars))
     cls.__match_args__ = tuple(f.name for f in fields_ if f.init and not f.kw_only)  # type: ignore[misc]
     if "__repr__" not in cls.__dict__:
         cls.__record_repr__ = tuple(f.name for f in fields_ if f.repr)
@@ -176,8 +176,11 @@ def _own_fields(cls: type, kw_only: bool) -> tuple[dict[str, Field], list[tuple[
     return own, initvars
 
 
-def _init_fn(cls: type, fields_: tuple[Field, ...], initvars: list[tuple[str, Any]]) -> Any:
-    """The class's `__init__`, compiled from its fields (one small function a class)."""
+def _init_source(
+    cls: type, fields_: tuple[Field, ...], initvars: list[tuple[str, Any]]
+) -> tuple[str, dict[str, Any]]:
+    """The source of the class's `__init__` and the names it reads (defaults, factories).
+    Made with the class, so a definition dataclasses refuses is refused when it is defined."""
     scope: dict[str, Any] = {"_FACTORY": _FACTORY, "_object_setattr": object.__setattr__}
     positional: list[str] = []
     keyword: list[str] = []
@@ -221,10 +224,22 @@ def _init_fn(cls: type, fields_: tuple[Field, ...], initvars: list[tuple[str, An
         body.append(f"  __record_self__.__post_init__({', '.join(n for n, _ in initvars)})")
     params = ["__record_self__", *positional, *(["*", *keyword] if keyword else [])]
     source = f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or "  pass") + "\n"
-    exec(compile(source, f"<record {cls.__qualname__}>", "exec"), scope)
-    init = scope["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    return init
+    return source, scope
+
+
+def _first_init(cls: Any, source: str, scope: dict[str, Any]) -> Callable[..., None]:
+    """An `__init__` that compiles the class's own on its first call and puts it in its place:
+    a run builds instances of about two thirds of the classes it defines (the rest come
+    unpickled, or serve another command), and compiling is most of what a class costs."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        exec(compile(source, f"<record {cls.__qualname__}>", "exec"), scope)
+        init = scope["__init__"]
+        init.__qualname__ = f"{cls.__qualname__}.__init__"
+        cls.__init__ = init
+        init(self, *args, **kwargs)
+
+    return __init__
 
 
 # -- the shared methods ------------------------------------------------------------------------
