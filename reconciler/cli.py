@@ -86,14 +86,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _terminal_columns() -> int:
-    # shutil (with bz2 and lzma, which it imports) only for a report going to a terminal.
-    import shutil
-
-    return shutil.get_terminal_size().columns
-
-
 def _cmd_drift(args: argparse.Namespace) -> int:
+    import shutil
     from pathlib import Path
 
     from reconciler.history.hooks import finish_drift, prepare
@@ -154,7 +148,7 @@ def _cmd_drift(args: argparse.Namespace) -> int:
             early.cancel()  # no-op for collectors already finished
     on_terminal = args.output is None and sys.stdout.isatty()
     color = on_terminal and args.format == "text"
-    width = _terminal_columns() if on_terminal else 100
+    width = shutil.get_terminal_size().columns if on_terminal else 100
     pieces: Iterable[str]
     if not isinstance(run, DriftRun):  # a large replay's JSON, its parts made by its workers
         from reconciler.report.json_parts import render_json_parts
