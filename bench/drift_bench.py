@@ -491,7 +491,7 @@ EXPLANATION = [
     "  two cores. The tool keeps OpenSSH's defaults and amortises them with ControlPersist",
     "  (120 s): a converge or a second drift within that time reuses the connection.",
     "- *On each box*: a collector run reports its own CPU in the observation",
-    "  (`timings_ms.cpu`, kept by `--save-snapshot`): about 30 ms a repeated run, ~8 ms of it",
+    "  (`timings_ms.cpu`, kept by `--save-snapshot`): about 40 ms a repeated run, ~8 ms of it",
     "  Python's own start-up, ~4 ms the traced login shell. It imports only `os` and C modules",
     "  (HTTP/1.1 on a socket for the Engine API and the probes, json's C scanner, the builtin",
     "  SHA-256, `_ctypes` for the subreaper's prctl: ctypes itself cost ~1.7 ms a run, no",
