@@ -3,11 +3,13 @@ as mypy checks it, without what `dataclasses` costs each run at import.
 
 Python 3.11's `dataclasses` imports `inspect` (and with it ast, dis, tokenize: ~10 ms of CPU),
 and builds each class by compiling five or six methods from source and checking every
-annotation with a regex (~0.35 ms a class). The drift path defines about sixty record
-classes: ~30 ms of the controller's ~140 ms of CPU on every run, on a machine whose two cores
-the three boxes' collectors also need (BENCHMARKS.md, issue 12). Here only `__init__` is
-compiled, one small function a class; equality, hashing, ordering and `repr` are shared
-functions over an `operator.attrgetter` of the class's fields (C).
+annotation with a regex (~0.35 ms a class). The drift path defines sixty record classes:
+with dataclasses, ~24 ms of the controller's ~165 ms of CPU on every repeated run (measured
+A/B, 40 runs each), on a machine whose two cores the three boxes' collectors also need
+(BENCHMARKS.md, issue 12). Here only `__init__` is compiled, one small function a class, on
+the class's first instance (a run builds instances of about two thirds of them); equality,
+hashing, ordering and `repr` are shared functions over an `operator.attrgetter` of the
+class's fields (C).
 
 What a class gets is what `@dataclass` gives it, for what this package uses:
 - `__init__` with the fields in order, defaults, `field(default_factory=...)`,
@@ -16,7 +18,8 @@ What a class gets is what `@dataclass` gives it, for what this package uses:
 - `eq=True` (the default): `__eq__` on the fields (`compare=False` ones left out), between
   two instances of the same class only; `frozen=True` (the default) with it: `__hash__` on the
   same fields; `frozen=False`: unhashable, as dataclasses makes it; `eq=False`: identity;
-- `order=True`: `<`, `<=`, `>`, `>=` on the fields' tuple; `__repr__` on the `repr=True` fields;
+- `order=True`: `<`, `<=`, `>`, `>=` on the fields' tuple; `__repr__` on the `repr=True` fields
+  (`repr=False`: object's own, which shows no field);
 - `replace`, `fields`, `asdict` as dataclasses' functions of the same names.
 
 Frozen is enforced by mypy (CI runs it on this package: the decorator is a
@@ -95,16 +98,21 @@ if TYPE_CHECKING:
 
     @dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
     def record_class(
-        *, eq: bool = True, order: bool = False, frozen: bool = True, kw_only: bool = False
+        *,
+        eq: bool = True,
+        order: bool = False,
+        frozen: bool = True,
+        kw_only: bool = False,
+        repr: bool = True,
     ) -> Callable[[type[T]], type[T]]: ...
 
 else:
 
-    def record_class(*, eq=True, order=False, frozen=True, kw_only=False):
+    def record_class(*, eq=True, order=False, frozen=True, kw_only=False, repr=True):
         """A record class (the module says what it gets): `@record_class(kw_only=True)`."""
 
         def build(cls):
-            return _built(cls, eq=eq, order=order, frozen=frozen, kw_only=kw_only)
+            return _built(cls, eq=eq, order=order, frozen=frozen, kw_only=kw_only, shown=repr)
 
         return build
 
@@ -112,7 +120,9 @@ else:
 # -- building a class --------------------------------------------------------------------------
 
 
-def _built(klass: type[T], *, eq: bool, order: bool, frozen: bool, kw_only: bool) -> type[T]:
+def _built(
+    klass: type[T], *, eq: bool, order: bool, frozen: bool, kw_only: bool, shown: bool
+) -> type[T]:
     cls: Any = klass  # given the methods below, which its type does not declare
     inherited: dict[str, Field] = {}
     for base in reversed(cls.__mro__[1:]):
@@ -124,7 +134,7 @@ def _built(klass: type[T], *, eq: bool, order: bool, frozen: bool, kw_only: bool
     cls.__record_fields__ = fields_
     cls.__init__ = _first_init(cls, *_init_source(cls, fields_, initvars))
     cls.__match_args__ = tuple(f.name for f in fields_ if f.init and not f.kw_only)  # type: ignore[misc]
-    if "__repr__" not in cls.__dict__:
+    if shown and "__repr__" not in cls.__dict__:
         cls.__record_repr__ = tuple(f.name for f in fields_ if f.repr)
         cls.__repr__ = _repr
     compared = [f.name for f in fields_ if f.compare]

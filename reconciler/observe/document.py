@@ -43,7 +43,8 @@ T = TypeVar("T")
 
 # The document classes are records (reconciler/records.py: frozen as mypy checks them, no
 # dataclasses import on the drift path) compared by identity (`eq=False`): nothing compares a
-# document whole, and identity is what a parsed answer's parts are.
+# document whole, and identity is what a parsed answer's parts are. No field `repr` either
+# (`repr=False`, as before): a box's values never reach a text through one.
 
 
 # What this reconciler reads: the collector's `collector` field. A collector that changes the
@@ -612,7 +613,7 @@ def _error(obj: Mapping[str, Any], path: str) -> str | None:
 
 
 # -- the collector's document ----------------------------------------------------------------------
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class FileFact:
     """A file on the box: exists, digest, mode and size, or why it could not be read."""
 
@@ -623,7 +624,7 @@ class FileFact:
     error: str | None = None
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class EnvLine:
     """One assignment of the deployed `.env`, parsed like compose (the last one wins)."""
 
@@ -637,7 +638,7 @@ class EnvLine:
 SourceStatus = Literal["ok", "file-missing", "file-unreadable", "key-missing", "not-sent"]
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class SourceSpec:
     """The source a secret was read from, as the run's payload named it (the answer's
     `source`): a box_file's `path` as given (`~/...`), as `expanded` on the box, and its `key`;
@@ -650,7 +651,7 @@ class SourceSpec:
     variable: str | None = None
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class SecretSource:
     """A secret's source as the collector read it (box_file) or was sent it on stdin
     (controller_env, `path` "$VAR on the controller"); digest only when found. `spec`: which
@@ -662,7 +663,7 @@ class SecretSource:
     spec: SourceSpec | None = None
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Binding:
     """One published port of a container: the host address and port."""
 
@@ -670,7 +671,7 @@ class Binding:
     host_port: str
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Container:
     """One container of the compose project, as `docker inspect` showed it (secrets hashed)."""
 
@@ -706,7 +707,7 @@ class Container:
         return self.service or self.name
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Image:
     """An image as the Engine describes it: its digests, tags and default environment."""
 
@@ -715,7 +716,7 @@ class Image:
     env: Mapping[str, EnvValue]
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Docker:
     """The project's containers and their images, or why the engine could not be asked."""
 
@@ -724,7 +725,7 @@ class Docker:
     error: str | None = None
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Service:
     """One service of `docker compose config` (secrets hashed)."""
 
@@ -739,7 +740,7 @@ class Service:
     restart: str | None = None  # `restart:` (None: the render names none, or not recorded)
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Render:
     """compose's render (its services) or why it failed, and the .env it used."""
 
@@ -748,7 +749,7 @@ class Render:
     basis: str | None = None  # sha256 of the .env it renders (compare/render_basis.py)
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Variables:
     """The variables the compose files interpolate, or why they could not be listed."""
 
@@ -757,7 +758,7 @@ class Variables:
     observed: bool = True  # False: a snapshot without the section (no names known, no error)
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Export:
     """One variable the login shell exports: its value and where it was set."""
 
@@ -765,7 +766,7 @@ class Export:
     source: str | None  # "~/.bashrc:6": the file and line that last assigned it
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class LoginShell:
     """What the deploy user's login shell exports, or why it could not be traced."""
 
@@ -774,7 +775,7 @@ class LoginShell:
     observed: bool = True  # False: a snapshot without the section (no exports known, no error)
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class Probe:
     """One HTTP request's outcome: a status, or why there was none (`error`)."""
 
@@ -790,7 +791,7 @@ class Probe:
         return self.error or self.error_type
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class RoleEntry:
     """One role of the gateway's `/capabilities` (only what the tool reads)."""
 
@@ -801,28 +802,28 @@ class RoleEntry:
     proxied: bool | None = None
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class HealthProbe(Probe):
     """The gateway's /health answer, with the version it reports."""
 
     version: str | None = None  # /health's `version`
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class CapabilitiesProbe(Probe):
     """The gateway's /capabilities answer, with the roles it advertises."""
 
     roles: Mapping[str, RoleEntry] | None = None  # None: no JSON object in the answer
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class LaneProbe(Probe):
     """A lane's /v1/models answer, with the first served model's window."""
 
     max_model_len: int | None = None  # the first served model's window (/v1/models)
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class GatewayProbes:
     """`/health`, `/capabilities` and an unauthenticated `/v1/models` from one place."""
 
@@ -833,7 +834,7 @@ class GatewayProbes:
     observed: bool = True  # False: a snapshot without the section (no probes known, no error)
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class MemInfo:
     """The box's memory from /proc/meminfo, in KiB."""
 
@@ -845,7 +846,7 @@ class MemInfo:
 LineState = Literal["set", "empty", "commented-out", "absent", "no-file"]
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class EnvKeyState:
     """One audited key's line in `.env`: set, empty, commented out or absent (digest only)."""
 
@@ -854,7 +855,7 @@ class EnvKeyState:
     digest: SecretValue | None = None
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class KeyedProbe(Probe):
     """`GET /v1/models` with a key, sent on the box (only the key's digest comes back)."""
 
@@ -863,7 +864,7 @@ class KeyedProbe(Probe):
     skipped: str | None = None  # why no request was sent
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class HostNetwork:
     """The containers on the host network, or why they could not be listed."""
 
@@ -871,7 +872,7 @@ class HostNetwork:
     error: str | None = None
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class RunningContainer:
     """A running container of any compose project or none: where it publishes (audit)."""
 
@@ -883,7 +884,7 @@ class RunningContainer:
     ports: Mapping[str, tuple[Binding, ...]]  # "8000/tcp" -> host bindings, as bound now
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class Running:
     """Every running container on the box (no label filter), or why they could not be listed."""
 
@@ -891,7 +892,7 @@ class Running:
     error: str | None = None  # also: the list was cut (more than the collector lists)
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class AuditSection:
     """The box side of an audit: .env's key lines, probes, host network."""
 
@@ -905,7 +906,7 @@ class AuditSection:
     running: Running | None = None
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class ConvergeHolder:
     """A converge of the box held its lock while it was observed (the lock file's record: who,
     which process, since when; each None where the record did not say)."""
@@ -916,7 +917,7 @@ class ConvergeHolder:
 
 
 # -- the whole answer ------------------------------------------------------------------------------
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class Observed:
     """One box's collector answer, typed. Version `collector`; see COLLECTOR_VERSIONS."""
 
@@ -1596,14 +1597,14 @@ def _running_container(raw: Any, path: str) -> RunningContainer:
 
 
 # -- the controller's probes -----------------------------------------------------------------------
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class MeshDetectProbe(Probe):
     """The gateway's /mesh/detect answer: is it a mesh member?"""
 
     mesh: bool | None = None  # /mesh/detect's `mesh`
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class ProofProbe(Probe):
     """A weakest-link request: through `via`, for `role`, which `host` serves (audit phase 2)."""
 
@@ -1613,7 +1614,7 @@ class ProofProbe(Probe):
     url: str
 
 
-@record_class(eq=False, kw_only=True)
+@record_class(eq=False, kw_only=True, repr=False)
 class LanePortProbe(Probe):
     """An unauthenticated request to a lane port published on the box (audit phase 2)."""
 
@@ -1622,7 +1623,7 @@ class LanePortProbe(Probe):
     url: str
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class ControllerAudit:
     """The controller side of an audit: keyless probes, proofs, lane ports."""
 
@@ -1632,7 +1633,7 @@ class ControllerAudit:
     lane_ports: tuple[LanePortProbe, ...] = ()
 
 
-@record_class(eq=False)
+@record_class(eq=False, repr=False)
 class ControllerProbes:
     """What a caller on the network got from the box's gateway, without a key."""
 

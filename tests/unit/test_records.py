@@ -114,6 +114,7 @@ def test_equality_hash_and_order_as_a_dataclass() -> None:
         hash(Mutable("a"))  # a mutable record with eq is unhashable, as a dataclass is
     a, b = MemInfo(1, 2), MemInfo(1, 2)
     assert a != b and a == a  # documents compare by identity (eq=False)
+    assert "total_kib" not in repr(a) and repr(a).startswith("<")  # and show no field (repr=False)
     assert len({SecretValue("hmac:" + "0" * 64), SecretValue("hmac:" + "0" * 64)}) == 1
 
 
