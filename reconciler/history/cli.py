@@ -317,8 +317,12 @@ def _no_pair(path: Path, chosen: list[RunInfo], recorded: int) -> str:
 
 
 def _unlike(a: RunInfo, b: RunInfo) -> str | None:
-    """Why two runs cannot be compared: another command, or another fleet (two repositories'
-    inventory/lab.yaml would diff into every entry appearing)."""
+    """Why two runs cannot be compared: one run named twice (by its number and its run id, or
+    a typo: "nothing changed" would read as a verdict on two runs), another command, or
+    another fleet (two repositories' inventory/lab.yaml would diff into every entry
+    appearing)."""
+    if a.id == b.id:
+        return f"both references name run {a.id}: name two runs (reconcile history lists them)"
     if a.command != b.command:
         return (
             f"run {a.id} is a {a.command} run and run {b.id} a {b.command} run: "

@@ -123,6 +123,7 @@ def test_volatile_values_are_not_changes_and_lists_are_keyed_by_name() -> None:
         (["1"], "give two runs"),
         (["1", "99"], "no single run '99'"),
         (["1", "3"], "compare runs of one command"),
+        (["2", "2"], "both references name run 2"),
     ],
 )
 def test_bad_run_references_are_exit_1(
