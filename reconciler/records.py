@@ -191,7 +191,7 @@ def _init_source(
 ) -> tuple[str, dict[str, Any]]:
     """The source of the class's `__init__` and the names it reads (defaults, factories).
     Made with the class, so a definition dataclasses refuses is refused when it is defined."""
-    scope: dict[str, Any] = {"_FACTORY": _FACTORY, "_object_setattr": object.__setattr__}
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
     positional: list[str] = []
     keyword: list[str] = []
     body: list[str] = []
