@@ -13,6 +13,11 @@ Any change misses: a layer edited, added or removed, another inventory (or anoth
 the same file: it names the state's inventory), another version of this package, of
 ruamel.yaml, of pydantic or of Python. An invalid state is never stored, so its problems are
 always reported from the files. A cache file owned by another user is ignored.
+
+`audit` keeps the state it loads. A drift reads it (when its own remembered inputs, derived
+from it, are gone) but does not keep it: what a drift reads back is its inputs, and a valid
+inputs entry means the state it came from is unchanged, so the state would be pickled for
+another command.
 """
 
 from __future__ import annotations
@@ -51,8 +56,11 @@ def cached_fleet(root: Path, inventory: Path) -> Fleet | None:
     return fleet if type(fleet).__name__ == "Fleet" else None
 
 
-def load_fleet_cached(root: Path | None = None, inventory: str | None = None) -> Fleet:
-    """`load_fleet`, skipped when the same inputs were already loaded and found valid."""
+def load_fleet_cached(
+    root: Path | None = None, inventory: str | None = None, *, keep: bool = True
+) -> Fleet:
+    """`load_fleet`, skipped when the same inputs were already loaded and found valid. `keep`:
+    remember a state loaded from the files for the next run (a drift does not: see cli.py)."""
     from reconciler.desired.locate import root_or_none
 
     found = root or root_or_none()
@@ -64,6 +72,8 @@ def load_fleet_cached(root: Path | None = None, inventory: str | None = None) ->
     from reconciler.desired.load import load_fleet
 
     fleet = load_fleet(root, inventory)
+    if not keep:
+        return fleet
     inv_path = inventory_file(fleet.root, inventory)
     remember(KIND, fleet.root, inv_path, _code_version(), fleet.inputs, fleet, fleet.seen)
     return fleet

@@ -292,3 +292,33 @@ def test_a_replay_run_in_process_leaves_nothing_stored_behind(
     capsys.readouterr()
     assert fingerprint._behind is None
     assert cached_inputs(incidents, incidents / "inventory" / "lab.yaml") is not None
+
+
+def test_a_drift_keeps_its_inputs_and_leaves_the_validated_state_to_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A drift reads back its inputs, never the validated state (when its inputs are still
+    valid, the state they came from is too): it pickles only what it reads. `audit`, which
+    reads the state back, remembers it on its own first run, and a later drift takes it."""
+    from reconciler.cli import main
+
+    incidents = Path(__file__).resolve().parents[2] / "examples" / "lab-incidents"
+    inventory = incidents / "inventory" / "lab.yaml"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    offline = ["--from-snapshot", str(incidents / "snapshot"), "--format", "json", "--no-history"]
+    replay = ["--root", str(incidents), "-i", "lab", "drift", *offline]
+    assert main(replay) == 2
+    assert cached_inputs(incidents, inventory) is not None
+    assert cached_fleet(incidents, inventory) is None
+    # Exit 1 here: this snapshot's boxes could not be audited (their postures are unknown).
+    main(["--root", str(incidents), "-i", "lab", "audit", *offline])
+    capsys.readouterr()
+    assert cached_fleet(incidents, inventory) is not None
+
+    def no_yaml(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the YAML was loaded again")
+
+    fingerprint.forget("drift-inputs", incidents, inventory)  # the drift's own entry gone
+    monkeypatch.setattr("reconciler.desired.load.load_fleet", no_yaml)
+    assert main(replay) == 2  # the state audit kept
+    assert cached_inputs(incidents, inventory) is not None
