@@ -87,3 +87,26 @@ def test_compiled_patterns_say_what_fnmatch_says(patterns: list[str]) -> None:
         assert collector.floor_secret(name) is by_floor, name
         assert run.is_secret(name) is (by_floor or by_list), (name, patterns)
         assert run.is_secret(name) is (by_floor or by_list), name  # remembered, same answer
+
+
+def test_a_word_seen_again_in_a_run_is_not_read_again_and_masks_alike() -> None:
+    """A box's containers inherit one environment and its renders repeat it: each distinct
+    word is read once a run. The second answer is the first, for a word with secrets inline
+    and for a plain one; another run (another key) reads it anew."""
+    run = _run()
+    reads: list[str] = []
+    read = run._mask_words
+
+    def counted(word: str) -> str:
+        reads.append(word)
+        return read(word)
+
+    run._mask_words = counted
+    carrying, plain = f"vllm serve m --api-key {KEY}", "/usr/local/cuda/bin:/usr/bin"
+    first = [run.mask_words(carrying), run.mask_words(plain)]
+    again = [run.masked_value("VLLM_ARGS", carrying), run.mask_words(plain)]
+    assert first == again
+    assert KEY not in first[0] and first[1] == plain
+    assert reads == [carrying, plain]
+    other = _collector().Run({"directory": "/nonexistent", "run_key": "j" * 64})
+    assert other.mask_words(carrying) != first[0]  # another key, another digest
