@@ -152,6 +152,57 @@ SHORT_FLAGS: Mapping[str, str] = MappingProxyType(
 )
 
 
+def _names_of(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# vLLM's boolean serve flags: argparse's BooleanOptionalAction, which vLLM gives every bool
+# field of its config dataclasses (`--x` and `--no-x`), takes no word. So `--enforce-eager M`
+# serves M with eager mode on, not a flag valued M and no model. The lab's stand-in declares
+# the same (lab/images/vllm_standin.py `_BOOL_FLAGS`; tests/unit/test_argv_flag_arity.py holds
+# the two lists alike). A flag not listed here reads the next word as its value, as before.
+BOOLEAN_FLAGS = _names_of(
+    """
+--enforce-eager --enable-prefix-caching --enable-chunked-prefill --async-scheduling
+--trust-remote-code --enable-auto-tool-choice --enable-lora --enable-lora-bias
+--fully-sharded-loras --language-model-only --enable-mamba-cache-stochastic-rounding
+--disable-log-stats --enable-log-requests --disable-log-requests --disable-uvicorn-access-log
+--allow-credentials --return-tokens-as-token-ids --disable-frontend-multiprocessing
+--enable-request-id-headers --disable-fastapi-docs --enable-prompt-tokens-details
+--enable-server-load-tracking --enable-force-include-usage --enable-tokenizer-info-endpoint
+--enable-log-outputs --log-error-stack --headless --data-parallel-hybrid-lb
+--enable-expert-parallel --enable-eplb --ray-workers-use-nsight --disable-custom-all-reduce
+--enable-multimodal-encoder-data-parallel --calculate-kv-scales --kv-sharing-fast-prefill
+--disable-sliding-window --disable-cascade-attn --skip-tokenizer-init --enable-prompt-embeds
+--enable-sleep-mode --use-tqdm-on-load --disable-mm-preprocessor-cache
+--interleave-mm-strings --skip-mm-profiling --disable-chunked-mm-input
+--disable-hybrid-kv-cache-manager
+"""
+)
+BOOLEAN_FLAGS |= {"--no-" + flag[2:] for flag in BOOLEAN_FLAGS}
+
+# vLLM's list serve flags (argparse nargs="+"): every word up to the next option is one of its
+# values, so `--served-model-name a b M` names two and serves nothing else, and the words are
+# the flag's values in their order, not positionals. `--api-key` is a list too, but its words
+# are secrets: read by the secret-flag rule (scrub.flag_values; argv.py `_listed_secrets`).
+LIST_FLAGS = _names_of(
+    "--served-model-name --middleware --logits-processors --ignore-patterns --cuda-graph-sizes"
+    " --lora-modules"
+)
+
+
+def _ends_list(token: EnvValue) -> bool:
+    """Whether argparse ends a list flag's words at `token`: an option (`-x`, `--x`), not a
+    lone `-` or a negative number (vLLM declares no option that looks like one)."""
+    if type(token) is not str or len(token) < 2 or token[0] != "-":
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
 def _walk(items: tuple[EnvValue, ...]) -> list[Item]:
     """A command line as vLLM's FlexibleArgumentParser hands it to argparse
     (vllm/utils/argparse_utils.py `parse_args`), so two lines that run the same are read
@@ -197,6 +248,13 @@ def _walk(items: tuple[EnvValue, ...]) -> list[Item]:
         parsed: EnvValue | bool
         if eq:
             parsed = _secret_inline(inline)
+        elif name in BOOLEAN_FLAGS:
+            parsed = True  # takes no word: the next one is read on its own
+        elif name in LIST_FLAGS and i < count and not _ends_list(items[i]):
+            while i < count and not _ends_list(items[i]):
+                out.append((at, name, items[i]))
+                i += 1
+            continue
         elif i < count and not _is_flag(items[i]):
             parsed = items[i]
             i += 1
