@@ -55,15 +55,24 @@ def start_collectors(
         target, command, stdin = work[box]
         return lambda: spawn(target, command, stdin)
 
-    if len(payloads) <= size:  # every box at once: no line to wait in, nothing to schedule
-        return {box: starter(box)() for box in work}
-    slots = fanout.Slots(size)
     handles: dict[str, Running] = {}
-    for box in work:
-        queued = fanout.Queued(box, starter(box), slots)
-        handles[box] = queued
-        slots.take(queued)
-    return handles
+    try:
+        if len(payloads) <= size:  # every box at once: no line to wait in, nothing to schedule
+            for box in work:
+                handles[box] = starter(box)()
+            return handles
+        slots = fanout.Slots(size)
+        for box in work:
+            queued = fanout.Queued(box, starter(box), slots)
+            handles[box] = queued
+            slots.take(queued)
+        return handles
+    except BaseException:
+        # Ctrl-C (or a failure) between two boxes' starts: no caller ever gets these handles,
+        # so the boxes already started are stopped here, their ssh clients killed, not left
+        # running after the controller is gone.
+        fanout.cancel_all(handles.values())
+        raise
 
 
 def collector_command() -> str:

@@ -62,6 +62,10 @@ def launch(
     # in their threads, while this one goes on to import the comparison). As many boxes' at
     # once as the collectors' (fanout.limit, whose FDS_PER_BOX counts their sockets), each in
     # its turn: never three sockets and threads for every box of the fleet at once.
-    bases = {box: inputs.bases[box] for box in boxes}
-    probes = ProbeRun(probe_gateways, bases, timeout, limit())
-    return EarlyStart(inputs, running, run_key, probes)
+    try:
+        bases = {box: inputs.bases[box] for box in boxes}
+        probes = ProbeRun(probe_gateways, bases, timeout, limit())
+        return EarlyStart(inputs, running, run_key, probes)
+    except BaseException:  # Ctrl-C before the caller holds the boxes: stopped here
+        cancel_all(running.values())
+        raise
