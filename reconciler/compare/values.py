@@ -191,16 +191,17 @@ LIST_FLAGS = _names_of(
 )
 
 
+# argparse's own test for a word that is a negative number, not an option (`-1`, `-.5`), when
+# the parser declares no option that looks like one (vLLM's does not).
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
 def _ends_list(token: EnvValue) -> bool:
     """Whether argparse ends a list flag's words at `token`: an option (`-x`, `--x`), not a
-    lone `-` or a negative number (vLLM declares no option that looks like one)."""
+    lone `-` or a negative number."""
     if type(token) is not str or len(token) < 2 or token[0] != "-":
         return False
-    try:
-        float(token)
-    except ValueError:
-        return True
-    return False
+    return _NEGATIVE_NUMBER.fullmatch(token) is None
 
 
 def _walk(items: tuple[EnvValue, ...]) -> list[Item]:

@@ -502,9 +502,9 @@ _behind: list[int] | None = None
 def store_behind() -> None:
     """From now on `remember` pickles and writes its entry in a forked child while the caller
     goes on: a cold replay of 1,000 boxes pickles its drift inputs (~0.3 s of CPU), which its
-    answer never waits for. The caller must call `stored()` before
-    it ends. Only where no other thread runs (a fork copies one thread, not the locks others
-    hold); otherwise, and in every other command, the store happens in place, as before."""
+    answer never waits for. The caller must call `stored()` before it ends. Only where no
+    other thread runs (a fork copies one thread, not the locks others hold); otherwise, and in
+    every other command, the store happens in place, as before."""
     global _behind
     if _behind is None:
         _behind = []

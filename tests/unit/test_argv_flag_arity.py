@@ -47,6 +47,7 @@ LINES = [
     ["serve", "--served-model-name", "a", "b", "--enforce-eager"],
     ["serve", "m", "--cuda-graph-sizes", "1", "2", "4", "--seed", "-1"],
     ["serve", "m", "--max-model-len", "4096", "--enforce-eager"],
+    ["serve", "m", "--served-model-name", "a", "-1", "-.5", "--port", "8003"],
 ]
 
 
