@@ -12,7 +12,7 @@ from reconciler.compare.drift import Action, Drift
 from reconciler.compare.rules import Rule, rule
 from reconciler.compare.values import changed_keys, same, value
 from reconciler.desired.refs import is_digest_ref
-from reconciler.observe.document import Container, EnvValue, Image, Observed, Service
+from reconciler.observe.document import Container, EnvValue, Image, Mount, Observed, Service
 
 # Remembered per reference (bounded: a box chooses its references): a fleet runs a handful of
 # images, and the reference grammar's regex was ~15 ms of comparing 1,000 boxes' containers.
@@ -130,6 +130,7 @@ def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
             yield from _env(exp, service, spec, c, images)
             yield from _runtime(exp, service, spec, c)
             yield from _restart(exp, service, spec, c)
+            yield from _mounts(exp, service, spec, c)
         for extra in group[1:]:
             # Its ports too, as the duplicate's own (recreating the service would not unpublish
             # them): what a person decides about it decides about them.
@@ -338,6 +339,61 @@ def _restart(exp: BoxExpectation, service: str, spec: Service, c: Container) -> 
         source=c.name,
         note=f"changed after it was created ({fix})",
     )
+
+
+def _mounts(exp: BoxExpectation, service: str, spec: Service, c: Container) -> Iterator[Drift]:
+    """What the render mounts against what the container mounts, by the path inside it: a
+    bind's host path, a volume's name, read-only or not. `${HF_CACHE:-${HOME}/.cache/...}`
+    renders with the deploy user's HOME; a lane `docker compose up`-ed under sudo or cron
+    mounts another directory, and nothing else in its inspect says so. A volume the render
+    leaves anonymous, and one the container has that the render does not name but is
+    anonymous (an image's VOLUME), are not compared by name. Not recorded on either side (a
+    snapshot of an earlier collector): not compared."""
+    if spec.volumes is None or c.mounts is None:
+        return
+    want = {m.target: m for m in spec.volumes}
+    got = {m.target: m for m in c.mounts if m.target in want or not _anonymous(m)}
+    r = rule("container.mounts")
+    for target in sorted(want.keys() | got.keys()):
+        w, g = want.get(target), got.get(target)
+        if w is not None and g is not None and _same_mount(w, g):
+            continue
+        note = None
+        if g is None:
+            note = "missing from the running container"
+        elif w is None:
+            note = "not in the render: mounted in the running container"
+        yield Drift(
+            exp.name,
+            r.kind,
+            _subject(service),
+            f"mounts[{target}]",
+            _mount_text(w),
+            _mount_text(g),
+            _action(r, service),
+            source=c.name,
+            note=note,
+        )
+
+
+def _anonymous(m: Mount) -> bool:
+    """A volume docker named itself (64 hex): an anonymous one, or an image's VOLUME."""
+    name = m.source or ""
+    return m.type == "volume" and len(name) == 64 and all(ch in "0123456789abcdef" for ch in name)
+
+
+def _same_mount(want: Mount, got: Mount) -> bool:
+    if (want.type, want.read_only) != (got.type, got.read_only):
+        return False
+    return want.source is None if want.type == "tmpfs" else want.source in (None, got.source)
+
+
+def _mount_text(m: Mount | None) -> str | None:
+    """`bind /home/u/.cache/huggingface`, `volume lobes_hf (read-only)`, `tmpfs`."""
+    if m is None:
+        return None
+    text = m.type if m.source is None else f"{m.type} {m.source}"
+    return f"{text} (read-only)" if m.read_only else text
 
 
 def _docker_takes(policy: str) -> bool:

@@ -65,6 +65,11 @@ RULES: dict[str, Rule] = {
         # that same `docker update`, not a recreate that would reload the lane's model.
         Rule("container.restart", Kind.STATE, "compose render: restart",
              "docker inspect: HostConfig.RestartPolicy", "strict", Action.REPORT),
+        # What the render mounts (`volumes:`, each bind's source interpolated: HF_CACHE, HOME)
+        # against what the container mounts: a lane started from another environment (sudo,
+        # cron: another HOME) reads its models from, and logs to, other directories.
+        Rule("container.mounts", Kind.STATE, "compose render: volumes",
+             "docker inspect: Mounts", "strict", Action.RECREATE),
         Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
         Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
              Action.RECREATE),

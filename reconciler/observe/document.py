@@ -696,6 +696,8 @@ class Container:
     # HostConfig.RestartPolicy as compose writes `restart` (collector.restart_policy); None
     # where not recorded (a snapshot of an earlier collector): then never compared.
     restart_policy: str | None = None
+    # Its Mounts (collector.container_mounts); None where not recorded: never compared.
+    mounts: tuple[Mount, ...] | None = None
     # A `docker compose run` container (label com.docker.compose.oneoff=True): never its
     # service's container. False also where not recorded (a snapshot of an earlier collector),
     # so such a snapshot compares as it always did.
@@ -726,6 +728,17 @@ class Docker:
 
 
 @record_class(eq=False, repr=False)
+class Mount:
+    """A container's mount (docker inspect's Mounts) or a service's volume (the render's
+    `volumes`), recorded alike by the collector (container_mounts, render_mounts)."""
+
+    type: str  # bind, volume, tmpfs, ...
+    source: str | None  # a bind's host path, a volume's name; None: tmpfs, an anonymous volume
+    target: str  # the path inside the container
+    read_only: bool
+
+
+@record_class(eq=False, repr=False)
 class Service:
     """One service of `docker compose config` (secrets hashed)."""
 
@@ -738,6 +751,8 @@ class Service:
     container_name: str | None = None
     runtime: str | None = None
     restart: str | None = None  # `restart:` (None: the render names none, or not recorded)
+    # `volumes:` (None: not recorded, a snapshot of an earlier collector: never compared)
+    volumes: tuple[Mount, ...] | None = None
 
 
 @record_class(eq=False, repr=False)
@@ -1271,7 +1286,25 @@ def _container(r: _Reader, raw: Any, path: str) -> Container:
         started_at=_opt_text(get("started_at", False), f"{path}.started_at"),
         runtime=_opt_text(get("runtime", False), f"{path}.runtime"),
         restart_policy=_opt_text(get("restart_policy", False), f"{path}.restart_policy"),
+        mounts=_opt_mounts(get("mounts", False), f"{path}.mounts"),
         oneoff=_bool(_or(get("oneoff", False), False), f"{path}.oneoff"),
+    )
+
+
+def _opt_mounts(raw: Any, path: str) -> tuple[Mount, ...] | None:
+    """A container's mounts or a service's volumes; None (not recorded) stays None."""
+    if raw is None:
+        return None
+    return tuple(_mount(m, f"{path}[{i}]") for i, m in enumerate(_list(raw, path)))
+
+
+def _mount(raw: Any, path: str) -> Mount:
+    obj = _obj(raw, path)
+    return Mount(
+        type=_name(obj.get("type"), f"{path}.type"),
+        source=_opt_text(obj.get("source"), f"{path}.source"),
+        target=_text(obj.get("target"), f"{path}.target"),
+        read_only=_bool(_or(obj.get("read_only"), False), f"{path}.read_only"),
     )
 
 
@@ -1365,6 +1398,7 @@ def _service(raw: Any, path: str) -> Service:
         container_name=_opt_name(obj.get("container_name"), f"{path}.container_name"),
         runtime=_opt_text(obj.get("runtime"), f"{path}.runtime"),
         restart=_opt_text(obj.get("restart"), f"{path}.restart"),
+        volumes=_opt_mounts(obj.get("volumes"), f"{path}.volumes"),
     )
 
 

@@ -63,6 +63,7 @@ from reconciler.observe.document import (
     _mapping,
     _meminfo,
     _names,
+    _opt_mounts,
     _opt_name,
     _or,
     _port_entry,
@@ -116,6 +117,7 @@ class _Container(Struct, forbid_unknown_fields=True, gc=False):
     started_at: Text | None = None
     runtime: Text | None = None
     restart_policy: Text | None = None
+    mounts: Any = None  # a few mounts: document.py's `_opt_mounts`
     oneoff: bool | None = None
 
 
@@ -142,6 +144,7 @@ class _Service(Struct, forbid_unknown_fields=True, gc=False):
     container_name: Text | None = None
     runtime: Text | None = None
     restart: Text | None = None
+    volumes: Any = None  # document.py's `_opt_mounts`
 
 
 class _Render(Struct, forbid_unknown_fields=True, gc=False):
@@ -337,7 +340,9 @@ def _docker(docker: _Docker | None) -> Docker:
     containers = docker.containers
     # Every container's few bindings and addresses in one depth check (one call a box, not
     # one a container: most hold none).
-    _shallow(tuple(v for c in containers for v in (c.ports, c.ips) if v is not None), _IN_ITEM)
+    _shallow(
+        tuple(v for c in containers for v in (c.ports, c.ips, c.mounts) if v is not None), _IN_ITEM
+    )
     return Docker(
         tuple(map(_container, containers)),
         {name: _image(image) for name, image in images.items()} if images else {},
@@ -367,6 +372,7 @@ def _container(c: _Container) -> Container:
         started_at=c.started_at,
         runtime=c.runtime,
         restart_policy=c.restart_policy,
+        mounts=_opt_mounts(c.mounts, "mounts"),
         oneoff=c.oneoff is True,
     )
 
@@ -413,8 +419,8 @@ def _service(s: _Service) -> Service:
     if s.profiles:
         _names_ok(s.profiles)
     ports = _list(_or(s.ports, []), "ports")
-    if ports:
-        _shallow((ports,), _IN_ITEM)
+    if ports or s.volumes:
+        _shallow((ports, *(() if s.volumes is None else (s.volumes,))), _IN_ITEM)
     return Service(
         image=s.image,
         command=_argv(s.command),
@@ -425,6 +431,7 @@ def _service(s: _Service) -> Service:
         container_name=_opt_name(s.container_name, "container_name"),
         runtime=s.runtime,
         restart=s.restart,
+        volumes=_opt_mounts(s.volumes, "volumes"),
     )
 
 

@@ -2310,6 +2310,9 @@ def _gone(pid):
     return False
 
 
+SHADOW_NAMES = ("project", "current")  # the Shadow views a run renders in (`name`)
+
+
 class Shadow:
     """A private view of the deployment whose `.env` is the desired one and every other entry
     a symlink to the real file. Compose reads `.env` twice (interpolation, and each lane's
@@ -2953,8 +2956,77 @@ def render(run, project, env):
             "container_name": svc.get("container_name"),
             "runtime": svc.get("runtime"),
             "restart": svc.get("restart"),
+            "volumes": render_mounts(run, svc.get("volumes"), doc.get("volumes")),
         }
     return {"services": services}
+
+
+def render_mounts(run, volumes, named):
+    """A service's `volumes` from the render, as a container's Mounts are recorded
+    (`container_mounts`): {type, source, target, read_only}, the source a bind's host path as
+    compose made it absolute, a volume's name as compose names it (`project_name`: the
+    render's top-level `volumes`), None for a tmpfs or an anonymous volume; in target order.
+    What decides where a lane reads its models from and writes its logs: a bind's source is
+    interpolated (`${HF_CACHE:-${HOME}/.cache/huggingface}`), so a lane started from another
+    environment (sudo, cron: another HOME) mounts another directory. None: unreadable."""
+    if volumes is None:
+        return []
+    if not isinstance(volumes, list):
+        return None
+    out = []
+    for v in volumes:
+        if not isinstance(v, dict):
+            return None
+        kind, source = v.get("type"), v.get("source")
+        if kind == "volume":
+            top = named.get(source) if isinstance(named, dict) and isinstance(source, str) else None
+            if isinstance(top, dict) and isinstance(top.get("name"), str):
+                source = top["name"]
+        elif kind == "tmpfs":
+            source = None
+        elif isinstance(source, str):
+            source = deployed_path(run, source)
+        if isinstance(v.get("target"), str):
+            out.append(_mount(kind, source, v["target"], v.get("read_only") is True))
+    return sorted(out, key=lambda m: m["target"])
+
+
+def deployed_path(run, path):
+    """A path compose made absolute against the render's project directory, as the
+    deployment's own. The render's project is a Shadow view (TMPDIR/fleet-collect-PID-X/
+    project) whose entries are links to the deployment's, and the render is cached, so a
+    relative bind (`./logs`) names the view of whichever run rendered it; compose up, run in
+    the deployment, mounts the deployment's."""
+    parts = path.split("/")
+    for at in range(len(parts) - 1):
+        if parts[at].startswith(WORKSPACE_PREFIX) and parts[at + 1] in SHADOW_NAMES:
+            return os.path.join(run.deploy, *parts[at + 2 :])
+    return path
+
+
+def container_mounts(mounts):
+    """A container's Mounts (docker inspect) as `render_mounts` records a service's volumes;
+    None when the engine said nothing usable."""
+    if not isinstance(mounts, list):
+        return None
+    out = []
+    for m in mounts:
+        if not isinstance(m, dict):
+            return None
+        kind = m.get("Type")
+        source = None if kind == "tmpfs" else m.get("Name" if kind == "volume" else "Source")
+        if isinstance(m.get("Destination"), str):
+            out.append(_mount(kind, source, m["Destination"], m.get("RW") is False))
+    return sorted(out, key=lambda m: m["target"])
+
+
+def _mount(kind, source, target, read_only):
+    return {
+        "type": kind if isinstance(kind, str) and kind else "bind",
+        "source": source if isinstance(source, str) and source else None,
+        "target": target,
+        "read_only": read_only,
+    }
 
 
 def restart_policy(policy):
@@ -3735,6 +3807,7 @@ def containers(run):
                 "ports": host.get("PortBindings") or {},
                 "runtime": host.get("Runtime"),
                 "restart_policy": restart_policy(host.get("RestartPolicy")),
+                "mounts": container_mounts(c.get("Mounts")),
                 "ips": sorted(n.get("IPAddress") for n in nets.values() if n.get("IPAddress")),
                 # A `docker compose run` container: compose labels it oneoff "True" (its
                 # service's own "False"); it keeps the service's label, yet is never the
