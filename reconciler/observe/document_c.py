@@ -44,6 +44,7 @@ from reconciler.observe.document import (
     EnvLine,
     EnvValue,
     Image,
+    Mount,
     Observed,
     Render,
     SecretValue,
@@ -63,7 +64,6 @@ from reconciler.observe.document import (
     _mapping,
     _meminfo,
     _names,
-    _opt_mounts,
     _opt_name,
     _or,
     _port_entry,
@@ -97,6 +97,18 @@ Argv = Annotated[tuple[Value, ...], Meta(max_length=MAX_ITEMS)]
 Texts = Annotated[tuple[Text, ...], Meta(max_length=MAX_ITEMS)]
 
 
+class _Mount(Struct, forbid_unknown_fields=True, gc=False):
+    """document._mount's fields: a container's mount, a service's volume."""
+
+    type: Text
+    target: Text
+    source: Text | None = None
+    read_only: bool | None = None
+
+
+Mounts = Annotated[tuple[_Mount, ...], Meta(max_length=MAX_ITEMS)]
+
+
 class _Container(Struct, forbid_unknown_fields=True, gc=False):
     name: Text
     id: HexId | None = None
@@ -117,7 +129,7 @@ class _Container(Struct, forbid_unknown_fields=True, gc=False):
     started_at: Text | None = None
     runtime: Text | None = None
     restart_policy: Text | None = None
-    mounts: Any = None  # a few mounts: document.py's `_opt_mounts`
+    mounts: Mounts | None = None
     oneoff: bool | None = None
 
 
@@ -144,7 +156,7 @@ class _Service(Struct, forbid_unknown_fields=True, gc=False):
     container_name: Text | None = None
     runtime: Text | None = None
     restart: Text | None = None
-    volumes: Any = None  # document.py's `_opt_mounts`
+    volumes: Mounts | None = None
 
 
 class _Render(Struct, forbid_unknown_fields=True, gc=False):
@@ -340,9 +352,7 @@ def _docker(docker: _Docker | None) -> Docker:
     containers = docker.containers
     # Every container's few bindings and addresses in one depth check (one call a box, not
     # one a container: most hold none).
-    _shallow(
-        tuple(v for c in containers for v in (c.ports, c.ips, c.mounts) if v is not None), _IN_ITEM
-    )
+    _shallow(tuple(v for c in containers for v in (c.ports, c.ips) if v is not None), _IN_ITEM)
     return Docker(
         tuple(map(_container, containers)),
         {name: _image(image) for name, image in images.items()} if images else {},
@@ -372,9 +382,18 @@ def _container(c: _Container) -> Container:
         started_at=c.started_at,
         runtime=c.runtime,
         restart_policy=c.restart_policy,
-        mounts=_opt_mounts(c.mounts, "mounts"),
+        mounts=_mounts(c.mounts),
         oneoff=c.oneoff is True,
     )
+
+
+def _mounts(mounts: tuple[_Mount, ...] | None) -> tuple[Mount, ...] | None:
+    """document._opt_mounts' result (its `type` a name: printable)."""
+    if mounts is None:
+        return None
+    if mounts:
+        _names_ok(tuple(m.type for m in mounts))
+    return tuple(Mount(m.type, m.source, m.target, m.read_only is True) for m in mounts)
 
 
 def _image(image: _Image) -> Image:
@@ -419,8 +438,8 @@ def _service(s: _Service) -> Service:
     if s.profiles:
         _names_ok(s.profiles)
     ports = _list(_or(s.ports, []), "ports")
-    if ports or s.volumes:
-        _shallow((ports, *(() if s.volumes is None else (s.volumes,))), _IN_ITEM)
+    if ports:
+        _shallow((ports,), _IN_ITEM)
     return Service(
         image=s.image,
         command=_argv(s.command),
@@ -431,7 +450,7 @@ def _service(s: _Service) -> Service:
         container_name=_opt_name(s.container_name, "container_name"),
         runtime=s.runtime,
         restart=s.restart,
-        volumes=_opt_mounts(s.volumes, "volumes"),
+        volumes=_mounts(s.volumes),
     )
 
 

@@ -252,3 +252,41 @@ def test_a_mount_of_the_wrong_shape_is_a_fault_of_the_answer() -> None:
     parsed = parse_collected(raw["collected"], complete=False)
     assert not isinstance(parsed, Observed)
     assert "mounts[0].target" in str(parsed)
+
+
+@pytest.mark.parametrize(
+    ("mount", "read"),
+    [
+        ({"type": "bind", "source": "/x", "target": "/y", "read_only": None}, "both"),
+        ({"type": "bind", "target": "/y"}, "both"),  # no source, no read_only
+        ({"type": "bind", "source": "/x", "target": "/y", "extra": 1}, "document.py"),
+        ({"type": "bi\u0007nd", "source": "/x", "target": "/y"}, "fault"),
+        ({"type": "bind", "source": "/x", "target": "/y", "read_only": "yes"}, "fault"),
+    ],
+    ids=["null read_only", "bare", "an unknown key", "a control character", "not a boolean"],
+)
+def test_the_c_reader_gives_document_pys_answer_or_leaves_the_file_to_it(
+    mount: dict[str, Any], read: str
+) -> None:
+    """document_c reads a mount as document.py does, or refuses the file (None: the caller
+    reads it with document.py, whose fault names the place)."""
+    raw = json.loads((SNAPSHOT / "thor.json").read_bytes())
+    _mounts([mount], [mount])(raw["collected"])
+    typed = read_snapshot_file(json.dumps(raw).encode())
+    plain = parse_collected(raw["collected"], complete=False)
+    if read == "fault":
+        assert typed is None and not isinstance(plain, Observed)
+        return
+    assert isinstance(plain, Observed)
+    assert plain.render.services is not None and plain.docker.containers is not None
+    want = plain.render.services["vllm-rerank"].volumes
+    assert want is not None and want[0].read_only is False  # null or absent: writable
+    if read == "document.py":
+        assert typed is None  # msgspec forbids the key; document.py reads past it
+        return
+    assert typed is not None and typed.document.render.services is not None
+    got = typed.document.render.services["vllm-rerank"].volumes
+    assert got is not None
+    assert [(m.type, m.source, m.target, m.read_only) for m in got] == [
+        (m.type, m.source, m.target, m.read_only) for m in want
+    ]
