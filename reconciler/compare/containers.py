@@ -352,7 +352,7 @@ def _mounts(exp: BoxExpectation, service: str, spec: Service, c: Container) -> I
     if spec.volumes is None or c.mounts is None:
         return
     want = {m.target: m for m in spec.volumes}
-    got = {m.target: m for m in c.mounts if m.target in want or not _anonymous(m)}
+    got = {m.target: m for m in c.mounts if m.target in want or not m.anonymous}
     r = rule("container.mounts")
     for target in sorted(want.keys() | got.keys()):
         w, g = want.get(target), got.get(target)
@@ -374,12 +374,6 @@ def _mounts(exp: BoxExpectation, service: str, spec: Service, c: Container) -> I
             source=c.name,
             note=note,
         )
-
-
-def _anonymous(m: Mount) -> bool:
-    """A volume docker named itself (64 hex): an anonymous one, or an image's VOLUME."""
-    name = m.source or ""
-    return m.type == "volume" and len(name) == 64 and all(ch in "0123456789abcdef" for ch in name)
 
 
 def _same_mount(want: Mount, got: Mount) -> bool:

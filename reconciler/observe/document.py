@@ -737,6 +737,12 @@ class Mount:
     target: str  # the path inside the container
     read_only: bool
 
+    @property
+    def anonymous(self) -> bool:
+        """A volume docker named itself (64 hex digits): an anonymous one, or an image's
+        VOLUME."""
+        return self.type == "volume" and _HEX64.fullmatch(self.source or "") is not None
+
 
 @record_class(eq=False, repr=False)
 class Service:
