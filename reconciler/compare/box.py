@@ -123,7 +123,8 @@ def compare_box(
     drifts: list[Drift] = []
     drifts += compare_envfile(exp, doc, envfile)
     drifts += compare_compose_files(exp, doc)
-    drifts += compare_containers(exp, doc)
+    files_as_desired = not any(d.kind in (Kind.ENVFILE, Kind.COMPOSE_FILE) for d in drifts)
+    drifts += compare_containers(exp, doc, files_as_desired)
     drifts += compare_shell(exp, doc, envfile)
     drifts += compare_contract(exp, doc)
     drifts += compare_auth(exp, doc, controller)

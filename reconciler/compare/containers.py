@@ -93,7 +93,12 @@ def _rank(name: str, service: str, named: str | None) -> tuple[int, int, str]:
     return (2, 0, name)
 
 
-def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
+def compare_containers(
+    exp: BoxExpectation, doc: Observed, files_as_desired: bool = True
+) -> Iterator[Drift]:
+    """Each desired service's container against the render. `files_as_desired`: the box's
+    `.env` and compose files are the desired ones (no `envfile` or `compose-file` entry), so
+    what compose would make of them is what a converge makes (`_pending_recreate`)."""
     if doc.docker.containers is None:
         return  # reported as a box error by the caller
     if not doc.docker.containers and doc.docker.error is not None:
@@ -121,16 +126,20 @@ def compare_containers(exp: BoxExpectation, doc: Observed) -> Iterator[Drift]:
             continue
         c = group[0]
         yield from _state(exp, service, c)
-        yield from _image(exp, service, c, images)
-        yield from _ports(exp, service, c)
+        fields = [*_image(exp, service, c, images), *_ports(exp, service, c)]
         # A desired service the render lacks is one compose-file entry (composefiles.py).
         spec = rendered.get(service)
         if spec is not None:
-            yield from _argv(exp, service, spec, c)
-            yield from _env(exp, service, spec, c, images)
-            yield from _runtime(exp, service, spec, c)
-            yield from _restart(exp, service, spec, c)
-            yield from _mounts(exp, service, spec, c)
+            fields += _argv(exp, service, spec, c)
+            fields += _env(exp, service, spec, c, images)
+            fields += _runtime(exp, service, spec, c)
+            fields += _restart(exp, service, spec, c)
+            fields += _mounts(exp, service, spec, c)
+        yield from fields
+        # A field compared above already says the container is not what the files make (and
+        # each is recreated for it): the config hash would only say so again.
+        if all(d.path == "restart" for d in fields):  # `docker update`: the hash keeps
+            yield from _pending_recreate(exp, service, c, doc, files_as_desired)
         for extra in group[1:]:
             # Its ports too, as the duplicate's own (recreating the service would not unpublish
             # them): what a person decides about it decides about them.
@@ -374,6 +383,45 @@ def _mounts(exp: BoxExpectation, service: str, spec: Service, c: Container) -> I
             source=c.name,
             note=note,
         )
+
+
+def _pending_recreate(
+    exp: BoxExpectation, service: str, c: Container, doc: Observed, files_as_desired: bool
+) -> Iterator[Drift]:
+    """compose's config hash of the service, from the files on the box as they are, against
+    the one the container was created with (its `com.docker.compose.config-hash` label).
+    `docker compose up` recreates a container whose label differs, whoever runs it next and
+    for whatever change: the lane's model loads again. The fields compared above are what
+    lobes' lanes are known to drift in; this is everything else compose puts in a container
+    (labels, health check, devices, resources, shm_size, ...). Where the box's `.env` or a
+    compose file is not the desired one, the hash is of the files a converge replaces, so it
+    does not say what the converge would make: report-only then. Not compared when either
+    hash was not recorded (an older snapshot, a render that failed)."""
+    hashes = doc.config_hashes
+    if hashes is None or hashes.services is None or c.config_hash is None:
+        return
+    want = hashes.services.get(service)
+    if want is None or want == c.config_hash:
+        return
+    r = rule("container.config-hash")
+    action = _action(r, service) if files_as_desired else Action.REPORT
+    note = (
+        "`docker compose up` would recreate it: it was not created from the compose files "
+        "and .env now on the box (a setting compared nowhere else differs)"
+    )
+    if not files_as_desired:
+        note += "; the converge replaces those files first, so it is not recreated for this"
+    yield Drift(
+        exp.name,
+        r.kind,
+        _subject(service),
+        "config-hash",
+        want,
+        c.config_hash,
+        action,
+        source=c.name,
+        note=note,
+    )
 
 
 def _same_mount(want: Mount, got: Mount) -> bool:

@@ -70,6 +70,12 @@ RULES: dict[str, Rule] = {
         # cron: another HOME) reads its models from, and logs to, other directories.
         Rule("container.mounts", Kind.STATE, "compose render: volumes",
              "docker inspect: Mounts", "strict", Action.RECREATE),
+        # compose's config hash of the files on the box against the container's label: what
+        # `docker compose up` would recreate, for a setting no rule above compares (containers.py
+        # `_pending_recreate`; report-only while the box's .env or compose files are not the
+        # desired ones).
+        Rule("container.config-hash", Kind.STATE, "docker compose config --hash, the box's files",
+             "docker inspect: label com.docker.compose.config-hash", "strict", Action.RECREATE),
         Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
         Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
              Action.RECREATE),

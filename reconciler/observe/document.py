@@ -780,6 +780,16 @@ class Variables:
 
 
 @record_class(eq=False, repr=False)
+class ConfigHashes:
+    """compose's config hash of each service from the files on the box as they are (its own
+    `.env`, the deployment directory), or why compose could not give them: what `docker
+    compose up` compares with a container's label to decide whether to recreate it."""
+
+    services: Mapping[str, str] | None  # None: compose failed (see error)
+    error: str | None = None
+
+
+@record_class(eq=False, repr=False)
 class Export:
     """One variable the login shell exports: its value and where it was set."""
 
@@ -985,6 +995,9 @@ class Observed:
     # end): what was seen may be half-converged (compare/box.py: an error of the box). Absent
     # (None) from older answers and whenever no converge held the lock.
     converge: ConvergeHolder | None = None
+    # compose's config hashes of the files on the box. Absent (None) from older answers and
+    # wherever the deployment was not rendered: not compared then.
+    config_hashes: ConfigHashes | None = None
 
     @property
     def containers(self) -> tuple[Container, ...]:
@@ -1076,7 +1089,27 @@ def _observed(r: _Reader, raw: Any, assumed: int | None) -> Observed:
         envfile_desired=_envfile_desired(get(doc, "envfile_desired", "", required=False)),
         knobs_desired=_knobs_desired(get(doc, "knobs_desired", "", required=False)),
         converge=_converge(get(doc, "converge", "", required=False)),
+        config_hashes=_config_hashes(get(doc, "config_hashes", "", required=False)),
     )
+
+
+def _config_hashes(raw: Any) -> ConfigHashes | None:
+    """`config_hashes`: service -> 64 hex digits, or the error (None when absent: an older
+    answer, or no render)."""
+    if raw is None:
+        return None
+    obj = _obj(raw, "config_hashes")
+    services = obj.get("services")
+    if services is None:
+        return ConfigHashes(None, _error(obj, "config_hashes"))
+    return ConfigHashes(_mapping(services, "config_hashes.services", _sha256))
+
+
+def _sha256(raw: Any, path: str) -> str:
+    text = _opt_sha256(raw, path)
+    if text is None:
+        _bad(path, "expected 64 lowercase hex digits, got null")
+    return text
 
 
 def _converge(raw: Any) -> ConvergeHolder | None:

@@ -51,6 +51,7 @@ from reconciler.observe.document import (
     Service,
     _audit,
     _Bad,
+    _config_hashes,
     _converge,
     _envfile_desired,
     _file_errors,
@@ -206,6 +207,7 @@ class _Collected(Struct, forbid_unknown_fields=True, gc=False):
     envfile_desired: Any = None
     knobs_desired: Any = None
     converge: Any = None
+    config_hashes: Any = None
 
 
 class _SnapshotFile(Struct, forbid_unknown_fields=True, gc=False):
@@ -294,6 +296,7 @@ def _observed(doc: _Collected) -> Observed:
             doc.envfile_desired,
             doc.knobs_desired,
             doc.converge,
+            doc.config_hashes,
         ),
         _IN_COLLECTED,
     )
@@ -327,6 +330,7 @@ def _observed(doc: _Collected) -> Observed:
         envfile_desired=_envfile_desired(doc.envfile_desired),
         knobs_desired=_knobs_desired(doc.knobs_desired),
         converge=_converge(doc.converge),
+        config_hashes=_config_hashes(doc.config_hashes),
     )
 
 

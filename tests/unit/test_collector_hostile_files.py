@@ -609,6 +609,11 @@ OPENS_ALLOWED = {
         "shadow_project",
         'os.open(os.path.join(project, ".env"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)',
     ),
+    # ... compose's render of the deployment, in the private temp directory, to hash it ...
+    (
+        "config_hashes",
+        "os.open(rendered, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)",
+    ),
     # ... and a render into the private cache.
     ("_store_render", "os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)"),
     # HTTP requests through urllib's opener (a redirect, a proxy): no file at all.

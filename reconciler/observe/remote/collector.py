@@ -2383,6 +2383,18 @@ class Existing:
         return self.where
 
 
+class Deployed(Existing):
+    """The deployment directory itself, as `docker compose up` reads it there: its own `.env`.
+    Its entries' digests are the run's (file_facts hashed them first), not hashed again."""
+
+    def __init__(self, run):
+        Existing.__init__(self, run.deploy)
+        self.run = run
+
+    def digest(self, name):
+        return self.run.once(("file", name), _file_digest, self.path_of(name))
+
+
 def _text_digest(text):
     return sha256(text.encode("utf-8")).digest()
 
@@ -2479,8 +2491,12 @@ def compose_cached(run, project, env, args, check=None):
     # `-f` chain compose_argv adds. Without the chain, a render made with fewer files (the
     # importer's discovery run: lobes' own chain) was served to a run whose chain has an
     # override more, and the override's settings were missing from what it compared.
+    # A directory on disk renders its own paths (a relative bind made absolute): keyed by
+    # them. A Shadow is keyed by its contents alone: each run's view is a new directory, and
+    # deployed_path maps its paths back to the deployment's.
     argv_inputs = [
-        CACHE_FORMAT, args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"]
+        CACHE_FORMAT, args, sorted((env or {}).items()), run.p["project"], run.p["compose_files"],
+        getattr(project, "where", None),
     ]  # fmt: skip
     digest.update(json_dumps(argv_inputs).encode())
     # The files this render reads are the box's problem when they cannot be read: its `.env`
@@ -3074,6 +3090,75 @@ def variables(run, project, env):
         return {"names": sorted(parsed[-1])}
     except (ValueError, TypeError):
         return {"error": "unreadable variables"}
+
+
+def config_hashes(run, env, workspace):
+    """compose's config hash of each service from the files on the box as they are: the
+    deployment directory itself (a relative bind's path is part of a service's config, so a
+    private view of it would hash another one) and its own `.env`, in the environment a
+    converge runs compose in. `docker compose up` compares it with each container's
+    `com.docker.compose.config-hash` label, and recreates a container whose label differs:
+    the lane's model loads again, whoever runs it next and for whatever change.
+
+    Not `config --hash` in the deployment: from compose 2.22 until its fix (compose #14001,
+    #14002; 2.40.3 here still has it) that hashes a service without its `env_file:` merged into
+    its environment, as `up` never does, so every lobes lane (each reads `.env` so) would seem
+    to be pending. compose's render (`config`, which merges them and drops `env_file:`) is read
+    back by compose in an empty directory instead, and hashed there: the labels `up` writes
+    (on the lab's engines, every service of every box)."""
+    code, out, err = compose_cached(run, Deployed(run), env, ["config", "--format", "json"])
+    if code != 0:
+        return {"error": compose_error(err, run) or "docker compose config exited %d" % code}
+    parsed = []  # type: list
+    digest = sha256()
+    key = [CACHE_FORMAT, "config-hash", run.p["project"], compose_binary(run, env)]
+    digest.update(json_dumps(key).encode() + b"\0" + out.encode("utf-8"))
+    cache_dir = run.once("cache_dir", _cache_dir)
+    path = os.path.join(cache_dir or "/nonexistent", digest.hexdigest() + ".json")
+    found = _cached_render(run, path, _hash_reader(parsed)) if cache_dir else None
+    if found is None:
+        where = os.path.join(workspace.directory(), "config-hash")
+        os.mkdir(where, 0o700)
+        rendered = os.path.join(where, "compose.json")
+        fd = os.open(rendered, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(out.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        # Every profile: the render holds the services the box's COMPOSE_PROFILES enabled.
+        argv = ["docker", "compose", "--project-directory", where, "-p", run.p["project"]]
+        argv += ["-f", rendered, "--profile", "*", "config", "--hash", "*"]
+        code, found, err = run.run(argv, env=env)
+        if code != 0:
+            return {"error": compose_error(err, run) or "docker compose config exited %d" % code}
+        try:
+            _hash_reader(parsed)(found)
+        except ValueError:
+            return {"error": "unreadable config hashes"}
+        if cache_dir:
+            _store_render(path, [], found)  # keyed by the render itself: nothing else to see
+            _prune(cache_dir)
+    return {"services": parsed[-1]}
+
+
+def _hash_reader(into):
+    """check(text) for compose_cached: `SERVICE HASH` lines (compose's `config --hash`), each
+    hash 64 lowercase hex digits, read into {service: hash}; ValueError otherwise."""
+
+    def read(text):
+        hashes = {}
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            service, _, digest = line.strip().rpartition(" ")
+            if not service or len(digest) != 64 or digest.strip("0123456789abcdef"):
+                raise ValueError("not SERVICE HASH lines")
+            hashes[service] = digest
+        into.append(hashes)
+
+    return read
 
 
 def _last_line(text, run=None):
@@ -4533,6 +4618,7 @@ def collect(payload, sent=None):
             else:
                 threads.append(task("render", render, run, project, scrubbed))
                 threads.append(task("variables", variables, run, project, scrubbed))
+                threads.append(task("config_hashes", config_hashes, run, scrubbed, workspace))
             # A snapshot replayed against another desired state (an import adopting this
             # box's own .env) needs compose's render of the .env on the box too, and each
             # render's basis. Asked for by `drift --save-snapshot` only, and the second render
@@ -4581,6 +4667,8 @@ def collect(payload, sent=None):
         if isinstance(doc.get(name), dict):
             doc[name]["basis"] = basis
     doc["variables"] = results.get("variables", {})
+    if "config_hashes" in results:  # absent otherwise: no render was asked for
+        doc["config_hashes"] = results["config_hashes"]
     doc["current_env_keys"] = sorted(current)
     converging = converging or converge_holder(run)
     if converging is not None:  # absent otherwise: every answer without one stays as it was
