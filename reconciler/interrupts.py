@@ -35,9 +35,20 @@ SLICE_S = 0.25
 _interrupted = False  # set by the handler; clear at each command's start and end (`handled`)
 
 
+# Where a raise is only printed ("Exception ignored in ...", a traceback on the operator's
+# terminal) and dropped: importlib's module-lock callback (a weakref callback, run by any import
+# that takes a module lock) and any `__del__`. There the handler only records the interrupt,
+# which the sliced waits raise within SLICE_S, with nothing printed.
+_DROPPED_AT = {("cb", "<frozen importlib._bootstrap>")}
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     global _interrupted
     _interrupted = True  # first: the raise below may land where it is ignored
+    if frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (code.co_name, code.co_filename) in _DROPPED_AT:
+            return
     raise KeyboardInterrupt
 
 

@@ -167,3 +167,47 @@ def test_ctrl_c_during_a_replay_with_workers_under_the_commands_handler(tmp_path
     """A replay's workers are forked from a process running the command's handler: they still
     ignore Ctrl-C (replay_workers._Job.take), and the replay ends with 130 and no traceback."""
     interrupted_replay(tmp_path, handled=True)
+
+
+class _Finalized:
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+def _importlibs_callback() -> Any:
+    """A weakref callback named and placed as importlib's module-lock callback (`cb` in
+    <frozen importlib._bootstrap>), which every import taking a module lock runs."""
+    namespace: dict[str, Any] = {"signal": signal}
+    source = "def cb(ref):\n    signal.raise_signal(signal.SIGINT)\n"
+    exec(compile(source, "<frozen importlib._bootstrap>", "exec"), namespace)
+    return namespace["cb"]
+
+
+@pytest.mark.parametrize("where", ["importlib's module-lock callback", "a __del__"])
+def test_where_a_raise_would_be_printed_and_dropped_it_is_only_recorded(
+    hanging: Hanging, where: str
+) -> None:
+    """Ctrl-C landing in importlib's module-lock callback (a lazy import while the boxes work)
+    printed "Exception ignored in ... KeyboardInterrupt" and a traceback on the operator's
+    terminal (tests/unit/test_review9_fanout.py saw it under load). There the handler only
+    records it, and the run still ends within a slice."""
+    swallowed: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, swallowed.append
+    try:
+        with interrupts.handled():
+            if where == "a __del__":
+                thing: Any = _Finalized()
+                del thing
+            else:
+                thing = _Thing()
+                ref = weakref.ref(thing, _importlibs_callback())
+                del thing
+                assert ref() is None
+            assert swallowed == []  # before: [KeyboardInterrupt], printed as ignored
+            assert interrupts.interrupted()
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                observe._finish_each({"thor": hanging}, TIMEOUT_S)
+            assert time.monotonic() - started < PROMPT_S
+    finally:
+        sys.unraisablehook = hook
