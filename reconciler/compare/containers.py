@@ -393,10 +393,15 @@ def _pending_recreate(
     `docker compose up` recreates a container whose label differs, whoever runs it next and
     for whatever change: the lane's model loads again. The fields compared above are what
     lobes' lanes are known to drift in; this is everything else compose puts in a container
-    (labels, health check, devices, resources, shm_size, ...). Where the box's `.env` or a
-    compose file is not the desired one, the hash is of the files a converge replaces, so it
-    does not say what the converge would make: report-only then. Not compared when either
-    hash was not recorded (an older snapshot, a render that failed)."""
+    (labels, health check, devices, resources, shm_size, ...).
+
+    Report-only: the difference is in no field a converge could show before it acts, so a
+    person chooses when the model may reload. A converge never recreates for a hash alone,
+    and its verification never fails on one: on a compose whose hashing this tool has not
+    been checked against (tests/lab/test_config_hash.py checks the one it runs), a hash that
+    does not match `up`'s would otherwise roll back every converge. Where the box's `.env` or
+    a compose file is not the desired one, the hash is of files a converge replaces: said so.
+    Not compared when either hash was not recorded (an older snapshot, a render that failed)."""
     hashes = doc.config_hashes
     if hashes is None or hashes.services is None or c.config_hash is None:
         return
@@ -404,13 +409,15 @@ def _pending_recreate(
     if want is None or want == c.config_hash:
         return
     r = rule("container.config-hash")
-    action = _action(r, service) if files_as_desired else Action.REPORT
     note = (
-        "`docker compose up` would recreate it: it was not created from the compose files "
-        "and .env now on the box (a setting compared nowhere else differs)"
+        "the next `docker compose up` recreates it (its model loads again): it was not "
+        "created from the compose files and .env now on the box, and differs from them in a "
+        "setting no other entry compares"
     )
-    if not files_as_desired:
-        note += "; the converge replaces those files first, so it is not recreated for this"
+    if files_as_desired:
+        note += f"; recreate it when a reload suits: `docker compose up -d {service}` there"
+    else:
+        note += "; those files are not the desired ones yet: a converge replaces them first"
     yield Drift(
         exp.name,
         r.kind,
@@ -418,7 +425,7 @@ def _pending_recreate(
         "config-hash",
         want,
         c.config_hash,
-        action,
+        r.action,
         source=c.name,
         note=note,
     )

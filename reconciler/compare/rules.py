@@ -71,11 +71,10 @@ RULES: dict[str, Rule] = {
         Rule("container.mounts", Kind.STATE, "compose render: volumes",
              "docker inspect: Mounts", "strict", Action.RECREATE),
         # compose's config hash of the files on the box against the container's label: what
-        # `docker compose up` would recreate, for a setting no rule above compares (containers.py
-        # `_pending_recreate`; report-only while the box's .env or compose files are not the
-        # desired ones).
+        # the next `docker compose up` would recreate, for a setting no rule above compares.
+        # Report-only: a person chooses when a model reloads (containers.py `_pending_recreate`).
         Rule("container.config-hash", Kind.STATE, "docker compose config --hash, the box's files",
-             "docker inspect: label com.docker.compose.config-hash", "strict", Action.RECREATE),
+             "docker inspect: label com.docker.compose.config-hash", "strict", Action.REPORT),
         Rule("state.missing", Kind.STATE, "a desired lane", "no container", "strict", Action.START),
         Rule("state.status", Kind.STATE, "running, healthy", "State.Status / Health", "strict",
              Action.RECREATE),

@@ -24,6 +24,7 @@ from reconciler.drift_inputs import expectations
 from reconciler.observe.document import Fault, Observed, parse_collected
 from reconciler.observe.document_c import read_snapshot_file
 from reconciler.observe.remote.collector import _hash_reader
+from reconciler.plan import actionable
 from tests.unit.test_compare_rules import captured, compare
 
 __all__ = ["captured"]  # a fixture, used by name
@@ -96,14 +97,10 @@ def test_files_that_made_every_container_are_no_entry(captured: Any) -> None:
         assert _pending(compare(captured, box, _hashes(box))) == []
 
 
-def test_a_gateway_compose_would_recreate_is_one_entry_report_only_while_the_env_drifts(
-    captured: Any,
-) -> None:
-    """spark's gateway is what its render says in every compared field, and its `.env` lacks
-    two managed keys: the hash is of a `.env` the converge rewrites, so it is said, not acted
-    on."""
+def test_a_gateway_compose_would_recreate_is_one_report_only_entry(captured: Any) -> None:
+    """spark's gateway is what its render says in every compared field: only the hash says
+    the next `docker compose up` recreates it."""
     result = compare(captured, "spark", _hashes("spark", gateway=OTHER))
-    assert any(d.kind is Kind.ENVFILE for d in result.drifts)
     (d,) = _pending(result)
     assert (d.kind, d.subject, d.desired, d.observed, d.action, d.source) == (
         Kind.STATE,
@@ -113,7 +110,11 @@ def test_a_gateway_compose_would_recreate_is_one_entry_report_only_while_the_env
         Action.REPORT,
         "model-gear-gateway",
     )
-    assert d.note is not None and "`docker compose up` would recreate it" in d.note
+    assert d.note is not None and "the next `docker compose up` recreates it" in d.note
+    # spark's `.env` lacks managed keys (the capture's incidents): the hash is of files a
+    # converge replaces, and the note says so rather than offer the recreate.
+    assert any(x.kind is Kind.ENVFILE for x in result.drifts)
+    assert "a converge replaces them first" in d.note and "docker compose up -d" not in d.note
 
 
 def _doc(captured: Any, box: str, edit: Any) -> Observed:
@@ -124,15 +125,17 @@ def _doc(captured: Any, box: str, edit: Any) -> Observed:
     return doc
 
 
-def test_with_the_files_as_desired_the_converge_recreates_it(captured: Any) -> None:
+def test_with_the_files_as_desired_the_note_gives_the_recreate_and_it_stays_a_report(
+    captured: Any,
+) -> None:
+    """Never a converge's recreate, and never a converge's verification failure: a person
+    chooses when the model reloads."""
     doc = _doc(captured, "spark", _hashes("spark", gateway=OTHER))
     exp = expectations(captured[0], ["spark"])["spark"]
     (d,) = [d for d in compare_containers(exp, doc, True) if d.path == "config-hash"]
-    assert d.action is Action.RECREATE_GATEWAY  # the gateway's recreate (a lane's: RECREATE)
-    assert d.note is not None and "converge replaces" not in d.note
-    (said,) = [d for d in compare_containers(exp, doc, False) if d.path == "config-hash"]
-    assert said.action is Action.REPORT
-    assert said.note is not None and "converge replaces" in said.note
+    assert d.action is Action.REPORT and d not in actionable([d])
+    assert d.note is not None and "`docker compose up -d gateway` there" in d.note
+    assert "converge replaces" not in d.note
 
 
 def test_a_container_a_compared_field_already_recreates_is_not_said_twice(captured: Any) -> None:
