@@ -130,6 +130,8 @@ def compare_box(
     drifts += compare_auth(exp, doc, controller)
     drifts += compare_host(exp, doc, drifts)  # judges only the lanes a converge would boot
     errors = observation_errors(exp, doc, connection, stale)
+    if _gateway_down(drifts):  # its own entry says why nothing answers on the loopback
+        errors = [e for e in errors if e.part is not Part.GATEWAY_PROBE]
     errors += unanswered_controller(doc, controller, drifts)
     return BoxResult(
         exp.name,
@@ -156,7 +158,7 @@ def unanswered_controller(
     group = service_containers(doc).get("gateway") or []
     if not group or group[0].status != "running" or not _published_beyond_loopback(group[0]):
         return []
-    if any(d.subject == "gateway" and d.kind in (Kind.STATE, Kind.PORT) for d in drifts):
+    if any(d.subject == "gateway" and _about_serving(d) for d in drifts):
         return []
     return [
         BoxError(Part.GATEWAY_PROBE, f"gateway {name} (from the controller)", scrub_text(error))
@@ -167,6 +169,28 @@ def unanswered_controller(
         )
         if probe is not None and probe.status is None and (error := probe.error)
     ]
+
+
+def _about_serving(d: Drift) -> bool:
+    """An entry about whether, or where, a container serves: its status, its absence, its
+    ports. Not one about how it was made (mounts, runtime, restart policy, config hash)."""
+    return d.kind is Kind.PORT or (d.kind is Kind.STATE and d.path in ("status", "container"))
+
+
+# A container's status in which it answers nothing: stopped, never started, or paused.
+_NOT_SERVING = frozenset({"exited", "created", "dead", "paused"})
+
+
+def _gateway_down(drifts: list[Drift]) -> bool:
+    """Whether the box's own answer shows its gateway not serving at all: no container, or one
+    stopped or paused (its `state` entry). Its loopback probes then fail for the reason that
+    entry gives, and an error of the box for each would say it again."""
+    return any(
+        d.subject == "gateway"
+        and d.kind is Kind.STATE
+        and (d.path == "container" or (d.path == "status" and d.observed in _NOT_SERVING))
+        for d in drifts
+    )
 
 
 def _published_beyond_loopback(container: Container) -> bool:

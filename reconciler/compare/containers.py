@@ -98,7 +98,7 @@ def compare_containers(
 ) -> Iterator[Drift]:
     """Each desired service's container against the render. `files_as_desired`: the box's
     `.env` and compose files are the desired ones (no `envfile` or `compose-file` entry), so
-    what compose would make of them is what a converge makes (`_pending_recreate`)."""
+    a pending recreate's note may offer the recreate (`_pending_recreate`)."""
     if doc.docker.containers is None:
         return  # reported as a box error by the caller
     if not doc.docker.containers and doc.docker.error is not None:
@@ -136,8 +136,8 @@ def compare_containers(
             fields += _restart(exp, service, spec, c)
             fields += _mounts(exp, service, spec, c)
         yield from fields
-        # A field compared above already says the container is not what the files make (and
-        # each is recreated for it): the config hash would only say so again.
+        # A field compared above already says the container is not what the files make (each
+        # entry with what a converge does about it): the config hash would only say so again.
         if all(d.path == "restart" for d in fields):  # `docker update`: the hash keeps
             yield from _pending_recreate(exp, service, c, doc, files_as_desired)
         for extra in group[1:]:
@@ -193,6 +193,9 @@ def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
     if status == "running" and health == "starting":
         yield _booting(exp, service, c)
         return
+    if status == "paused":
+        yield _paused(exp, service, c)
+        return
     observed = status if status != "running" else f"running ({health})"
     action = Action.START if status in ("exited", "created", "dead") else _action(r, service)
     if status in ("exited", "dead") and service == GATEWAY:
@@ -212,6 +215,24 @@ def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
         action,
         source=c.name,
         note=note,
+    )
+
+
+def _paused(exp: BoxExpectation, service: str, c: Container) -> Drift:
+    """A container someone paused (`docker pause`: its processes frozen, its model still in
+    memory). Report-only: `docker unpause` resumes it as it was in a moment, where a recreate
+    would load its model again; a pause is a person's act, and a person ends it."""
+    return Drift(
+        exp.name,
+        rule("state.status").kind,
+        _subject(service),
+        "status",
+        "running (healthy)",
+        "paused",
+        Action.REPORT,
+        source=c.name,
+        note=f"paused (`docker pause`): `docker unpause {c.name}` resumes it as it was, "
+        "without the recreate that would load its model again",
     )
 
 
