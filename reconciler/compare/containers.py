@@ -222,18 +222,11 @@ def _paused(exp: BoxExpectation, service: str, c: Container) -> Drift:
     """A container someone paused (`docker pause`: its processes frozen, its model still in
     memory). Report-only: `docker unpause` resumes it as it was in a moment, where a recreate
     would load its model again; a pause is a person's act, and a person ends it."""
-    return Drift(
-        exp.name,
-        rule("state.status").kind,
-        _subject(service),
-        "status",
-        "running (healthy)",
-        "paused",
-        Action.REPORT,
-        source=c.name,
-        note=f"paused (`docker pause`): `docker unpause {c.name}` resumes it as it was, "
-        "without the recreate that would load its model again",
+    note = (
+        f"paused (`docker pause`): `docker unpause {c.name}` resumes it as it was, without the "
+        "recreate that would load its model again"
     )
+    return _status_said(exp, service, c, "paused", note)
 
 
 def _booting(exp: BoxExpectation, service: str, c: Container) -> Drift:
@@ -243,17 +236,27 @@ def _booting(exp: BoxExpectation, service: str, c: Container) -> Drift:
     One that never passes is marked unhealthy by docker (its start period over, its retries
     failed), and that is recreated."""
     restarts = f"restarted {c.restart_count} times; " if c.restart_count > 0 else ""
+    note = (
+        f"{restarts}booting: its health check has not passed yet; not recreated (that would "
+        "start it over); one that never passes turns unhealthy, and that is recreated"
+    )
+    return _status_said(exp, service, c, "running (starting)", note)
+
+
+def _status_said(
+    exp: BoxExpectation, service: str, c: Container, observed: str, note: str
+) -> Drift:
+    """A status entry left to a person (report-only): what a recreate would undo is theirs."""
     return Drift(
         exp.name,
         rule("state.status").kind,
         _subject(service),
         "status",
         "running (healthy)",
-        "running (starting)",
+        observed,
         Action.REPORT,
         source=c.name,
-        note=f"{restarts}booting: its health check has not passed yet; not recreated (that "
-        "would start it over); one that never passes turns unhealthy, and that is recreated",
+        note=note,
     )
 
 
