@@ -9,7 +9,9 @@ the desired state; each test compares the drift after the incident with the drif
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -215,15 +217,29 @@ def test_one_unreachable_box_does_not_stop_the_others(lab: Any, tmp_path: Path) 
     assert not boxes["spark"]["errors"] and not boxes["orin"]["errors"]
 
 
+def _gateway_server(on_box: Callable[..., Any], box: str) -> list[int]:
+    """The gateway's server processes: the children of its container's init (docker-init).
+    Stopped with SIGSTOP, the gateway hangs while docker still says it runs (`docker pause`
+    would say paused, and drift would report that instead: tests/lab/test_paused.py)."""
+    inspect = "docker inspect --format '{{.State.Pid}}' model-gear-gateway"
+    init = int(on_box(box, inspect).stdout.strip())
+    children = Path(f"/proc/{init}/task/{init}/children").read_text(encoding="ascii")
+    return [int(pid) for pid in children.split()]
+
+
 def test_a_hanging_gateway_is_a_bounded_error_of_its_box(
     lab: Any, pristine: Callable[[str], None], on_box: Callable[..., Any]
 ) -> None:
     pristine("spark")
-    on_box("spark", "docker pause model-gear-gateway")
+    server = _gateway_server(on_box, "spark")
+    assert server
+    for pid in server:
+        os.kill(pid, signal.SIGSTOP)  # the lab runs as root: the engine's processes are ours
     try:
         result = cli("drift", "--format", "json")
     finally:
-        on_box("spark", "docker unpause model-gear-gateway")
+        for pid in server:
+            os.kill(pid, signal.SIGCONT)
     assert result.returncode == 1
     boxes = {b["box"]: b for b in json.loads(result.stdout)["boxes"]}
     assert any("gateway health (loopback)" in e for e in boxes["spark"]["errors"])
