@@ -25,6 +25,7 @@ from typing import Any
 from reconciler.apply.answer import Interrupted, action_result, converge_result
 from reconciler.apply.boxcall import BoxCall, OnEvent, call_box
 from reconciler.apply.payload import MissingControllerSecret, base_payload, converge_payload
+from reconciler.compare.containers import STOPPED
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxResult, DriftReport, Part
 from reconciler.desired.fleet import Fleet
@@ -304,11 +305,6 @@ def settle(
         time.sleep(2)
 
 
-# A container's State.Status when it is not running (docker's states, not `running`,
-# `restarting`, `paused`, `removing`).
-_STOPPED = frozenset(("created", "exited", "dead"))
-
-
 def stopped_strays(result: BoxResult, strays: Collection[str]) -> set[str]:
     """The subjects (`lane:<service>`) of `strays` whose every stray container `result`
     shows stopped: drift the mark-good removes, not drift the converge left."""
@@ -317,7 +313,7 @@ def stopped_strays(result: BoxResult, strays: Collection[str]) -> set[str]:
         subject = f"lane:{service}"
         seen = [d for d in result.drifts if d.subject == subject and d.path == "container"]
         states = [d.observed for d in seen]
-        if states and all(s in _STOPPED for s in states):
+        if states and all(s in STOPPED for s in states):
             out.add(subject)
     return out
 

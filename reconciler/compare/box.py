@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.compare.composefiles import compare_compose_files
-from reconciler.compare.containers import compare_containers, service_containers
+from reconciler.compare.containers import STOPPED, compare_containers, service_containers
 from reconciler.compare.context import BoxExpectation
 from reconciler.compare.drift import BoxError, BoxResult, Drift, Kind, Part, sorted_drifts
 from reconciler.compare.envfile import (
@@ -178,7 +178,7 @@ def _about_serving(d: Drift) -> bool:
 
 
 # A container's status in which it answers nothing: stopped, never started, or paused.
-_NOT_SERVING = frozenset({"exited", "created", "dead", "paused"})
+_NOT_SERVING = STOPPED | {"paused"}
 
 
 def _gateway_down(drifts: list[Drift]) -> bool:

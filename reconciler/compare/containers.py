@@ -29,6 +29,10 @@ def _subject(service: str) -> str:
     return "gateway" if service == GATEWAY else f"lane:{service}"
 
 
+# Docker's states (State.Status) of a container that runs no process and that starting it (not
+# recreating it) serves again: never started, exited, dead. Not `paused` (frozen, its processes
+# there: `docker unpause`), `restarting` (its policy starts it) or `removing`.
+STOPPED = frozenset({"created", "exited", "dead"})
 _DOCKER_HUB = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 
 
@@ -197,7 +201,7 @@ def _state(exp: BoxExpectation, service: str, c: Container) -> Iterator[Drift]:
         yield _paused(exp, service, c)
         return
     observed = status if status != "running" else f"running ({health})"
-    action = Action.START if status in ("exited", "created", "dead") else _action(r, service)
+    action = Action.START if status in STOPPED else _action(r, service)
     if status in ("exited", "dead") and service == GATEWAY:
         action = Action.RECREATE_GATEWAY
     note = None

@@ -2427,6 +2427,13 @@ def shadow_project(run, tmpdir, desired_env_text, name="project", workspace=None
     return project
 
 
+def _write_all(fd, data):
+    """All of `data` to `fd`: a write may take only part of it (a signal, a full pipe)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _in_memory(data):
     """(fd, /proc/PID/fd/FD) of an anonymous in-memory file holding `data` (close-on-exec: no
     child inherits it; compose opens it by that path, as this user); None where it cannot be
@@ -2437,9 +2444,7 @@ def _in_memory(data):
         return None
     where = "/proc/%d/fd/%d" % (os.getpid(), fd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         if read_file(where)[0] != data:  # as compose will open it: by that path
             raise OSError("read back differs")
     except OSError:
@@ -2603,9 +2608,7 @@ def _store_render(path, deps, out):
         _discard(tmp)  # one a killed process with this id left
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            view = memoryview(header + b"\n" + body)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, header + b"\n" + body)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -3122,9 +3125,7 @@ def config_hashes(run, env, workspace):
         rendered = os.path.join(where, "compose.json")
         fd = os.open(rendered, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            view = memoryview(out.encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, out.encode("utf-8"))
         finally:
             os.close(fd)
         # Every profile: the render holds the services the box's COMPOSE_PROFILES enabled.
