@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/pytest "$@"
+# Two workers: the unit tests run beside the lab tests, which mostly wait (tests/conftest.py).
+# Arguments come after, so `-n 0` runs in this one process.
+exec .venv/bin/pytest -n 2 "$@"
