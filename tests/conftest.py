@@ -34,18 +34,22 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "load":  # another mode, chosen on purpose: xdist's own
         return None
+    return lab_apart()(config, log)
+
+
+def lab_apart() -> Any:
+    """xdist's scheduler by scope, with every lab test in one unit of work (one worker, in the
+    order collected) and each other module a unit of its own (its module-scoped fixtures made
+    once). Not `--dist loadgroup` with an `xdist_group` mark: with pytest 9.2 that silently
+    groups nothing (pytest-xdist #1386), and two workers then took turns at the lab's session
+    lock. A class made when asked: xdist is imported only by a run with workers."""
     from xdist.scheduler import LoadScopeScheduling
 
     class LabApart(LoadScopeScheduling):  # type: ignore[misc]
-        """Every lab test in one unit of work (one worker, in the order collected), each other
-        module a unit of its own (its module-scoped fixtures made once). Not `--dist
-        loadgroup` with an `xdist_group` mark: with pytest 9.2 that silently groups nothing
-        (pytest-xdist #1386), and two workers then took turns at the lab's session lock."""
-
         def _split_scope(self, nodeid: str) -> str:
             return LAB_UNIT if nodeid.startswith(LAB_TESTS) else super()._split_scope(nodeid)
 
-    return LabApart(config, log)
+    return LabApart
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
