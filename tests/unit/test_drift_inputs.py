@@ -192,6 +192,43 @@ def test_seeds_other_than_the_meshs_are_stored_as_they_are(repo: Path) -> None:
     assert back.payloads == changed.payloads
 
 
+def test_an_equal_copy_of_the_seeds_is_stored_as_text_and_read_back_equal(
+    tmp_path: Path,
+) -> None:
+    """A box's seeds become a reference where its values hold the payload's own seeds object
+    (a memo slot its pickle fills first, drift_inputs._SEEDS_IN_SLOT_0); an equal text that
+    is another object is pickled as itself. Either way each box reads back equal."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.scale_fleet import build_fleet
+
+    build_fleet(tmp_path, 30)
+    inputs = drift_inputs(load_fleet(tmp_path, "lab"))
+    held = inputs.payloads["thor-1"]["managed_env"]["LOBES_MESH_SEEDS"]
+    entries = inputs.expectations["thor-1"].env
+    at = next(i for i, e in enumerate(entries) if e.key == "LOBES_MESH_SEEDS")
+    assert entries[at].value is held  # one object: the reference covers both
+    plain = pickle.dumps(inputs, pickle.HIGHEST_PROTOCOL)
+    assert held.encode() not in plain
+
+    from reconciler.desired.entries import EnvEntry
+    from reconciler.records import replace
+
+    copy = "".join(list(held))
+    assert copy == held and copy is not held
+
+    copied = EnvEntry(entries[at].key, copy, entries[at].origin)
+    changed_env = type(entries)([*entries[:at], copied, *entries[at + 1 :]])
+    thor_1 = replace(inputs.expectations["thor-1"], env=changed_env)
+    changed = inputs._replace(expectations={**inputs.expectations, "thor-1": thor_1})
+    data = pickle.dumps(changed, pickle.HIGHEST_PROTOCOL)
+    assert data.count(held.encode()) == 1  # the copy, in thor-1's expectation alone
+    back = pickle.loads(data)
+    assert back == changed
+    assert back.expectations["thor-1"] == inputs.expectations["thor-1"]
+
+
 def test_a_replay_keeps_no_box_expectation_it_compared(repo: Path, tmp_path: Path) -> None:
     """Each box's remembered expectation holds its mesh seeds, which name every member: a
     replay (each worker its share) that kept every box it compared held memory growing as the
