@@ -534,7 +534,7 @@ def table(
 # Where the time goes: the engine's phases timed one after the other in one child process
 # (the same functions the CLI calls, in its order), on the largest fleet, in this run.
 PHASES = """
-import json, os, sys, tempfile, time
+import gc, json, os, sys, tempfile, time
 from pathlib import Path
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()  # nothing remembered: the cold path first
 root = Path(sys.argv[1]).resolve()
@@ -553,20 +553,26 @@ from reconciler.desired.cache import load_fleet_cached
 from reconciler.desired.locate import inventory_file
 from reconciler.drift_inputs import cached_inputs, remembered_inputs
 timed("imports", started)
-def phase(owner, name, key):  # the time spent in owner.name, as the load calls it
+def phase(owner, name, key, gc_off=False):  # the time spent in owner.name, as the load calls it
     real = getattr(owner, name)
     def timed_call(*args, **kwargs):
         at = time.perf_counter()
+        if gc_off:
+            gc.disable()
         try:
             return real(*args, **kwargs)
         finally:
+            if gc_off:
+                gc.enable()
             timed(key, at)
     setattr(owner, name, timed_call)
 phase(loader, "load_yaml", "yaml")
 phase(loader, "check_box", "checks")
 phase(loader, "check_fleet", "checks")
 phase(loader.SharedPrefixes, "merge", "merge")
-phase(drift_inputs, "remember", "store_inputs")
+# As a replay's child stores them: no collector passes (desired/fingerprint.py `remember`),
+# which here would walk the whole fleet just loaded, again and again, as the pickles allocate.
+phase(drift_inputs, "remember", "store_inputs", gc_off=True)
 inventory = inventory_file(root, "lab")
 started = time.perf_counter()
 fleet = load_fleet_cached(root, "lab", keep=False)  # as a drift loads it (cli._drift_inputs)
@@ -575,7 +581,6 @@ started = time.perf_counter()
 remembered_inputs(fleet, inventory)
 timed("inputs", started)
 del fleet  # a replay holds the drift inputs only (the CLI drops the validated state too)
-import gc
 gc.collect()
 started = time.perf_counter()
 inputs = cached_inputs(root, inventory)
