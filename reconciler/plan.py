@@ -40,8 +40,9 @@ PASSIVE = frozenset({Action.SCRUB_SHELL, Action.REPORT, Action.DROP_CACHES})
 
 # Parts of a box whose fault still allows a converge: the converge itself fixes them (a
 # gateway that does not answer is recreated) or they only weaken a report (the login-shell
-# probe, the list of interpolated variables).
-TOLERATED = frozenset({Part.GATEWAY_PROBE, Part.LOGIN_SHELL, Part.VARIABLES})
+# probe, the list of interpolated variables, compose's config hashes: a pending recreate is
+# report-only, and no converge reads or changes it).
+TOLERATED = frozenset({Part.GATEWAY_PROBE, Part.LOGIN_SHELL, Part.VARIABLES, Part.CONFIG_HASH})
 
 
 @dataclass(frozen=True)

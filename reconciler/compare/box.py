@@ -260,6 +260,13 @@ def observation_errors(
         (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
     )
     errors += [BoxError(part, name, error) for part, name, error in sections if error]
+    hashes = doc.config_hashes
+    if hashes is not None and hashes.error and not doc.render.error:
+        # Only when the render worked: a failed render fails the hash's own `config` too, and
+        # its error says why already. Otherwise a compose that cannot hash (no `--hash`, a
+        # timeout) would leave every pending recreate unjudged without a word.
+        what = f"{hashes.error}: no container's pending recreate judged"
+        errors.append(BoxError(Part.CONFIG_HASH, "config hashes", what))
     if doc.converge is not None:
         errors.append(BoxError(Part.DEPLOYMENT, "converge", converging(doc.converge)))
     errors += not_in_observation(doc, bool(exp.lanes))

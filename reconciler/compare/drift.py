@@ -132,6 +132,7 @@ class Part(StrEnum):
     CONNECTION = "connection"  # reached only through an existing SSH connection
     SECRET_SOURCE = "secret-source"  # a box_file secret's file or key is missing
     BOX_FILE = "box-file"  # a file on the box is there but could not be read (a FIFO, ...)
+    CONFIG_HASH = "config-hash"  # compose gave no config hashes: no pending recreate judged
 
 
 class BoxError(str):

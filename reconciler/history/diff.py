@@ -160,9 +160,15 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
     # What a probe saw itself stays compared when only the other probe faulted (an auth entry
     # names its probe): a loopback probe timing out says nothing of the controller's answer.
     kept = {u.box: kept_probes(u.box, a, b) for u in unseen if GATEWAY in u.columns}
+    # A box compose gave no config hashes in either run: its pending recreates (their own
+    # entries) were not judged there, so they neither appeared nor cleared; the rest was.
+    unhashed = set(_unhashed(a, b, skipped))
+    from reconciler.compare.containers import PENDING_RECREATE
 
     def compared(e: EntryRow) -> bool:
         if e.box in skipped:
+            return False
+        if e.box in unhashed and e.path == PENDING_RECREATE:
             return False
         col = column(e.subject)
         if (e.box, col) not in hidden:
@@ -303,14 +309,32 @@ def kept_probes(box: str, a: Side, b: Side) -> frozenset[str]:
 _OBSERVED = {"partial": "only partly observed", "none": "not observed", ABSENT: "not"}
 
 
+def _unhashed(a: Side, b: Side, skipped: set[str]) -> dict[str, list[str]]:
+    """Box -> the runs (names) in which compose gave it no config hashes (part config-hash),
+    for each box compared."""
+    from reconciler.history.parts import CONFIG_HASH
+
+    out: dict[str, list[str]] = {}
+    for side in (a, b):
+        for box, faults in side.faults.items():
+            if box not in skipped and CONFIG_HASH in (faults or ()):
+                out.setdefault(box, []).append(side.name or side.label)
+    return out
+
+
 def _notes(a: Side, b: Side, skipped: set[str]) -> tuple[str, ...]:
     """Per box compared, each run of it recorded before the fault parts were kept with a
     fault whose text names no part: which of its entries that fault hid is not known, so
     they are compared as recorded (an old run's login-shell timeout must not hide a lane's
-    new entry), and said."""
+    new entry), and said. And each box whose pending recreates were not compared."""
+    from reconciler.compare.containers import PENDING_RECREATE
     from reconciler.history.parts import NOT_RECORDED
 
-    out: list[str] = []
+    out = [
+        f"{box}: compose gave no config hashes in {' and '.join(runs)}: its pending recreates "
+        f"({PENDING_RECREATE} entries) not compared"
+        for box, runs in _unhashed(a, b, skipped).items()
+    ]
     for side in (a, b):
         for box, faults in side.faults.items():
             if box not in skipped and NOT_RECORDED in (faults or ()):

@@ -59,6 +59,7 @@ _BEGINS = (
     ("lanes: ", "gateway-probe"),  # the lanes' windows, probed through the gateway
     ("file ", "box-file"),
     ("ssh: ", "connection"),
+    ("config hashes: ", "config-hash"),  # newer than the history: recorded with its part too
 )
 
 
@@ -117,6 +118,7 @@ def unseen_columns(faults: Sequence[str] | None) -> frozenset[str]:
 LOOPBACK, CONTROLLER = "loopback", "controller"
 _BY_CONTROLLER = " (from the controller): "
 GATEWAY_PROBE = "gateway-probe"
+CONFIG_HASH = "config-hash"  # compose gave no config hashes: its pending recreates not judged
 
 
 def probe_sides(texts: Iterable[Any] | None) -> frozenset[str] | None:

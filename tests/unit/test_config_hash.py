@@ -218,3 +218,96 @@ def test_both_readers_read_the_section_alike(captured: Any) -> None:
     assert [d.path for d in compare_box(exp, typed.document).drifts] == [
         d.path for d in compare_box(exp, walked).drifts
     ]
+
+
+NO_HASH = "docker compose config exited 1: unknown flag: --hash"
+
+
+def test_hashes_compose_could_not_give_are_the_boxs_error_and_block_no_converge(
+    captured: Any,
+) -> None:
+    """A compose that cannot hash (an older one without `config --hash`, a timeout) leaves
+    every pending recreate unjudged: said as a fault of the box (exit 1, as a login shell that
+    could not be traced), never as "no pending recreate". Report-only, as the entry it stands
+    for: a converge is planned as before, and its verification passes over it."""
+    from reconciler.apply.engine import UNFIXABLE
+    from reconciler.compare.drift import DriftReport, Part
+    from reconciler.plan import plan_box
+    from reconciler.report.html import unobserved
+
+    before = compare(captured, "spark")
+    result = compare(captured, "spark", lambda raw: raw.update(config_hashes={"error": NO_HASH}))
+    (error,) = [e for e in result.errors if e.part is Part.CONFIG_HASH]
+    assert str(error) == f"config hashes: {NO_HASH}: no container's pending recreate judged"
+    assert [e for e in result.errors if e is not error] == list(before.errors)
+    assert result.drifts == before.drifts  # nothing else changes
+    assert DriftReport((result,), "inventory/lab.yaml", "2026-12-07T00:00:00Z", "r").exit_code == 1
+    assert DriftReport((before,), "inventory/lab.yaml", "2026-12-07T00:00:00Z", "r").exit_code == 2
+    exp = expectations(captured[0], ["spark"])["spark"]
+    plan = plan_box(result, exp)
+    assert plan.blocked == plan_box(before, exp).blocked == ()
+    assert plan.steps == plan_box(before, exp).steps
+    assert Part.CONFIG_HASH in UNFIXABLE
+    assert unobserved(result) == {}  # every column was compared; only the hash was not
+
+
+def test_a_failed_render_says_it_once(captured: Any) -> None:
+    """compose's render failing fails the hash's own `config` too: the render's error says
+    why, and the hash's is not said again."""
+    from reconciler.compare.drift import Part
+
+    def edit(raw: dict[str, Any]) -> None:
+        raw["render"] = {"error": "service gateway: invalid interpolation"}
+        raw["config_hashes"] = {"error": "service gateway: invalid interpolation"}
+
+    parts = [e.part for e in compare(captured, "spark", edit).errors]
+    assert Part.RENDER in parts and Part.CONFIG_HASH not in parts
+
+
+def test_a_diff_leaves_out_the_pending_recreates_a_run_could_not_judge(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run 1 finds spark's gateway pending a recreate; in run 2 compose gave no hashes. The
+    entry did not clear: it was not judged, and `reconcile diff` says so rather than list it
+    as cleared. Hashes that match the label again do clear it."""
+    from tests.unit.history_helpers import edited_snapshot, reconcile, replay, unvouched
+
+    def spark(section: dict[str, Any]) -> Any:
+        def edit(docs: dict[str, Any]) -> None:
+            docs["spark"]["collected"]["config_hashes"] = section
+
+        return edit
+
+    pending = {"services": {**_labels("spark"), "gateway": OTHER}}
+    runs = {
+        "pending": pending,
+        "no-hash": {"error": NO_HASH},
+        "matching": {"services": _labels("spark")},
+    }
+    snapshots = {}
+    for name, section in runs.items():
+        snapshots[name] = edited_snapshot(tmp_path, name, spark(section))
+        unvouched(snapshots[name])
+
+    def diff(second: str) -> tuple[int, dict[str, Any]]:
+        db = tmp_path / f"{second}.sqlite3"
+        replay(capsys, db, snapshots["pending"])
+        replay(capsys, db, snapshots[second])
+        code, out, err = reconcile(capsys, "diff", "--history", str(db), "--format", "json")
+        assert "Traceback" not in err, err
+        doc: dict[str, Any] = json.loads(out)
+        return code, doc
+
+    _, unjudged = diff("no-hash")
+    # What changed is what spark answered (the observed section, compared as any is)...
+    assert [(c["box"], c["path"]) for c in unjudged["changes"]] == [("spark", "config_hashes")]
+    # ... not its drift: no entry appeared or cleared
+    assert unjudged["cleared"] == unjudged["appeared"] == []
+    assert unjudged["notes"] == [
+        "spark: compose gave no config hashes in run 2: its pending recreates "
+        "(config-hash entries) not compared"
+    ]
+    code, cleared = diff("matching")
+    assert code == 2
+    assert [(e["box"], e["subject"]) for e in cleared["cleared"]] == [("spark", "gateway")]
+    assert cleared["notes"] == []

@@ -250,6 +250,7 @@ def thor_with_every_fault(docs: dict[str, Any]) -> None:
         spark.pop(section)
     spark["deploy_dir_exists"] = False
     docs["orin"]["connection"] = "new ssh connections refused (the master still answers)"
+    docs["orin"]["collected"]["config_hashes"] = {"error": "docker compose config exited 1"}
 
 
 def test_each_fault_compare_makes_is_read_back_from_its_text(tmp_path: Path) -> None:
