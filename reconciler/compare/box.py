@@ -130,6 +130,7 @@ def compare_box(
     drifts += compare_auth(exp, doc, controller)
     drifts += compare_host(exp, doc, drifts)  # judges only the lanes a converge would boot
     errors = observation_errors(exp, doc, connection, stale)
+    errors += unhashed(doc, files_as_desired)
     if _gateway_down(drifts):  # its own entry says why nothing answers on the loopback
         errors = [e for e in errors if e.part is not Part.GATEWAY_PROBE]
     errors += unanswered_controller(doc, controller, drifts)
@@ -260,13 +261,6 @@ def observation_errors(
         (Part.GATEWAY_PROBE, "gateway (loopback)", doc.gateway.error),
     )
     errors += [BoxError(part, name, error) for part, name, error in sections if error]
-    hashes = doc.config_hashes
-    if hashes is not None and hashes.error and not doc.render.error:
-        # Only when the render worked: a failed render fails the hash's own `config` too, and
-        # its error says why already. Otherwise a compose that cannot hash (no `--hash`, a
-        # timeout) would leave every pending recreate unjudged without a word.
-        what = f"{hashes.error}: no container's pending recreate judged"
-        errors.append(BoxError(Part.CONFIG_HASH, "config hashes", what))
     if doc.converge is not None:
         errors.append(BoxError(Part.DEPLOYMENT, "converge", converging(doc.converge)))
     errors += not_in_observation(doc, bool(exp.lanes))
@@ -288,6 +282,21 @@ def observation_errors(
             errors.append(BoxError(Part.GATEWAY_PROBE, f"gateway {name} (loopback)", probe.error))
     errors += secret_source_errors(exp, doc, stale)
     return errors
+
+
+def unhashed(doc: Observed, files_as_desired: bool) -> list[BoxError]:
+    """compose's config hashes, asked for and not given (a compose without `config --hash`, a
+    timeout): every pending recreate left unjudged (compare/containers.py), said as a fault of
+    the box rather than as none pending. Not when the render failed: the hash's own `config`
+    fails with it, and the render's error says why. Nor when the box's `.env` or a compose
+    file is not the desired one (their entries say so): the hash is of files a converge
+    replaces, and compose refusing them (a `.env` without a key a compose file requires, as
+    before any first converge) is theirs to say, not a fault of observing the box."""
+    hashes = doc.config_hashes
+    if hashes is None or not hashes.error or doc.render.error or not files_as_desired:
+        return []
+    what = f"{hashes.error}: no container's pending recreate judged"
+    return [BoxError(Part.CONFIG_HASH, "config hashes", what)]
 
 
 def converging(held: ConvergeHolder) -> str:

@@ -223,53 +223,77 @@ def test_both_readers_read_the_section_alike(captured: Any) -> None:
 NO_HASH = "docker compose config exited 1: unknown flag: --hash"
 
 
-def test_hashes_compose_could_not_give_are_the_boxs_error_and_block_no_converge(
+def _faulted(captured: Any, box: str, **changed: Any) -> Observed:
+    def edit(raw: dict[str, Any]) -> None:
+        raw["config_hashes"] = {"error": NO_HASH}
+        raw.update(changed)
+
+    return _doc(captured, box, edit)
+
+
+def test_hashes_compose_could_not_give_are_a_fault_of_a_box_whose_files_are_desired(
     captured: Any,
 ) -> None:
-    """A compose that cannot hash (an older one without `config --hash`, a timeout) leaves
-    every pending recreate unjudged: said as a fault of the box (exit 1, as a login shell that
-    could not be traced), never as "no pending recreate". Report-only, as the entry it stands
-    for: a converge is planned as before, and its verification passes over it."""
+    """A compose that cannot hash (one without `config --hash`, a timeout) leaves every
+    pending recreate unjudged: said as a fault of the box (exit 1, as a login shell that could
+    not be traced), never as "none pending". Report-only, as the entry it stands for: a
+    converge is planned as before, its verification passes over it, and every column of the
+    box was compared."""
     from reconciler.apply.engine import UNFIXABLE
+    from reconciler.compare.box import unhashed
     from reconciler.compare.drift import DriftReport, Part
+    from reconciler.history.parts import part_of
     from reconciler.plan import plan_box
+    from reconciler.records import replace
     from reconciler.report.html import unobserved
 
-    before = compare(captured, "spark")
-    result = compare(captured, "spark", lambda raw: raw.update(config_hashes={"error": NO_HASH}))
-    (error,) = [e for e in result.errors if e.part is Part.CONFIG_HASH]
+    (error,) = unhashed(_faulted(captured, "spark"), True)
+    assert error.part is Part.CONFIG_HASH
     assert str(error) == f"config hashes: {NO_HASH}: no container's pending recreate judged"
-    assert [e for e in result.errors if e is not error] == list(before.errors)
-    assert result.drifts == before.drifts  # nothing else changes
-    assert DriftReport((result,), "inventory/lab.yaml", "2026-12-07T00:00:00Z", "r").exit_code == 1
-    assert DriftReport((before,), "inventory/lab.yaml", "2026-12-07T00:00:00Z", "r").exit_code == 2
+    assert part_of(str(error)) == "config-hash"  # as an old run's text is read back
+
+    before = compare(captured, "spark")
+    result = replace(before, errors=(*before.errors, error))
+    when = ("inventory/lab.yaml", "2026-12-07T00:00:00Z", "r")
+    assert DriftReport((before,), *when).exit_code == 2
+    assert DriftReport((result,), *when).exit_code == 1
     exp = expectations(captured[0], ["spark"])["spark"]
     plan = plan_box(result, exp)
     assert plan.blocked == plan_box(before, exp).blocked == ()
     assert plan.steps == plan_box(before, exp).steps
     assert Part.CONFIG_HASH in UNFIXABLE
-    assert unobserved(result) == {}  # every column was compared; only the hash was not
+    assert unobserved(result) == {}
 
 
-def test_a_failed_render_says_it_once(captured: Any) -> None:
-    """compose's render failing fails the hash's own `config` too: the render's error says
-    why, and the hash's is not said again."""
+def test_no_fault_where_the_render_failed_or_the_files_are_not_the_desired_ones(
+    captured: Any,
+) -> None:
+    """compose's render failing fails the hash's own `config` too, and its error says why.
+    And on a box whose `.env` or a compose file is not the desired one (the capture's spark:
+    its `.env` lacks managed keys), compose refusing those files (a key a compose file
+    requires, as before any first converge) is what their entries say, and a converge
+    replaces them: the drift, and its exit code, are as before."""
+    from reconciler.compare.box import unhashed
     from reconciler.compare.drift import Part
 
-    def edit(raw: dict[str, Any]) -> None:
-        raw["render"] = {"error": "service gateway: invalid interpolation"}
-        raw["config_hashes"] = {"error": "service gateway: invalid interpolation"}
-
-    parts = [e.part for e in compare(captured, "spark", edit).errors]
-    assert Part.RENDER in parts and Part.CONFIG_HASH not in parts
+    render_failed = {"error": "service gateway: invalid interpolation"}
+    assert unhashed(_faulted(captured, "spark", render=render_failed), True) == []
+    assert unhashed(_faulted(captured, "spark"), False) == []
+    before = compare(captured, "spark")
+    result = compare(captured, "spark", lambda raw: raw.update(config_hashes={"error": NO_HASH}))
+    assert Part.CONFIG_HASH not in [e.part for e in result.errors]
+    assert (result.errors, result.drifts) == (before.errors, before.drifts)
 
 
 def test_a_diff_leaves_out_the_pending_recreates_a_run_could_not_judge(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Run 1 finds spark's gateway pending a recreate; in run 2 compose gave no hashes. The
-    entry did not clear: it was not judged, and `reconcile diff` says so rather than list it
-    as cleared. Hashes that match the label again do clear it."""
+    """Run 1 finds spark's gateway pending a recreate; in run 2 compose gave no hashes (its
+    fault recorded as a run records it: the box's fault parts). The entry did not clear: it
+    was not judged, and `reconcile diff` says so rather than list it as cleared. Hashes that
+    match the label again do clear it."""
+    import sqlite3
+
     from tests.unit.history_helpers import edited_snapshot, reconcile, replay, unvouched
 
     def spark(section: dict[str, Any]) -> Any:
@@ -278,9 +302,8 @@ def test_a_diff_leaves_out_the_pending_recreates_a_run_could_not_judge(
 
         return edit
 
-    pending = {"services": {**_labels("spark"), "gateway": OTHER}}
     runs = {
-        "pending": pending,
+        "pending": {"services": {**_labels("spark"), "gateway": OTHER}},
         "no-hash": {"error": NO_HASH},
         "matching": {"services": _labels("spark")},
     }
@@ -293,6 +316,13 @@ def test_a_diff_leaves_out_the_pending_recreates_a_run_could_not_judge(
         db = tmp_path / f"{second}.sqlite3"
         replay(capsys, db, snapshots["pending"])
         replay(capsys, db, snapshots[second])
+        if second == "no-hash":  # spark's files as desired, as this capture's are not
+            with sqlite3.connect(db) as conn:
+                conn.execute(
+                    "UPDATE boxes SET faults = ?, errors = errors + 1 WHERE run = 2 AND box = ?",
+                    (json.dumps(["config-hash"]), "spark"),
+                )
+            conn.close()
         code, out, err = reconcile(capsys, "diff", "--history", str(db), "--format", "json")
         assert "Traceback" not in err, err
         doc: dict[str, Any] = json.loads(out)
