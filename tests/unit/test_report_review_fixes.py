@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +28,7 @@ from reconciler.report.markdown import render_markdown
 from reconciler.report.text import render_text
 from reconciler.report.values import guarded
 from reconciler.scrub import remember, scrub_text
+from tests.unit.cpu_bound import cpu_bound
 from tests.unit.test_compare_rules import captured, compare, find
 from tests.unit.test_secret_boundaries import _collector, _converge
 
@@ -265,9 +265,8 @@ def test_the_cut_never_keeps_the_start_of_a_word_that_went_on() -> None:
 def test_the_cut_still_bounds_a_hostile_text() -> None:
     remember("a-known-secret-value-for-the-bound")
     text = "HF_TOKEN=" + "a1" * 5_000_000
-    started = time.perf_counter()
-    out = scrub_text(text)
-    assert time.perf_counter() - started < 1.0
+    with cpu_bound(1.0):
+        out = scrub_text(text)
     assert len(out) <= 300 and "a1a1" not in out
 
 

@@ -8,7 +8,6 @@ a box's mask fits the desired value it was made of, and no edit of it."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from reconciler.compare.inline import fits, may_carry_secret
 from reconciler.report.values import _words
 from reconciler.scrub import mask_credentials
 from tests.unit.conftest import load_box_program
+from tests.unit.cpu_bound import cpu_bound
 
 collector = load_box_program("box_collector_url_password", "reconciler/observe/remote/collector.py")
 PW = "hunter2-c6-77"
@@ -102,9 +102,8 @@ def test_the_boxs_mask_fits_its_value_and_no_edit_of_it(name: str) -> None:
 def test_a_hostile_mask_of_a_url_is_judged_quickly() -> None:
     digest = json.dumps({"secret": "hmac:" + "0" * 64})
     masked = ("http://u:" + digest + "@") * 8
-    started = time.monotonic()
-    assert not fits(masked, "http://u:" + "@" * 20000 + " ")
-    assert time.monotonic() - started < 1.0
+    with cpu_bound(1.0):
+        assert not fits(masked, "http://u:" + "@" * 20000 + " ")
 
 
 @pytest.mark.parametrize("text", ASSIGNED)
@@ -120,7 +119,6 @@ def test_a_long_run_before_a_hashed_url_is_judged_quickly() -> None:
     made the URL test of `fits` try every start (minutes over one replay), and `a.a.a…` did
     the same to the reports' URL mask."""
     digest = json.dumps({"secret": "hmac:" + "0" * 64})
-    started = time.monotonic()
-    assert not fits("a" * 65000 + digest + "@x", "x")
-    assert mask_credentials("a." * 32500 + "://x@") == "a." * 32500 + "://x@"
-    assert time.monotonic() - started < 1.0
+    with cpu_bound(1.0):
+        assert not fits("a" * 65000 + digest + "@x", "x")
+        assert mask_credentials("a." * 32500 + "://x@") == "a." * 32500 + "://x@"
