@@ -162,7 +162,7 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
     kept = {u.box: kept_probes(u.box, a, b) for u in unseen if GATEWAY in u.columns}
     # A box compose gave no config hashes in either run: its pending recreates (their own
     # entries) were not judged there, so they neither appeared nor cleared; the rest was.
-    unhashed = set(_unhashed(a, b, skipped))
+    unhashed = _unhashed(a, b, skipped)  # box -> those runs, for the notes too
     from reconciler.compare.containers import PENDING_RECREATE
 
     def compared(e: EntryRow) -> bool:
@@ -203,7 +203,7 @@ def diff_sides(a: Side, b: Side) -> RunDiff:
         changes=changes,
         events=tuple(_events(changes)),
         not_compared=unseen,
-        notes=_notes(a, b, skipped),
+        notes=_notes(a, b, skipped, unhashed),
     )
 
 
@@ -322,18 +322,21 @@ def _unhashed(a: Side, b: Side, skipped: set[str]) -> dict[str, list[str]]:
     return out
 
 
-def _notes(a: Side, b: Side, skipped: set[str]) -> tuple[str, ...]:
+def _notes(
+    a: Side, b: Side, skipped: set[str], unhashed: Mapping[str, list[str]]
+) -> tuple[str, ...]:
     """Per box compared, each run of it recorded before the fault parts were kept with a
     fault whose text names no part: which of its entries that fault hid is not known, so
     they are compared as recorded (an old run's login-shell timeout must not hide a lane's
-    new entry), and said. And each box whose pending recreates were not compared."""
+    new entry), and said. And each box whose pending recreates were not compared (`unhashed`:
+    box -> the runs compose gave it no config hashes in)."""
     from reconciler.compare.containers import PENDING_RECREATE
     from reconciler.history.parts import NOT_RECORDED
 
     out = [
         f"{box}: compose gave no config hashes in {' and '.join(runs)}: its pending recreates "
         f"({PENDING_RECREATE} entries) not compared"
-        for box, runs in _unhashed(a, b, skipped).items()
+        for box, runs in unhashed.items()
     ]
     for side in (a, b):
         for box, faults in side.faults.items():
