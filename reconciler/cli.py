@@ -246,8 +246,8 @@ def _snapshot_inventory(args: argparse.Namespace) -> str | None:
     index that cannot be read leaves the choice as it is: the replay says what is wrong."""
     from pathlib import Path
 
-    from reconciler.history.snapshots import judged_inventory
     from reconciler.observe.observe import snapshot_index
+    from reconciler.snapshot_inventory import judged_inventory
 
     try:
         index = snapshot_index(Path(args.from_snapshot))

@@ -10,7 +10,6 @@ The inventory is the one the snapshot's index names (the one it was taken agains
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from reconciler.history.diff import Side
 from reconciler.history.parts import known, probes_of
 from reconciler.history.record import RunRecord
+from reconciler.snapshot_inventory import judged_inventory
 
 
 def snapshot_sides(args: argparse.Namespace, dir_a: str, dir_b: str) -> tuple[Side, Side] | None:
@@ -120,43 +120,3 @@ def _judged(args: argparse.Namespace, directory: str, taken: Any) -> RunRecord |
         return None
     faults = {b.box: faults_of(b.errors) for b in run.report.boxes}
     return drift_record(doc, {}, source="snapshot", started=0.0, duration_s=0.0, faults=faults)
-
-
-def judged_inventory(args: argparse.Namespace, directory: str, taken: Any) -> str | None:
-    """The inventory the snapshot is judged against: the one chosen (`-i`, FLEET_INVENTORY),
-    else the one its index names. Judged against another inventory (`hosts`, the default),
-    every box of a lab snapshot read "not observed": a box it does not name, the wrong
-    reason. A choice that differs from the index's is kept, and said."""
-    from reconciler.desired.locate import INVENTORY_ENV
-
-    chosen = args.inventory if args.inventory is not None else os.environ.get(INVENTORY_ENV)
-    if not isinstance(taken, str) or not taken.strip():
-        return args.inventory  # an older or edited index: the choice, or the default
-    if chosen is None:
-        return taken
-    if _inventory_file(args, chosen) != _inventory_file(args, taken):
-        from reconciler.report.values import clean  # the index's text: escaped as reports do
-
-        print(
-            clean(
-                f"warning: {directory}: judged against the inventory {chosen} "
-                f"(-i or {INVENTORY_ENV}); the snapshot was taken against {taken}"
-            ),
-            file=sys.stderr,
-        )
-    return args.inventory
-
-
-def _inventory_file(args: argparse.Namespace, selector: str) -> str | None:
-    """The file `selector` names in the fleet repository, resolved; None where it is not
-    known (no repository: the replay says why)."""
-    from reconciler.desired.locate import inventory_file, root_or_none
-    from reconciler.desired.problems import DesiredStateError
-
-    root = Path(os.path.realpath(args.root)) if args.root else root_or_none()
-    if root is None:
-        return None
-    try:
-        return os.path.realpath(inventory_file(root, selector))
-    except DesiredStateError:  # an empty selector: the load refuses it, and says so
-        return None
