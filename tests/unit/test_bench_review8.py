@@ -423,3 +423,19 @@ def test_a_bad_count_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr == "error: N must be a whole number of boxes, at least 1, not 'ten'\n"
     assert not (tmp_path / "f").exists()
+
+
+def test_the_goals_say_the_least_wall_time_the_cpu_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that keeps every core busy cannot be faster than its CPU over the cores: the
+    goal line says that bound against the floor, from the same rounds' medians."""
+    monkeypatch.setattr(scale_bench.os, "sched_getaffinity", lambda pid: {0, 1})
+    size = _size(2, {"cold": 228.2, "warm": 50.8, "recorded": 148.2})
+    timed = {"floor": (0.65, 0.65), "floor_n": (0.44, 0.84), "floor_cold": (0.86, 0.86)}
+    timed |= {"cold": (2.66, 4.07), "warm": (1.75, 3.29), "recorded": (3.93, 6.0)}
+    size.rounds = {row: [scale_bench.Sample(s, 50.0, c)] for row, (s, c) in timed.items()}
+    lines = scale_bench.goals({1000: size})
+    cold = next(line for line in lines if line.startswith("- cold, within 2x"))
+    warm = next(line for line in lines if line.startswith("- warm, within 2x"))
+    assert "2 cores, every core busy from start to end: 2.04 s (4.07 s / 2), 3.1x" in cold
+    assert "the run used 1.5 of its 2 cores on average" in cold
+    assert "1.65 s (3.29 s / 2), 2.5x the issue's floor; the run used 1.9 of its 2" in warm
