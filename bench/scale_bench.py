@@ -755,7 +755,9 @@ NOTE = [
     "Then pickle's `persistent_id` hook storing the drift inputs, a Python call for each of "
     "~900,000 objects to find each box's seeds (~0.1 s of CPU at 1,000 boxes, 0.22-0.33 s "
     "against 0.14-0.17 s: each box's seeds object is now a memo slot its pickle fills first, "
-    "drift_inputs.py).",
+    "drift_inputs.py). Then every replay importing `reconcile diff`'s comparison and the "
+    "history's record to learn which inventory it judges its snapshot against (~20 ms of "
+    "imports: now reconciler/snapshot_inventory.py).",
 ]
 
 
