@@ -43,12 +43,18 @@ def _inventory_file(args: argparse.Namespace, selector: str) -> str | None:
     """The file `selector` names in the fleet repository, resolved; None where it is not
     known (no repository: the replay says why)."""
     from reconciler.desired.locate import inventory_file, root_or_none
-    from reconciler.desired.problems import DesiredStateError
 
     root = Path(os.path.realpath(args.root)) if args.root else root_or_none()
     if root is None:
         return None
     try:
-        return os.path.realpath(inventory_file(root, selector))
-    except DesiredStateError:  # an empty selector: the load refuses it, and says so
-        return None
+        found = inventory_file(root, selector)
+    except Exception as exc:
+        # Its type imported only once one is raised, as cli.py's `_reported` does: the
+        # desired state's problem types import dataclasses (~9 ms), which no replay needs.
+        from reconciler.desired.problems import DesiredStateError
+
+        if isinstance(exc, DesiredStateError):  # an empty selector: the load refuses it
+            return None
+        raise
+    return os.path.realpath(found)

@@ -41,3 +41,20 @@ def test_a_chosen_inventory_is_kept_and_said(
     assert doc["inventory"].endswith("hosts.yaml")
     assert "judged against the inventory hosts" in err and "taken against" in err
     assert any(b["errors"] for b in doc["boxes"])
+
+
+def test_an_empty_chosen_inventory_is_refused_by_the_load_not_by_the_choice(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty FLEET_INVENTORY names no file (snapshot_inventory.py catches the loader's
+    refusal, whose type it imports only then); the load that follows refuses it, once, as an
+    error (exit 1)."""
+    monkeypatch.setenv("FLEET_INVENTORY", " ")  # -i refuses an empty value itself
+    code = cli.main(
+        ["--root", str(INCIDENTS), "drift", "--from-snapshot", str(SNAPSHOT), "--format", "json"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "judged against the inventory" in err  # differs from the index's `lab`: said
+    assert err.count("FLEET_INVENTORY is set but empty") == 1, err
+    assert "Traceback" not in err
