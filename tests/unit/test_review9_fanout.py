@@ -25,6 +25,7 @@ import json
 import os
 import re
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -53,11 +54,17 @@ INCIDENTS = REPO / "examples" / "lab-incidents"
 # -- loopback boxes --------------------------------------------------------------------------------
 class Silent:
     """Listening sockets that accept and never say a word (a hung sshd, or a gateway that
-    never answers), on one port of each address; counts the connections open at once."""
+    never answers), on one port of each address; counts the connections open at once.
+
+    Open means not yet closed by the client, as the kernel knows it at each accept: every
+    connection held is asked then (poll, POLLRDHUP), so the count never waits for the
+    thread that holds it to notice its end (on a loaded machine that thread lagged, and
+    a box's closed probes were counted beside the next box's: 25 against 24)."""
 
     def __init__(self, addresses: list[str], port: int = 0) -> None:
         self.lock = threading.Lock()
-        self.open = self.peak = 0
+        self.held: set[socket.socket] = set()
+        self.peak = 0
         self.listeners = []
         for address in addresses:
             sock = socket.socket()
@@ -75,25 +82,36 @@ class Silent:
                 conn, _ = sock.accept()
             except OSError:
                 return
+            with self.lock:
+                self.held.add(conn)
+                self.held = {c for c in self.held if not _closed_by_peer(c)}
+                self.peak = max(self.peak, len(self.held))
             threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
 
     def _hold(self, conn: socket.socket) -> None:
-        with self.lock:
-            self.open += 1
-            self.peak = max(self.peak, self.open)
         try:
             while conn.recv(4096):  # until the client closes it
                 pass
         except OSError:
             pass
         finally:
-            conn.close()
             with self.lock:
-                self.open -= 1
+                self.held.discard(conn)
+                conn.close()
 
     def close(self) -> None:
         for sock in self.listeners:
             sock.close()
+
+
+def _closed_by_peer(conn: socket.socket) -> bool:
+    """Whether the client has closed its end (its FIN is in, whatever data is still unread)."""
+    try:
+        poller = select.poll()
+        poller.register(conn, select.POLLRDHUP)
+        return bool(poller.poll(0))  # POLLRDHUP, or POLLHUP/POLLERR, which poll always reports
+    except (OSError, ValueError):  # closed here already
+        return True
 
 
 @pytest.fixture
