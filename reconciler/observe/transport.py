@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from reconciler.box_program import box_source, box_stamp
 from reconciler.scrub import exception_text, reason, scrub_text
 
 T = TypeVar("T")
@@ -636,23 +637,21 @@ def python_command(program: Path, argument: str) -> str:
 
     `-I`: the deploy user's PYTHONPATH/PYTHONSTARTUP and user site cannot change the program;
     `-S`: it is stdlib only, so the site machinery (a tenth of its start-up) is skipped."""
-    info = program.stat()
-    packed, digest = _packed(
-        program, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-    )
+    packed, digest = _packed(program, box_stamp(program))
     bootstrap = BOOTSTRAP.format(packed=packed, digest=digest, name=program.stem)
     return f"python3 -I -S -c {shlex.quote(bootstrap)} {shlex.quote(argument)}"
 
 
 @functools.lru_cache(maxsize=4)
 def _packed(program: Path, stamp: tuple[int, ...]) -> tuple[str, str]:
-    """The program as the command line carries it (zlib at level 9, base64) and the SHA-256
-    (hex) of the source so packed, which the box's cached code is stamped with (BOOTSTRAP).
-    Compressing the collector (~85 KB) costs ~10 ms of CPU, on every run, before any box is
-    sent its work; so the result is remembered per process (every box of a run gets the same
-    program) and in the controller user's private cache, under the file's stamps (device,
-    inode, size, mtime, ctime: any edit or checkout changes them) and with its own SHA-256 (a
-    damaged entry, or one without the source's digest, is packed again)."""
+    """The program as the command line carries it (its text with the shared code written in,
+    reconciler/box_program.py; zlib at level 9, base64) and the SHA-256 (hex) of that text,
+    which the box's cached code is stamped with (BOOTSTRAP). Packing the collector (~210 KB
+    of text) costs ~10 ms of CPU, on every run, before any box is sent its work; so the result
+    is remembered per process (every box of a run gets the same program) and in the controller
+    user's private cache, under the files' stamps (device, inode, size, mtime, ctime of the
+    program and of every shared module: any edit or checkout changes them) and with its own
+    SHA-256 (a damaged entry, or one without the source's digest, is packed again)."""
     import hashlib
 
     from reconciler.desired.fingerprint import cache_dir, read_private, write_private
@@ -669,7 +668,7 @@ def _packed(program: Path, stamp: tuple[int, ...]) -> tuple[str, str]:
     import base64
     import zlib
 
-    script = program.read_text(encoding="utf-8").encode("utf-8")
+    script = box_source(program).encode("utf-8")
     packed = base64.b64encode(zlib.compress(script, 9))
     body = hashlib.sha256(script).hexdigest().encode() + b"\n" + packed
     write_private(entry, hashlib.sha256(body).hexdigest().encode() + b"\n" + body, keep=8)

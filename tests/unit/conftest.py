@@ -3,14 +3,18 @@ exported FLEET_INVENTORY=lab (as the README's examples use) must not change thei
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from reconciler.box_program import box_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,12 +40,29 @@ def hosts_inventory(root: Path) -> Path:
 
 
 def load_box_program(name: str, relative: str) -> ModuleType:
-    """A box-side program (stdlib only, shipped as one file) imported here for unit tests."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """A box-side program loaded here for unit tests as a box runs it: its text with the code
+    it shares written in (reconciler/box_program.py), one namespace, so patching one of its
+    names patches what its own functions see, as on the box."""
+    program = ROOT / relative
+    module = ModuleType(name)
+    module.__file__ = str(program)
+    exec(compile(box_source(program), str(program), "exec"), module.__dict__)
     return module
+
+
+def packed_program(relative: str) -> Path:
+    """A box-side program's text as a box runs it (reconciler/box_program.py), in a file of its
+    own (named by its digest: xdist workers write the same bytes), for tests that run it as
+    the box does: `python3 -I -S FILE`, with no access to this package."""
+    text = box_source(ROOT / relative).encode("utf-8")
+    where = Path(tempfile.gettempdir()) / f"fleet-box-programs-{os.getuid()}"
+    where.mkdir(mode=0o700, exist_ok=True)
+    path = where / f"{hashlib.sha256(text).hexdigest()[:16]}-{Path(relative).name}"
+    if not path.is_file() or path.read_bytes() != text:
+        temporary = path.with_name(f"{path.name}.{os.getpid()}")
+        temporary.write_bytes(text)
+        os.replace(temporary, path)
+    return path
 
 
 # -- `reconcile import` of the pristine lab's saved snapshot (test_import*.py) ---------------------

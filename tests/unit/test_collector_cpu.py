@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.conftest import ROOT, load_box_program
+from tests.unit.conftest import ROOT, load_box_program, packed_program
 
 collector = load_box_program("box_collector_cpu", "reconciler/observe/remote/collector.py")
 FIXTURE = ROOT / "tests" / "fixtures"
@@ -369,7 +369,7 @@ def _record_hashes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 def test_the_collector_imports_nothing_heavy_at_start() -> None:
     """What a run imports before any work: http.client, urllib, hashlib, tempfile, shutil and
     socket cost each repeated drift ~40 ms of the box's CPU when they were imported here."""
-    program = ROOT / "reconciler" / "observe" / "remote" / "collector.py"
+    program = packed_program("reconciler/observe/remote/collector.py")
     code = (
         "import sys; g = {'__name__': 'collector'}; "
         "exec(compile(open(sys.argv[1]).read(), 'collector', 'exec'), g); "

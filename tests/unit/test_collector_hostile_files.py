@@ -42,9 +42,9 @@ from reconciler.report.json_report import render_json
 from reconciler.report.markdown import render_markdown
 from reconciler.report.text import render_text
 from tests.unit.box_program_opens import opens
-from tests.unit.conftest import ROOT, load_box_program
+from tests.unit.conftest import ROOT, load_box_program, packed_program
 
-PROGRAM = ROOT / "reconciler" / "observe" / "remote" / "collector.py"
+PROGRAM = packed_program("reconciler/observe/remote/collector.py")
 collector = load_box_program("box_collector_hostile", "reconciler/observe/remote/collector.py")
 EXAMPLE = ROOT / "examples" / "lab-incidents"
 COMPOSE = b"services:\n  gateway:\n    image: busybox\n"

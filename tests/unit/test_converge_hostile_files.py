@@ -46,11 +46,11 @@ from reconciler.desired.load import load_fleet
 from reconciler.drift import run_drift_on
 from reconciler.drift_inputs import drift_inputs
 from tests.unit.box_program_opens import opens
-from tests.unit.conftest import load_box_program
+from tests.unit.conftest import load_box_program, packed_program
 from tests.unit.converge_helpers import COMPOSE, base_payload, deployment, fake_docker
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "reconciler" / "apply" / "remote" / "converge.py"
+PROGRAM = packed_program("reconciler/apply/remote/converge.py")
 converge = load_box_program("box_converge_hostile", "reconciler/apply/remote/converge.py")
 
 ENV = "GATEWAY_API_KEY=s3cret-gateway-key-0123456789\nWORKER_MAX_MODEL_LEN=262144\n"

@@ -34,6 +34,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from reconciler.box_program import box_source
 from reconciler.desired.types import check_env_value
 from tests.unit.conftest import ROOT, load_box_program
 
@@ -474,57 +475,20 @@ if __name__ == "__main__":
     sys.exit(os.EX_OK)
 
 
-# The collector and the converge are each shipped to a box alone (stdlib only, one file each),
-# so each carries compose's dotenv reader; the copies must never drift apart.
-_SHARED = (
-    "_BLANK",
-    "_SPACE",
-    "_EXPORT_GAP",
-    "_KEY_MARKS",
-    "_NAME_FIRST",
-    "_NAME_REST",
-    "_ESCAPES",
-    "_COMPOSE_ENV",
-    "_compose_env",
-    "_dotenv_read",
-    "_dotenv_quoted",
-    "_dotenv_escapes",
-    "_dotenv_name_end",
-    "_dotenv_expand",
-    "_dotenv_unbalanced",
-    "_dotenv_ambiguous",
-    "_dotenv_joins",
-    "_dotenv_lines",
-    "_dotenv_line_index",
-    "_secret_file_values",
-    "_line_end",
-    "_removal",
-)
-
-
-def _top_level_sources(path: Path) -> dict[str, str]:
-    import ast
-
-    text = path.read_text(encoding="utf-8")
-    out: dict[str, str] = {}
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.FunctionDef):
-            out[node.name] = ast.get_source_segment(text, node) or ""
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                if isinstance(target, ast.Name):
-                    out[target.id] = ast.get_source_segment(text, node) or ""
-    return out
-
-
-def test_the_two_shipped_readers_are_the_same_code() -> None:
-    root = Path(__file__).resolve().parents[2] / "reconciler"
-    collector = _top_level_sources(root / "observe" / "remote" / "collector.py")
-    converge = _top_level_sources(root / "apply" / "remote" / "converge.py")
-    for name in _SHARED:
-        assert name in collector and name in converge, name
-        assert collector[name] == converge[name], f"{name} differs between the two box programs"
+# The collector and the converge are each shipped to a box alone (stdlib only, one text each),
+# and both read `.env` with compose's reader: one module, reconciler/box_shared/dotenv.py,
+# packed into each program's text (reconciler/box_program.py).
+def test_both_box_programs_run_the_one_shared_reader() -> None:
+    shared = (ROOT / "reconciler" / "box_shared" / "dotenv.py").read_text(encoding="utf-8")
+    for relative in (
+        "reconciler/observe/remote/collector.py",
+        "reconciler/apply/remote/converge.py",
+    ):
+        assert box_source(ROOT / relative).count(shared) == 1, relative
+        own = (ROOT / relative).read_text(encoding="utf-8")
+        assert "def _dotenv_read(" not in own, f"{relative} carries a reader of its own again"
+    for name in ("_dotenv_read", "_dotenv_lines", "_secret_file_values", "_removal"):
+        assert getattr(collector, name).__code__.co_code == getattr(converge, name).__code__.co_code
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.conftest import packed_program
 
 # Run as a box runs it (isolated, no site): the collector loaded as a module, then as a
 # subreaper a grandchild orphaned by its parent; whose child is it then, and was ctypes needed.
@@ -41,7 +40,7 @@ print(json.dumps({"on": set_on, "off": set_off, "adopted": len(adopted),
 
 
 def test_the_subreaper_is_set_through_ctypes_own_c_module_and_still_adopts() -> None:
-    collector = ROOT / "reconciler" / "observe" / "remote" / "collector.py"
+    collector = packed_program("reconciler/observe/remote/collector.py")
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c", PROBE, str(collector)],
         capture_output=True,

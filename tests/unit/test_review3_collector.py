@@ -37,10 +37,10 @@ from reconciler.compare.drift import Part
 from reconciler.observe import document_c
 from reconciler.observe.document import Observed, parse_answer, parse_collected
 from reconciler.records import asdict
-from tests.unit.conftest import ROOT, load_box_program
+from tests.unit.conftest import ROOT, load_box_program, packed_program
 
 collector = load_box_program("box_collector_review3", "reconciler/observe/remote/collector.py")
-PROGRAM = ROOT / "reconciler" / "observe" / "remote" / "collector.py"
+PROGRAM = packed_program("reconciler/observe/remote/collector.py")
 CAPTURE = ROOT / "tests" / "fixtures" / "import" / "pristine" / "thor.json"
 
 

@@ -25,7 +25,7 @@ from reconciler.desired import secret_names
 from reconciler.history import masking
 from reconciler.report.values import _words
 from reconciler.scrub import mask_credentials
-from tests.unit.conftest import ROOT
+from tests.unit.conftest import packed_program
 from tests.unit.test_review4_masking import AROUND, FLAGS, FORMS, KEPT, PATTERN, clear
 from tests.unit.test_secret_boundaries import _collector
 
@@ -137,7 +137,7 @@ def test_what_the_box_hashed_is_kept_by_the_store_and_masked_by_the_reports() ->
 def test_the_quoted_forms_are_read_without_importing_re() -> None:
     """The collector runs as `python3 -I -S` on every box each drift: reading a quoted flag
     costs it no import (tests/unit/test_collector_cpu.py)."""
-    program = ROOT / "reconciler" / "observe" / "remote" / "collector.py"
+    program = packed_program("reconciler/observe/remote/collector.py")
     words = [AROUND.format(FORMS[form].format(f="--api-key", v="c4v-x")) for form in FORMS]
     code = (  # no json here: it imports re
         "import sys; g = {'__name__': 'collector'}; "
