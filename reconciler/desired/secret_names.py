@@ -3,14 +3,9 @@
 `secret_patterns` in group_vars can only add names. Whatever a layer lists (fewer patterns, `[]`,
 a narrower box file), every use of the list goes through `effective()`, which puts the floor
 back: the desired-state model, the collector and converge payloads, the audit, the reports and
-`reconcile show`. The box programs carry their own copy of `FLOOR` and union it too, so an old
-or crafted payload cannot switch hashing off either (tests/unit/test_secret_boundaries.py keeps
-the copies equal).
-
-The globs are chosen against the keys a lab box's `.env` and containers really carry: they hash
-every key lobes and vLLM read a secret from, and none of the values drift compares in the clear
-(`*_MAX_NUM_BATCHED_TOKENS`, `TOKENIZERS_PARALLELISM`, `*_KV_CACHE_DTYPE` stay readable, which
-is why there is no `*_TOKENS` or `*TOKEN*`).
+`reconcile show`. The floor is reconciler/box_shared/secret_floor.py, which the box programs
+carry too and union with what a payload lists, so an old or crafted payload cannot switch
+hashing off either.
 
 Stdlib only: the repeated-drift path and the payload builders import it.
 """
@@ -23,28 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-# The names the mesh's own keys live under, spelled out so the list documents them ...
-FLOOR_NAMES = (
-    "GATEWAY_API_KEY",
-    "CULTURE_VLLM_API_KEY",
-    "LOBES_MESH_KEY",
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "VLLM_API_KEY",
-)
-# ... and the shapes every other secret name takes.
-FLOOR_GLOBS = (
-    "*_API_KEY",
-    "*_API_KEYS",
-    "*_KEY",
-    "*_KEYS",
-    "*_TOKEN",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*PASSWD*",
-    "*_CREDENTIALS",
-)
-FLOOR = FLOOR_NAMES + FLOOR_GLOBS
+from reconciler.box_shared.secret_floor import FLOOR
 
 
 def effective(patterns: Iterable[str] = ()) -> tuple[str, ...]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reconciler.desired import roles, secret_names
+from reconciler.box_shared.secret_floor import FLOOR_NAMES
+from reconciler.desired import roles
 from reconciler.desired.checks import literal_keys_problem, own_names_problem
 from reconciler.desired.explain import explain
 from reconciler.desired.models import BoxSpec, InventorySpec
@@ -42,7 +43,7 @@ FORBIDDEN_EXPORTS = [
     "MODEL_GEAR_VERSION",
 ]
 SECRET_PATTERNS = [
-    *secret_names.FLOOR_NAMES,
+    *FLOOR_NAMES,
     "*_KEY",
     "*_KEYS",
     "*_TOKEN",

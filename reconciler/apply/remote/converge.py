@@ -47,8 +47,8 @@ import sys
 import time
 import urllib.parse
 
-# Shared with the other box program. On a box this statement is the module's own text
-# (reconciler/box_program.py packs it in): the program still runs alone, stdlib only.
+# Shared with the other box program. On a box each of these statements is its module's own
+# text (reconciler/box_program.py packs it in): the program still runs alone, stdlib only.
 from reconciler.box_shared.dotenv import (
     _SPACE,
     SCRUBBED_PATH,
@@ -60,6 +60,7 @@ from reconciler.box_shared.dotenv import (
     _removal,
     _secret_file_values,
 )
+from reconciler.box_shared.secret_floor import FLOOR
 
 FLEET_DIR = ".fleet"
 GATEWAY = "gateway"
@@ -301,26 +302,9 @@ def _image(where, ref):
         _named(where, ref, IMAGE_REF)  # the same refusal, naming the reference when printable
 
 
-# Secret names whatever the payload says, as reconciler/desired/secret_names.py's floor; and what
-# a credential follows in a message, as reconciler/scrub.py (test_secret_boundaries.py keeps the
-# copies in step).
-FLOOR = (
-    "GATEWAY_API_KEY",
-    "CULTURE_VLLM_API_KEY",
-    "LOBES_MESH_KEY",
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "VLLM_API_KEY",
-    "*_API_KEY",
-    "*_API_KEYS",
-    "*_KEY",
-    "*_KEYS",
-    "*_TOKEN",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*PASSWD*",
-    "*_CREDENTIALS",
-)
+# Secret names whatever the payload says: the floor (FLOOR, reconciler/box_shared/secret_floor.py);
+# and what a credential follows in a message, as reconciler/scrub.py (test_secret_boundaries.py
+# keeps the copies in step).
 _CREDENTIAL = re.compile(
     r"(?i:\bbearer\b|\b(?:proxy-)?authorization\b|\bx-api-key\b|--api-key\b|\bset-cookie\b"
     r"|\bcookie\s*[:=])|\bBasic\s+[A-Za-z0-9+/=]{8,}"

@@ -35,8 +35,8 @@ except ImportError:  # Python < 3.12
     except ImportError:  # pragma: no cover - a build without the builtin hashes
         from hashlib import sha256
 
-# Shared with the other box program. On a box this statement is the module's own text
-# (reconciler/box_program.py packs it in): the program still runs alone, stdlib only.
+# Shared with the other box program. On a box each of these statements is its module's own
+# text (reconciler/box_program.py packs it in): the program still runs alone, stdlib only.
 from reconciler.box_shared.dotenv import (
     _SPACE,
     SCRUBBED_PATH,
@@ -47,6 +47,7 @@ from reconciler.box_shared.dotenv import (
     _removal,
     _secret_file_values,
 )
+from reconciler.box_shared.secret_floor import FLOOR
 
 # What is imported at the top is what EVERY run needs: a repeated drift runs this program on
 # each box, and a module imported here costs every run its import time (http.client and
@@ -148,25 +149,8 @@ def _not_serializable(value):
 
 # -- secrets: the floor and the scrubber ----------------------------------------------------------
 # Hashed whatever the payload says (an old or crafted payload cannot switch hashing off): the
-# same floor as reconciler/desired/secret_names.py, the same scrubbing as reconciler/scrub.py
-# (tests/unit/test_secret_boundaries.py keeps the copies in step).
-FLOOR = (
-    "GATEWAY_API_KEY",
-    "CULTURE_VLLM_API_KEY",
-    "LOBES_MESH_KEY",
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "VLLM_API_KEY",
-    "*_API_KEY",
-    "*_API_KEYS",
-    "*_KEY",
-    "*_KEYS",
-    "*_TOKEN",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*PASSWD*",
-    "*_CREDENTIALS",
-)
+# floor (FLOOR, reconciler/box_shared/secret_floor.py), and the same scrubbing as
+# reconciler/scrub.py (tests/unit/test_secret_boundaries.py keeps the copies in step).
 MIN_RUN_KEY = 32  # the controller's run keys are 32 hex; a shorter one could be guessed
 _KNOWN = set()  # type: set  # every secret value this run hashed: masked in any error text
 _CREDENTIAL = (
