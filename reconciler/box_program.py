@@ -2,9 +2,10 @@
 
 The two box programs (observe/remote/collector.py, apply/remote/converge.py) each travel over
 SSH as one text and run on the box's own python3, which has no copy of this package
-(transport.python_command). Both need compose's `.env` reader, so it lives once, in
-reconciler/box_shared/, and each program imports it as any module would: the controller and
-the tests that import a program get it so. `box_source` gives the text a box runs: each
+(transport.python_command). What they share with each other or with the controller (compose's
+`.env` reader, the secret-name floor, the HTTP/1.1 reader) lives once, in reconciler/box_shared/,
+and a program imports it as any module would: the controller and the tests that import a
+program get it so. `box_source` gives the text a box runs: each
 `from reconciler.box_shared.NAME import (...)` statement of the program replaced by
 box_shared/NAME.py's own text, once. A box thus runs one namespace, as it always did.
 

@@ -270,7 +270,7 @@ def _said_in_full(exc: BaseException) -> bool:
     return False
 
 
-_READER = "reconciler.observe.remote.collector"
+_READER = "reconciler.box_shared.http11"
 
 
 def plain_get(url: str, deadline: Deadline | None = None) -> tuple[int, bytes]:
@@ -279,12 +279,12 @@ def plain_get(url: str, deadline: Deadline | None = None) -> tuple[int, bytes]:
     Ends within TOTAL_S, and by its box's `deadline` when there is one.
 
     Plain http (every lab and mesh gateway) goes through the collector's own HTTP/1.1 reader
-    (reconciler/observe/remote/collector.py: `Connection`, checked against http.client on the
+    (reconciler/box_shared/http11.py: `Connection`, checked against http.client on the
     same bytes by tests/unit/test_collector_cpu.py): importing http.client (and the email
     package under it) cost each drift run ~20 ms of CPU. https keeps http.client and ssl."""
     from urllib.parse import urlsplit
 
-    from reconciler.observe.remote import collector as reader  # its HTTP/1.1 reader
+    from reconciler.box_shared import http11 as reader
 
     try:
         parts = urlsplit(url)

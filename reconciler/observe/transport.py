@@ -911,7 +911,7 @@ def greets(hostname: str, port: int, timeout: float = CHECK_S) -> str | None:
     else why not (refused, no answer, not an SSH server)."""
     # The collector's own connect: an ASCII host goes to getaddrinfo as bytes, so the idna
     # codec (unicodedata, stringprep: ~8 ms of CPU) is never imported for an address.
-    from reconciler.observe.remote.collector import tcp_connect
+    from reconciler.box_shared.http11 import tcp_connect
 
     where = f"{hostname}:{port}"
     try:

@@ -124,7 +124,12 @@ def test_an_edit_of_a_shared_module_changes_what_the_box_is_sent(
     assert digest() != before
 
 
-@pytest.mark.parametrize("relative", [*PROGRAMS, "reconciler/box_shared/dotenv.py"])
+SHARED_MODULES = sorted(
+    str(path.relative_to(ROOT)) for path in (ROOT / "reconciler" / "box_shared").glob("[!_]*.py")
+)
+
+
+@pytest.mark.parametrize("relative", [*PROGRAMS, *SHARED_MODULES])
 def test_the_top_level_scan_finds_what_python_defines_there(relative: str) -> None:
     """The name check reads definitions by a text scan; on the real files it finds exactly
     the names Python's own parser finds at the top level."""

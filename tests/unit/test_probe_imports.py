@@ -1,14 +1,14 @@
 """The controller's keyless gateway probes, the new-connection check and the gathering of the
 boxes' answers run without importing concurrent.futures (and logging under it), the idna codec
 (unicodedata, stringprep) or http.client (and the email package): ~35 ms of a repeated drift's
-CPU for nothing it uses. The probes' HTTP is the collector's reader; it must send what
-http.client sent."""
+CPU for nothing it uses. The probes' HTTP is the collector's reader (box_shared/http11.py); it
+must send what http.client sent."""
 
 from __future__ import annotations
 
 import socket
 
-from reconciler.observe.remote.collector import tcp_connect
+from reconciler.box_shared.http11 import tcp_connect
 from tests.unit.conftest import fresh_python
 
 

@@ -348,7 +348,7 @@ def test_a_probe_the_controller_cannot_make_is_said_as_the_controllers() -> None
         import json, os, resource, socket, sys
         from urllib.parse import urlsplit
         from reconciler.observe import probes
-        from reconciler.observe.remote import collector
+        from reconciler.box_shared import http11  # the probes' reader, before the files run out
         server = socket.socket()
         server.bind(("127.0.0.1", 0))
         server.listen(8)
