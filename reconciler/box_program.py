@@ -1,4 +1,4 @@
-"""The text a box runs: a box program with the code it shares with the other one written in.
+"""The text a box runs: a box program with the code it shares written in.
 
 The two box programs (observe/remote/collector.py, apply/remote/converge.py) each travel over
 SSH as one text and run on the box's own python3, which has no copy of this package
@@ -10,9 +10,10 @@ program get it so. `box_source` gives the text a box runs: each
 box_shared/NAME.py's own text, once. A box thus runs one namespace, as it always did.
 
 What packing could get wrong is refused here (PackError), before any box is sent anything:
-a shared module that defines a name the program also defines (one would silently replace the
-other on the box, not in an import), one that imports this package itself, or one with a
-`from __future__` statement (legal only at a file's start).
+a shared module that defines a name the program (or another shared module) also defines (one
+would silently replace the other on the box, not in an import), any other import of this
+package left in the text (the box has none), a shared module that imports this package, or
+one with a `from __future__` statement (legal only at a file's start).
 """
 
 from __future__ import annotations

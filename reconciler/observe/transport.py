@@ -647,7 +647,7 @@ def _packed(program: Path, stamp: tuple[int, ...]) -> tuple[str, str]:
     """The program as the command line carries it (its text with the shared code written in,
     reconciler/box_program.py; zlib at level 9, base64) and the SHA-256 (hex) of that text,
     which the box's cached code is stamped with (BOOTSTRAP). Packing the collector (~210 KB
-    of text) costs ~10 ms of CPU, on every run, before any box is sent its work; so the result
+    of text) costs ~30 ms of CPU, on every run, before any box is sent its work; so the result
     is remembered per process (every box of a run gets the same program) and in the controller
     user's private cache, under the files' stamps (device, inode, size, mtime, ctime of the
     program and of every shared module: any edit or checkout changes them) and with its own
