@@ -4,6 +4,7 @@ exported FLEET_INVENTORY=lab (as the README's examples use) must not change thei
 from __future__ import annotations
 
 import hashlib
+import linecache
 import os
 import shutil
 import subprocess
@@ -42,11 +43,16 @@ def hosts_inventory(root: Path) -> Path:
 def load_box_program(name: str, relative: str) -> ModuleType:
     """A box-side program loaded here for unit tests as a box runs it: its text with the code
     it shares written in (reconciler/box_program.py), one namespace, so patching one of its
-    names patches what its own functions see, as on the box."""
+    names patches what its own functions see, as on the box. Its code is named after the
+    packed text, which linecache holds: a traceback shows the packed text's own lines, not the
+    lines of the program file at the same numbers."""
     program = ROOT / relative
+    text = box_source(program)
+    filename = f"<packed {relative}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
     module = ModuleType(name)
     module.__file__ = str(program)
-    exec(compile(box_source(program), str(program), "exec"), module.__dict__)
+    exec(compile(text, filename, "exec"), module.__dict__)
     return module
 
 
